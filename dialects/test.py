@@ -1,0 +1,61 @@
+"""The test dialect: unconstrained ops for parser, printer and pass tests.
+
+- `test.op`: anything goes (operands, results, regions, successors); effects unknown.
+- `test.pure`: any operands/results, no side effects (DCE and CSE may touch it).
+- `test.effect`: writes memory; never removed.
+- `test.terminator`: a terminator with any operands and successors.
+- `test.region`: isolated op with regions; `test.graph_region` holds a graph (no
+  terminator needed).
+"""
+
+from __future__ import annotations
+
+from palimpsest.ir.core import Operation
+from palimpsest.ir.opdef import (
+    IsolatedFromAbove, IsTerminator, MemoryEffect, NoTerminator, Pure, register_op,
+    variadic_operand, variadic_region, variadic_result,
+)
+
+
+class _AnyShape(Operation):
+    args = variadic_operand()
+    outs = variadic_result()
+    bodies = variadic_region()
+
+
+@register_op
+class TestOp(_AnyShape):
+    name = "test.op"
+
+    def memory_effects(self):
+        return None  # unknown: passes must assume the worst
+
+
+@register_op
+class PureOp(_AnyShape):
+    name = "test.pure"
+    traits = (Pure(),)
+
+
+@register_op
+class EffectOp(_AnyShape):
+    name = "test.effect"
+    effects = (MemoryEffect("write"),)
+
+
+@register_op
+class TerminatorOp(_AnyShape):
+    name = "test.terminator"
+    traits = (IsTerminator(),)
+
+
+@register_op
+class IsolatedRegionOp(_AnyShape):
+    name = "test.isolated"
+    traits = (IsolatedFromAbove(),)
+
+
+@register_op
+class GraphRegionOp(_AnyShape):
+    name = "test.graph_region"
+    traits = (NoTerminator(),)

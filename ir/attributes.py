@@ -1,0 +1,397 @@
+"""Attributes: immutable compile-time values, printed as MLIR prints them.
+
+Large constants do not live in the text: `dense_resource<key>` names a blob that is
+either inline hex in the file's `{-# dialect_resources ... #-}` trailer (MLIR's form) or
+a byte range of a side file listed under `external_resources`. Blobs load lazily.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass, field
+
+from palimpsest.ir.types import (
+    FloatType, IndexType, IntegerType, ShapedType, Type, f32, f64, i1, i64,
+)
+
+
+class Attribute:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"Attr({self})"
+
+
+def quote_string(text: str) -> str:
+    out = ['"']
+    for ch in text:
+        if ch == '"' or ch == "\\":
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append("\\%02X" % ord(ch))
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def format_float(value: float, type_: Type = f64) -> str:
+    if math.isfinite(value):
+        text = repr(float(value))
+        if "e" in text and "." not in text:
+            text = text.replace("e", ".0e")
+        return text
+    # MLIR spells non-finite floats as their bit pattern.
+    if isinstance(type_, FloatType) and type_.name == "f32":
+        return "0x%08X" % struct.unpack("<I", struct.pack("<f", value))[0]
+    return "0x%016X" % struct.unpack("<Q", struct.pack("<d", value))[0]
+
+
+def float_from_bits(bits: int, type_: Type) -> float:
+    if isinstance(type_, FloatType) and type_.name == "f32":
+        return struct.unpack("<f", struct.pack("<I", bits))[0]
+    if isinstance(type_, FloatType) and type_.name == "f16":
+        return struct.unpack("<e", struct.pack("<H", bits))[0]
+    return struct.unpack("<d", struct.pack("<Q", bits))[0]
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class IntegerAttr(Attribute):
+    value: int
+    type: Type = i64
+
+    def __str__(self) -> str:
+        if self.type == i64:
+            return str(self.value)
+        return f"{self.value} : {self.type}"
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class BoolAttr(Attribute):
+    value: bool
+
+    @property
+    def type(self) -> Type:
+        return i1
+
+    def __str__(self) -> str:
+        return "true" if self.value else "false"
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class FloatAttr(Attribute):
+    value: float
+    type: Type = f64
+
+    def __eq__(self, other):
+        # bitwise comparison so NaN attributes compare equal to themselves
+        return (isinstance(other, FloatAttr) and self.type == other.type
+                and struct.pack("<d", self.value) == struct.pack("<d", other.value))
+
+    def __hash__(self):
+        return hash((struct.pack("<d", self.value), self.type))
+
+    def __str__(self) -> str:
+        text = format_float(self.value, self.type)
+        if self.type == f64:
+            return text
+        return f"{text} : {self.type}"
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class StringAttr(Attribute):
+    value: str
+
+    def __str__(self) -> str:
+        return quote_string(self.value)
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class UnitAttr(Attribute):
+    def __str__(self) -> str:
+        return "unit"
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class ArrayAttr(Attribute):
+    value: tuple
+
+    def __str__(self) -> str:
+        return "[" + ", ".join(map(str, self.value)) + "]"
+
+    def __iter__(self):
+        return iter(self.value)
+
+    def __len__(self):
+        return len(self.value)
+
+
+def is_bare_identifier(key: str) -> bool:
+    if not key or not (key[0].isalpha() or key[0] == "_"):
+        return False
+    return all(c.isalnum() or c in "_$." for c in key) and key.isascii()
+
+
+def format_attr_entries(entries) -> str:
+    parts = []
+    for key, value in entries:
+        name = key if is_bare_identifier(key) else quote_string(key)
+        parts.append(name if isinstance(value, UnitAttr) else f"{name} = {value}")
+    return "{" + ", ".join(parts) + "}"
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class DictionaryAttr(Attribute):
+    entries: tuple  # sorted ((key, Attribute), ...)
+
+    @staticmethod
+    def of(mapping: dict) -> "DictionaryAttr":
+        return DictionaryAttr(tuple(sorted(mapping.items())))
+
+    def as_dict(self) -> dict:
+        return dict(self.entries)
+
+    def __str__(self) -> str:
+        return format_attr_entries(self.entries)
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class SymbolRefAttr(Attribute):
+    root: str
+    nested: tuple = ()
+
+    def __str__(self) -> str:
+        return "::".join(_format_symbol(s) for s in (self.root, *self.nested))
+
+
+def _format_symbol(name: str) -> str:
+    return "@" + (name if is_bare_identifier(name) else quote_string(name))
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class TypeAttr(Attribute):
+    value: Type
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class OpaqueAttr(Attribute):
+    """`#dialect.name<...>` from a dialect that is not registered: kept verbatim."""
+
+    text: str  # without the leading '#'
+
+    def __str__(self) -> str:
+        return "#" + self.text
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class DenseArrayAttr(Attribute):
+    """`array<i64: 1, 2, 3>`: a flat list of scalars, MLIR's DenseArrayAttr."""
+
+    element_type: Type
+    values: tuple
+
+    def __str__(self) -> str:
+        if not self.values:
+            return f"array<{self.element_type}>"
+        if isinstance(self.element_type, FloatType):
+            items = ", ".join(format_float(v, self.element_type) for v in self.values)
+        elif self.element_type == i1:
+            items = ", ".join("true" if v else "false" for v in self.values)
+        else:
+            items = ", ".join(str(v) for v in self.values)
+        return f"array<{self.element_type}: {items}>"
+
+
+# ---------------------------------------------------------------------------
+# Dense elements
+
+_NUMPY_DTYPES = {
+    "f16": "float16", "f32": "float32", "f64": "float64", "bf16": None,
+    "i1": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+    "si8": "int8", "si16": "int16", "si32": "int32", "si64": "int64",
+    "ui8": "uint8", "ui16": "uint16", "ui32": "uint32", "ui64": "uint64",
+    "index": "int64",
+}
+
+
+def numpy_dtype_name(element_type: Type) -> str:
+    name = _NUMPY_DTYPES.get(str(element_type))
+    if name is None:
+        raise ValueError(f"no numpy dtype for element type {element_type}")
+    return name
+
+
+def _format_element(value, element_type: Type) -> str:
+    if isinstance(element_type, FloatType):
+        return format_float(value, element_type)
+    if element_type == i1:
+        return "true" if value else "false"
+    return str(value)
+
+
+def _nest(values, shape, element_type) -> str:
+    if not shape:
+        return _format_element(values[0], element_type)
+    if len(shape) == 1:
+        return "[" + ", ".join(_format_element(v, element_type) for v in values) + "]"
+    step = len(values) // shape[0] if shape[0] else 0
+    return "[" + ", ".join(
+        _nest(values[i * step:(i + 1) * step], shape[1:], element_type) for i in range(shape[0])
+    ) + "]"
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class DenseElementsAttr(Attribute):
+    """`dense<...> : tensor<...>`. Holds either a flat tuple of Python scalars
+    (`values`, one value for a splat) or raw little-endian bytes (`raw`, printed as hex)."""
+
+    type: ShapedType
+    values: tuple | None = None
+    raw: bytes | None = None
+
+    @property
+    def is_splat(self) -> bool:
+        n = self.type.num_elements()
+        return self.values is not None and len(self.values) == 1 and n != 1
+
+    def __str__(self) -> str:
+        if self.raw is not None:
+            body = '"0x' + self.raw.hex().upper() + '"'
+        elif self.is_splat:
+            body = _format_element(self.values[0], self.type.element_type)
+        elif not self.values and self.type.num_elements() != 0:
+            body = ""
+        else:
+            body = _nest(self.values, self.type.shape, self.type.element_type)
+        return f"dense<{body}> : {self.type}"
+
+    def to_numpy(self):
+        import numpy as np
+
+        dtype = np.dtype(numpy_dtype_name(self.type.element_type))
+        shape = self.type.shape
+        if self.raw is not None:
+            array = np.frombuffer(self.raw, dtype=dtype)
+            if array.size == 1:
+                return np.full(shape, array[0], dtype=dtype)
+            return array.reshape(shape).copy()
+        if self.is_splat:
+            return np.full(shape, self.values[0], dtype=dtype)
+        return np.array(self.values, dtype=dtype).reshape(shape)
+
+    @staticmethod
+    def from_numpy(array, type_: ShapedType) -> "DenseElementsAttr":
+        import numpy as np
+
+        dtype = np.dtype(numpy_dtype_name(type_.element_type))
+        return DenseElementsAttr(type_, raw=np.ascontiguousarray(array, dtype=dtype).tobytes())
+
+
+# ---------------------------------------------------------------------------
+# Resources: blobs referenced by key, stored inline (hex) or in a side file.
+
+@dataclass(eq=False)
+class ResourceBlob:
+    """Bytes of one resource. Either `data` is set (inline), or `path`/`offset`/`size`
+    name a byte range of a side file read on first use."""
+
+    key: str
+    data: bytes | None = None
+    path: str | None = None
+    offset: int = 0
+    size: int = 0
+    alignment: int = 4
+    _loaded: bytes | None = field(default=None, repr=False)
+
+    @property
+    def is_external(self) -> bool:
+        return self.data is None and self.path is not None
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data) if self.data is not None else self.size
+
+    def read(self) -> bytes:
+        if self.data is not None:
+            return self.data
+        if self._loaded is None:
+            if self.path is None:
+                raise ValueError(f"resource '{self.key}' has no data")
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                self._loaded = handle.read(self.size)
+            if len(self._loaded) != self.size:
+                raise ValueError(
+                    f"resource '{self.key}': {self.path} holds {len(self._loaded)} bytes at "
+                    f"offset {self.offset}, expected {self.size}")
+        return self._loaded
+
+    def identity(self):
+        return (self.key, self.path, self.offset, self.size) if self.is_external else (
+            self.key, self.data)
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class DenseResourceAttr(Attribute):
+    type: ShapedType
+    blob: ResourceBlob
+
+    def __eq__(self, other):
+        return (isinstance(other, DenseResourceAttr) and self.type == other.type
+                and self.blob.identity() == other.blob.identity())
+
+    def __hash__(self):
+        return hash((self.type, self.blob.key))
+
+    def __str__(self) -> str:
+        return f"dense_resource<{self.blob.key}> : {self.type}"
+
+    def to_numpy(self):
+        import numpy as np
+
+        dtype = np.dtype(numpy_dtype_name(self.type.element_type))
+        return np.frombuffer(self.blob.read(), dtype=dtype).reshape(self.type.shape)
+
+
+def int_attr(value: int, type_: Type = i64) -> IntegerAttr:
+    return IntegerAttr(int(value), type_)
+
+
+def float_attr(value: float, type_: Type = f32) -> FloatAttr:
+    return FloatAttr(float(value), type_)
+
+
+def index_attr(value: int) -> IntegerAttr:
+    return IntegerAttr(int(value), IndexType())
+
+
+def array_attr(values) -> ArrayAttr:
+    return ArrayAttr(tuple(values))
+
+
+def to_python(attr: Attribute):
+    """A plain Python value for simple attributes (ints, floats, strings, arrays)."""
+    if isinstance(attr, (IntegerAttr, FloatAttr, StringAttr, BoolAttr)):
+        return attr.value
+    if isinstance(attr, ArrayAttr):
+        return [to_python(a) for a in attr.value]
+    if isinstance(attr, DenseArrayAttr):
+        return list(attr.values)
+    if isinstance(attr, UnitAttr):
+        return True
+    if isinstance(attr, TypeAttr):
+        return attr.value
+    if isinstance(attr, DictionaryAttr):
+        return {k: to_python(v) for k, v in attr.entries}
+    return attr
+
+
+__all__ = [name for name in dir() if not name.startswith("_")] + ["f32", "i1"]

@@ -1,0 +1,353 @@
+"""The in-memory IR: values with use lists, operations, blocks, regions.
+
+Operations in a block form a doubly linked list so inserting and erasing are O(1)
+(a pass that erases thousands of ops from a 20k-op block stays linear).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator
+
+from palimpsest.ir.attributes import Attribute
+from palimpsest.ir.diagnostics import DiagnosticError, Location
+from palimpsest.ir.types import Type
+
+
+class Value:
+    """An SSA value. `uses` maps (operation, operand index) to None, in insertion order."""
+
+    __slots__ = ("type", "uses", "name_hint")
+
+    def __init__(self, type_: Type, name_hint: str | None = None):
+        self.type = type_
+        self.uses: dict = {}
+        self.name_hint = name_hint
+
+    @property
+    def owner(self):
+        raise NotImplementedError
+
+    def has_uses(self) -> bool:
+        return bool(self.uses)
+
+    def users(self) -> list:
+        seen = {}
+        for op, _ in self.uses:
+            seen[id(op)] = op
+        return list(seen.values())
+
+    def replace_all_uses_with(self, other: "Value") -> None:
+        if other is self:
+            return
+        for op, index in list(self.uses):
+            op.set_operand(index, other)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} %{self.name_hint or '?'} : {self.type}>"
+
+
+class OpResult(Value):
+    __slots__ = ("op", "index")
+
+    def __init__(self, type_: Type, op: "Operation", index: int, name_hint=None):
+        super().__init__(type_, name_hint)
+        self.op = op
+        self.index = index
+
+    @property
+    def owner(self):
+        return self.op
+
+
+class BlockArgument(Value):
+    __slots__ = ("block", "index")
+
+    def __init__(self, type_: Type, block: "Block", index: int, name_hint=None):
+        super().__init__(type_, name_hint)
+        self.block = block
+        self.index = index
+
+    @property
+    def owner(self):
+        return self.block
+
+
+class Operation:
+    """Base class of every operation. Registered ops subclass it and set `name`;
+    unregistered ones are `UnregisteredOp` instances carrying their own name."""
+
+    __slots__ = ("operands", "results", "properties", "attributes", "regions",
+                 "successors", "parent", "prev", "next", "location", "source_loc",
+                 "__weakref__", "__dict__")
+
+    name: str = "<abstract>"
+    is_registered = True
+
+    def __init__(self, operands: Iterable[Value] = (), result_types: Iterable[Type] = (),
+                 properties: dict | None = None, attributes: dict | None = None,
+                 regions: Iterable["Region"] = (), successors: Iterable["Block"] = (),
+                 location: Location | None = None, result_names: Iterable | None = None):
+        self.operands: list[Value] = []
+        self.parent: Block | None = None
+        self.prev: Operation | None = None
+        self.next: Operation | None = None
+        self.location = location
+        self.source_loc: Location | None = None
+        for index, value in enumerate(operands):
+            self.operands.append(value)
+            value.uses[(self, index)] = None
+        names = list(result_names) if result_names is not None else None
+        self.results: list[OpResult] = [
+            OpResult(t, self, i, names[i] if names else None) for i, t in enumerate(result_types)
+        ]
+        self.properties: dict[str, Attribute] = dict(properties) if properties else {}
+        self.attributes: dict[str, Attribute] = dict(attributes) if attributes else {}
+        self.regions: list[Region] = []
+        for region in regions:
+            self.add_region(region)
+        self.successors: list[Block] = list(successors)
+
+    # -- structure ---------------------------------------------------------
+    @property
+    def result(self) -> OpResult:
+        if len(self.results) != 1:
+            raise ValueError(f"'{self.name}' has {len(self.results)} results, not one")
+        return self.results[0]
+
+    @property
+    def parent_op(self) -> "Operation | None":
+        block = self.parent
+        if block is None or block.parent is None:
+            return None
+        return block.parent.parent
+
+    @property
+    def parent_region(self) -> "Region | None":
+        return self.parent.parent if self.parent is not None else None
+
+    def add_region(self, region: "Region") -> "Region":
+        if region.parent is not None:
+            raise ValueError("region already belongs to an operation")
+        region.parent = self
+        self.regions.append(region)
+        return region
+
+    def set_operand(self, index: int, value: Value) -> None:
+        old = self.operands[index]
+        old.uses.pop((self, index), None)
+        self.operands[index] = value
+        value.uses[(self, index)] = None
+
+    def set_operands(self, values: Iterable[Value]) -> None:
+        self.drop_operand_uses()
+        self.operands = list(values)
+        for index, value in enumerate(self.operands):
+            value.uses[(self, index)] = None
+
+    def drop_operand_uses(self) -> None:
+        for index, value in enumerate(self.operands):
+            value.uses.pop((self, index), None)
+
+    def walk(self, include_self: bool = True) -> Iterator["Operation"]:
+        """Pre-order walk of this op and everything nested in it."""
+        if include_self:
+            yield self
+        for region in self.regions:
+            for block in region.blocks:
+                op = block.first
+                while op is not None:
+                    nxt = op.next
+                    yield from op.walk()
+                    op = nxt
+
+    def is_ancestor_of(self, other: "Operation") -> bool:
+        while other is not None:
+            if other is self:
+                return True
+            other = other.parent_op
+        return False
+
+    # -- editing -----------------------------------------------------------
+    def detach(self) -> "Operation":
+        if self.parent is not None:
+            self.parent._unlink(self)
+        return self
+
+    def erase(self, check_uses: bool = True) -> None:
+        """Detach and drop this op's operand uses and those of all nested ops."""
+        if check_uses:
+            for result in self.results:
+                for user, _ in result.uses:
+                    if not self.is_ancestor_of(user):
+                        raise ValueError(f"cannot erase '{self.name}': its result is still used")
+        self.detach()
+        for op in self.walk():
+            op.drop_operand_uses()
+
+    def replace_with_values(self, values) -> None:
+        """Replace every use of this op's results by `values`, then erase the op."""
+        for result, value in zip(self.results, values, strict=True):
+            result.replace_all_uses_with(value)
+        self.erase()
+
+    # -- diagnostics -------------------------------------------------------
+    @property
+    def loc(self) -> Location | None:
+        return self.source_loc or self.location
+
+    def error(self, message: str) -> DiagnosticError:
+        return DiagnosticError(f"'{self.name}' op {message}", self.loc)
+
+    # -- traits & effects (filled in by ir.opdef for registered ops) --------
+    traits: tuple = ()
+
+    @classmethod
+    def has_trait(cls, trait) -> bool:
+        return any(isinstance(t, trait) if isinstance(trait, type) else t == trait
+                   for t in cls.traits)
+
+    def memory_effects(self):
+        """None when unknown (unregistered ops); otherwise a list of (kind, value-or-None)."""
+        return None
+
+    def verify_(self) -> None:
+        """Op-specific verification; raise `self.error(...)`."""
+
+    def __repr__(self) -> str:
+        return f"<{self.name} at {self.loc.describe() if self.loc else '?'}>"
+
+
+class UnregisteredOp(Operation):
+    """An op of a dialect Palimpsest does not know (`--allow-unregistered-dialect`)."""
+
+    __slots__ = ()
+    is_registered = False
+
+    def __init__(self, name: str, *args, **kwargs):
+        self.__dict__["name"] = name
+        super().__init__(*args, **kwargs)
+
+
+class Block:
+    __slots__ = ("args", "first", "last", "parent", "_count")
+
+    def __init__(self, arg_types: Iterable[Type] = (), arg_names: Iterable | None = None):
+        names = list(arg_names) if arg_names is not None else None
+        self.args: list[BlockArgument] = [
+            BlockArgument(t, self, i, names[i] if names else None) for i, t in enumerate(arg_types)
+        ]
+        self.first: Operation | None = None
+        self.last: Operation | None = None
+        self.parent: Region | None = None
+        self._count = 0
+
+    def add_arg(self, type_: Type, name_hint: str | None = None) -> BlockArgument:
+        arg = BlockArgument(type_, self, len(self.args), name_hint)
+        self.args.append(arg)
+        return arg
+
+    @property
+    def ops(self) -> Iterator[Operation]:
+        op = self.first
+        while op is not None:
+            nxt = op.next
+            yield op
+            op = nxt
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def is_empty(self) -> bool:
+        return self.first is None
+
+    @property
+    def terminator(self) -> Operation | None:
+        return self.last
+
+    @property
+    def parent_op(self) -> Operation | None:
+        return self.parent.parent if self.parent is not None else None
+
+    def append(self, op: Operation) -> Operation:
+        if op.parent is not None:
+            raise ValueError(f"'{op.name}' already belongs to a block")
+        op.parent = self
+        op.prev = self.last
+        op.next = None
+        if self.last is None:
+            self.first = op
+        else:
+            self.last.next = op
+        self.last = op
+        self._count += 1
+        return op
+
+    def insert_before(self, anchor: Operation, op: Operation) -> Operation:
+        if anchor.parent is not self:
+            raise ValueError("anchor is not in this block")
+        if op.parent is not None:
+            raise ValueError(f"'{op.name}' already belongs to a block")
+        op.parent = self
+        op.next = anchor
+        op.prev = anchor.prev
+        if anchor.prev is None:
+            self.first = op
+        else:
+            anchor.prev.next = op
+        anchor.prev = op
+        self._count += 1
+        return op
+
+    def insert_after(self, anchor: Operation, op: Operation) -> Operation:
+        if anchor.next is None:
+            return self.append(op)
+        return self.insert_before(anchor.next, op)
+
+    def _unlink(self, op: Operation) -> None:
+        if op.prev is None:
+            self.first = op.next
+        else:
+            op.prev.next = op.next
+        if op.next is None:
+            self.last = op.prev
+        else:
+            op.next.prev = op.prev
+        op.parent = op.prev = op.next = None
+        self._count -= 1
+
+    def __repr__(self) -> str:
+        return f"<Block with {self._count} ops>"
+
+
+class Region:
+    __slots__ = ("blocks", "parent")
+
+    def __init__(self, blocks: Iterable[Block] = ()):
+        self.blocks: list[Block] = []
+        self.parent: Operation | None = None
+        for block in blocks:
+            self.add_block(block)
+
+    def add_block(self, block: Block) -> Block:
+        if block.parent is not None:
+            raise ValueError("block already belongs to a region")
+        block.parent = self
+        self.blocks.append(block)
+        return block
+
+    @property
+    def block(self) -> Block:
+        if len(self.blocks) != 1:
+            raise ValueError(f"region has {len(self.blocks)} blocks, not one")
+        return self.blocks[0]
+
+    @property
+    def ops(self) -> Iterator[Operation]:
+        for block in self.blocks:
+            yield from block.ops
+
+    def walk(self) -> Iterator[Operation]:
+        for block in self.blocks:
+            for op in block.ops:
+                yield from op.walk()

@@ -1,0 +1,446 @@
+"""Declaring an op, once: operands, results, properties, regions, traits, memory
+effects, verifier. The declarations are class attributes; `@register_op` collects
+them in order, installs accessors and registers the op under its name.
+
+    @register_op
+    class AddOp(Operation):
+        name = "test.add"
+        lhs = operand(AnyType)
+        rhs = operand(AnyType)
+        result = result_def()
+        traits = (Pure(), SameOperandsAndResultType())
+
+The text form is uniform (see ir.printer); an op only says which property, if any, is
+printed as its leading `@symbol`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from palimpsest.ir.attributes import Attribute, DenseArrayAttr, StringAttr, SymbolRefAttr
+from palimpsest.ir.core import Operation
+from palimpsest.ir.types import Type
+
+# ---------------------------------------------------------------------------
+# Type constraints
+
+
+class Constraint:
+    """A predicate on a type with a description used in error messages."""
+
+    def __init__(self, description: str, predicate: Callable[[Type], bool]):
+        self.description = description
+        self.predicate = predicate
+
+    def check(self, type_: Type) -> bool:
+        return self.predicate(type_)
+
+    def __or__(self, other: "Constraint") -> "Constraint":
+        return Constraint(f"{self.description} or {other.description}",
+                          lambda t: self.check(t) or other.check(t))
+
+
+AnyType = Constraint("any type", lambda t: True)
+
+
+def type_is(*classes) -> Constraint:
+    names = " or ".join(getattr(c, "keyword", c.__name__) for c in classes)
+    return Constraint(names, lambda t: isinstance(t, classes))
+
+
+def exactly(type_: Type) -> Constraint:
+    return Constraint(f"'{type_}'", lambda t: t == type_)
+
+
+def _as_constraint(spec) -> Constraint:
+    if spec is None:
+        return AnyType
+    if isinstance(spec, Constraint):
+        return spec
+    if isinstance(spec, type):
+        return type_is(spec)
+    if isinstance(spec, Type):
+        return exactly(spec)
+    raise TypeError(f"not a type constraint: {spec!r}")
+
+
+# ---------------------------------------------------------------------------
+# Field declarations (they are also the accessors)
+
+SINGLE, OPTIONAL, VARIADIC = "single", "optional", "variadic"
+
+
+class _Field:
+    kind = SINGLE
+    field_name = ""
+    index = 0
+
+    def __set_name__(self, owner, name):
+        self.field_name = name
+
+
+class OperandDef(_Field):
+    def __init__(self, constraint=None, kind=SINGLE):
+        self.constraint = _as_constraint(constraint)
+        self.kind = kind
+
+    def __get__(self, op, owner=None):
+        if op is None:
+            return self
+        return _segment(op, op.operands, type(op).operand_defs, self.index,
+                        "operandSegmentSizes")
+
+
+class ResultDef(_Field):
+    def __init__(self, constraint=None, kind=SINGLE):
+        self.constraint = _as_constraint(constraint)
+        self.kind = kind
+
+    def __get__(self, op, owner=None):
+        if op is None:
+            return self
+        return _segment(op, op.results, type(op).result_defs, self.index,
+                        "resultSegmentSizes")
+
+
+class PropDef(_Field):
+    """An inherent attribute (stored in `op.properties`)."""
+
+    def __init__(self, attr_class=Attribute, optional=False, default=None, check=None,
+                 description=None):
+        self.attr_class = attr_class
+        self.optional = optional or default is not None
+        self.default = default
+        self.check = check
+        self.description = description or (
+            attr_class.__name__ if isinstance(attr_class, type) else str(attr_class))
+
+    def __get__(self, op, owner=None):
+        if op is None:
+            return self
+        return op.properties.get(self.field_name, self.default)
+
+
+class RegionDef(_Field):
+    def __init__(self, single_block=False, kind=SINGLE):
+        self.single_block = single_block
+        self.kind = kind
+
+    def __get__(self, op, owner=None):
+        if op is None:
+            return self
+        return _segment(op, op.regions, type(op).region_defs, self.index, None)
+
+
+def operand(constraint=None) -> OperandDef:
+    return OperandDef(constraint)
+
+
+def optional_operand(constraint=None) -> OperandDef:
+    return OperandDef(constraint, OPTIONAL)
+
+
+def variadic_operand(constraint=None) -> OperandDef:
+    return OperandDef(constraint, VARIADIC)
+
+
+def result_def(constraint=None) -> ResultDef:
+    return ResultDef(constraint)
+
+
+def variadic_result(constraint=None) -> ResultDef:
+    return ResultDef(constraint, VARIADIC)
+
+
+def prop(attr_class=Attribute, **kwargs) -> PropDef:
+    return PropDef(attr_class, **kwargs)
+
+
+def region_def(single_block=False) -> RegionDef:
+    return RegionDef(single_block)
+
+
+def variadic_region(single_block=False) -> RegionDef:
+    return RegionDef(single_block, VARIADIC)
+
+
+def segment_sizes(op: Operation, items, defs, segment_prop) -> list[int] | str:
+    """Sizes of each declared group, or an error message."""
+    flexible = [d for d in defs if d.kind != SINGLE]
+    if not flexible:
+        if len(items) != len(defs):
+            return f"expected {len(defs)}, got {len(items)}"
+        return [1] * len(defs)
+    if len(flexible) == 1:
+        fixed = len(defs) - 1
+        extra = len(items) - fixed
+        if extra < 0 or (flexible[0].kind == OPTIONAL and extra > 1):
+            bound = "at most " + str(fixed + 1) if flexible[0].kind == OPTIONAL else f"at least {fixed}"
+            return f"expected {bound}, got {len(items)}"
+        return [extra if d.kind != SINGLE else 1 for d in defs]
+    sizes = op.properties.get(segment_prop) if segment_prop else None
+    if not isinstance(sizes, DenseArrayAttr) or len(sizes.values) != len(defs):
+        return f"needs a '{segment_prop}' property with {len(defs)} entries"
+    if sum(sizes.values) != len(items):
+        return f"'{segment_prop}' sums to {sum(sizes.values)}, but there are {len(items)}"
+    return list(sizes.values)
+
+
+def _segment(op, items, defs, index, segment_prop):
+    sizes = segment_sizes(op, items, defs, segment_prop)
+    if isinstance(sizes, str):
+        raise op.error(sizes)
+    start = sum(sizes[:index])
+    kind = defs[index].kind
+    if kind == SINGLE:
+        return items[start]
+    group = items[start:start + sizes[index]]
+    if kind == OPTIONAL:
+        return group[0] if group else None
+    return group
+
+
+# ---------------------------------------------------------------------------
+# Traits
+
+
+class Trait:
+    def verify(self, op: Operation) -> None:
+        """Raise op.error(...) when the op breaks the trait."""
+
+    def __eq__(self, other):
+        return type(self) is type(other) and vars(self) == vars(other)
+
+    def __hash__(self):
+        return hash(type(self))
+
+
+class Pure(Trait):
+    """No memory effects and no side effects: removable when unused, CSE-able."""
+
+
+class IsTerminator(Trait):
+    def verify(self, op):
+        if op.parent is not None and op.parent.last is not op:
+            raise op.error("must be the last operation in its block")
+
+
+class NoTerminator(Trait):
+    """Regions of this op need no terminator (e.g. a module)."""
+
+
+class IsolatedFromAbove(Trait):
+    """Nested regions cannot use values defined outside the op."""
+
+
+class SymbolTable(Trait):
+    """The op's single region holds symbols whose names must be unique."""
+
+
+class SymbolOp(Trait):
+    """The op defines a symbol named by its `sym_name` property."""
+
+    def verify(self, op):
+        if not isinstance(op.properties.get("sym_name"), StringAttr):
+            raise op.error("requires a 'sym_name' string property")
+
+
+class FunctionLike(Trait):
+    """Prints and parses in the function shape: `op @name(%a: T) -> T attributes {...} {...}`.
+    The op has `sym_name`, `function_type` and optional `sym_visibility` properties and
+    one region whose entry block arguments are the function's arguments."""
+
+
+class HasParent(Trait):
+    def __init__(self, *parent_names):
+        self.parent_names = parent_names
+
+    def verify(self, op):
+        parent = op.parent_op
+        if parent is None or parent.name not in self.parent_names:
+            expected = ", ".join(f"'{n}'" for n in self.parent_names)
+            raise op.error(f"expects parent op {expected}")
+
+
+class SameOperandsAndResultType(Trait):
+    def verify(self, op):
+        types = [v.type for v in op.operands] + [r.type for r in op.results]
+        if any(t != types[0] for t in types[1:]):
+            raise op.error("requires the same type for all operands and results")
+
+
+class SameOperandsAndResultShape(Trait):
+    def verify(self, op):
+        shapes = {getattr(v.type, "shape", None) for v in [*op.operands, *op.results]}
+        if len(shapes) > 1:
+            raise op.error("requires the same shape for all operands and results")
+
+
+# ---------------------------------------------------------------------------
+# Memory effects
+
+
+READ, WRITE, ALLOCATE, FREE, ALIAS = "read", "write", "allocate", "free", "alias"
+
+
+@dataclass(frozen=True)
+class MemoryEffect:
+    """`kind` on the operand/result called `on` (None: on some unnamed resource).
+    ALIAS on a result names the operand it views through `source`."""
+
+    kind: str
+    on: str | None = None
+    source: str | None = None
+
+
+def reads(*names):
+    return tuple(MemoryEffect(READ, n) for n in names)
+
+
+def writes(*names):
+    return tuple(MemoryEffect(WRITE, n) for n in names)
+
+
+def allocates(*names):
+    return tuple(MemoryEffect(ALLOCATE, n) for n in names)
+
+
+def frees(*names):
+    return tuple(MemoryEffect(FREE, n) for n in names)
+
+
+def aliases(result: str, source: str):
+    return (MemoryEffect(ALIAS, result, source),)
+
+
+# ---------------------------------------------------------------------------
+# Registration
+
+_OPS: dict[str, type] = {}
+_DIALECTS: set[str] = set()
+
+
+def register_op(cls):
+    """Collect the declarations of `cls`, install accessors, and register it."""
+    if "." not in cls.name:
+        raise ValueError(f"op name '{cls.name}' must be 'dialect.op'")
+    operand_defs, result_defs, prop_defs, region_defs = [], [], {}, []
+    for klass in reversed(cls.__mro__):
+        for attr_name, value in vars(klass).items():
+            if isinstance(value, OperandDef):
+                operand_defs = [d for d in operand_defs if d.field_name != attr_name] + [value]
+            elif isinstance(value, ResultDef):
+                result_defs = [d for d in result_defs if d.field_name != attr_name] + [value]
+            elif isinstance(value, PropDef):
+                prop_defs[attr_name] = value
+            elif isinstance(value, RegionDef):
+                region_defs = [d for d in region_defs if d.field_name != attr_name] + [value]
+    for group in (operand_defs, result_defs, region_defs):
+        for index, definition in enumerate(group):
+            definition.index = index
+    cls.operand_defs = tuple(operand_defs)
+    cls.result_defs = tuple(result_defs)
+    cls.prop_defs = prop_defs
+    cls.region_defs = tuple(region_defs)
+    if not hasattr(cls, "effects"):
+        cls.effects = ()
+    if "memory_effects" not in vars(cls):
+        cls.memory_effects = _declared_effects
+    _OPS[cls.name] = cls
+    _DIALECTS.add(cls.name.split(".", 1)[0])
+    return cls
+
+
+def _declared_effects(op):
+    result = []
+    for effect in type(op).effects:
+        target = getattr(op, effect.on) if effect.on else None
+        if isinstance(target, list):
+            result.extend((effect.kind, v) for v in target)
+        else:
+            result.append((effect.kind, target))
+    return result
+
+
+def lookup_op(name: str):
+    return _OPS.get(name)
+
+
+def registered_ops() -> dict[str, type]:
+    return dict(_OPS)
+
+
+def is_dialect_registered(dialect: str) -> bool:
+    return dialect in _DIALECTS
+
+
+def is_pure(op: Operation) -> bool:
+    return op.is_registered and op.has_trait(Pure)
+
+
+def has_no_effects(op: Operation) -> bool:
+    """True when removing the op (if its results are unused) cannot change behaviour."""
+    if not op.is_registered or op.has_trait(IsTerminator):
+        return False
+    if op.has_trait(Pure):
+        return True
+    effects = op.memory_effects()
+    return effects is not None and all(kind in (READ, ALLOCATE, ALIAS) for kind, _ in effects)
+
+
+def symbol_name(op: Operation) -> str | None:
+    attr = op.properties.get("sym_name")
+    return attr.value if isinstance(attr, StringAttr) else None
+
+
+def symbol_ref(name: str) -> SymbolRefAttr:
+    return SymbolRefAttr(name)
+
+
+# ---------------------------------------------------------------------------
+# Structural verification of one op against its declaration
+
+
+def verify_declaration(op: Operation) -> None:
+    cls = type(op)
+    for label, items, defs, prop in (
+        ("operands", op.operands, cls.operand_defs, "operandSegmentSizes"),
+        ("results", op.results, cls.result_defs, "resultSegmentSizes"),
+    ):
+        sizes = segment_sizes(op, items, defs, prop)
+        if isinstance(sizes, str):
+            raise op.error(f"{label}: {sizes}")
+        position = 0
+        for definition, size in zip(defs, sizes):
+            for value in items[position:position + size]:
+                if not definition.constraint.check(value.type):
+                    noun = "operand" if label == "operands" else "result"
+                    raise op.error(
+                        f"{noun} #{position} ('{definition.field_name}') must be "
+                        f"{definition.constraint.description}, but got '{value.type}'")
+                position += 1
+    region_sizes = segment_sizes(op, op.regions, cls.region_defs, None)
+    if isinstance(region_sizes, str):
+        raise op.error(f"regions: {region_sizes}")
+    for definition in cls.region_defs:
+        regions = getattr(op, definition.field_name)
+        for region in (regions if isinstance(regions, list) else [regions]):
+            if region is not None and definition.single_block and len(region.blocks) > 1:
+                raise op.error(f"region '{definition.field_name}' must have at most one block")
+    for name, definition in cls.prop_defs.items():
+        value = op.properties.get(name)
+        if value is None:
+            if not definition.optional:
+                raise op.error(f"requires property '{name}'")
+            continue
+        if isinstance(definition.attr_class, type) and not isinstance(value, definition.attr_class):
+            raise op.error(f"property '{name}' must be {definition.description}, got {value}")
+        if definition.check is not None:
+            problem = definition.check(value)
+            if problem:
+                raise op.error(f"property '{name}' {problem}")
+    for trait in cls.traits:
+        trait.verify(op)
+    op.verify_()

@@ -1,0 +1,307 @@
+"""Types: immutable, hashable values that print as MLIR spells them.
+
+Parametric types (`tensor<...>`, `memref<...>`, `buffer<...>`) share one textual shape,
+`keyword<dims x element, params...>`; a dialect adds one by subclassing `ParametricType`
+and registering it with `register_type` (the parser looks keywords up there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, ClassVar
+
+DYNAMIC = None  # a `?` dimension
+
+
+class Type:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"Type({self})"
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class IntegerType(Type):
+    width: int
+    signedness: str = "signless"  # "signless" | "signed" | "unsigned"
+
+    def __str__(self) -> str:
+        prefix = {"signless": "", "signed": "s", "unsigned": "u"}[self.signedness]
+        return f"{prefix}i{self.width}"
+
+
+FLOAT_WIDTHS = {
+    "f16": 16, "bf16": 16, "f32": 32, "f64": 64, "f80": 80, "f128": 128, "tf32": 19,
+    "f8E5M2": 8, "f8E4M3FN": 8, "f8E4M3": 8, "f8E5M2FNUZ": 8, "f8E4M3FNUZ": 8,
+}
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class FloatType(Type):
+    name: str  # "f32", "bf16", ...
+
+    @property
+    def width(self) -> int:
+        return FLOAT_WIDTHS[self.name]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class IndexType(Type):
+    def __str__(self) -> str:
+        return "index"
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class NoneType(Type):
+    def __str__(self) -> str:
+        return "none"
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class FunctionType(Type):
+    inputs: tuple[Type, ...]
+    results: tuple[Type, ...]
+
+    def __str__(self) -> str:
+        ins = ", ".join(map(str, self.inputs))
+        if len(self.results) == 1 and not isinstance(self.results[0], FunctionType):
+            return f"({ins}) -> {self.results[0]}"
+        return f"({ins}) -> ({', '.join(map(str, self.results))})"
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class OpaqueType(Type):
+    """`!dialect.name<body>` of a dialect that is not registered: kept verbatim."""
+
+    text: str  # without the leading '!'
+
+    def __str__(self) -> str:
+        return "!" + self.text
+
+
+# ---------------------------------------------------------------------------
+# Parametric types: keyword<dims x element, extra params>
+
+_TYPE_KEYWORDS: dict[str, type] = {}
+
+
+def register_type(cls):
+    """Class decorator: make `cls.keyword<...>` parse as `cls`."""
+    _TYPE_KEYWORDS[cls.keyword] = cls
+    return cls
+
+
+def lookup_type_keyword(keyword: str):
+    return _TYPE_KEYWORDS.get(keyword)
+
+
+class TypeParamError(ValueError):
+    """Raised by `from_params` when a parametric type's parameters are malformed."""
+
+
+def format_dims(shape) -> str:
+    return "".join(("?" if d is None else str(d)) + "x" for d in shape)
+
+
+class ParametricType(Type):
+    """Base for `keyword<...>` types. Subclasses set `keyword` and implement
+    `from_params(dims, params)` where dims is a tuple (or None when unranked, or ()
+    when absent) and params is a list of attributes (types arrive as TypeAttr)."""
+
+    __slots__ = ()
+    keyword: ClassVar[str]
+
+    @classmethod
+    def from_params(cls, dims, params):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class ShapedType(ParametricType):
+    """Types with a shape and an element type. `shape` is None when unranked."""
+
+    __slots__ = ()
+    shape: tuple | None
+    element_type: Type
+
+    @property
+    def rank(self) -> int:
+        if self.shape is None:
+            raise ValueError(f"{self} is unranked")
+        return len(self.shape)
+
+    @property
+    def has_static_shape(self) -> bool:
+        return self.shape is not None and all(d is not None for d in self.shape)
+
+    def num_elements(self) -> int | None:
+        if not self.has_static_shape:
+            return None
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    def _body(self, extra: tuple = ()) -> str:
+        dims = "*x" if self.shape is None else format_dims(self.shape)
+        parts = [dims + str(self.element_type)]
+        parts.extend(str(p) for p in extra if p is not None)
+        return f"{self.keyword}<{', '.join(parts)}>"
+
+    @staticmethod
+    def _split_params(keyword, dims, params, max_extra):
+        from palimpsest.ir.attributes import TypeAttr
+
+        if not params or not isinstance(params[0], TypeAttr):
+            raise TypeParamError(f"expected an element type in '{keyword}<...>'")
+        extra = params[1:]
+        if len(extra) > max_extra:
+            raise TypeParamError(f"too many parameters in '{keyword}<...>'")
+        return params[0].value, extra
+
+
+@register_type
+@dataclass(frozen=True, slots=True, repr=False)
+class TensorType(ShapedType):
+    keyword: ClassVar[str] = "tensor"
+    shape: tuple | None
+    element_type: Type
+    encoding: object = None
+
+    def __str__(self) -> str:
+        return self._body((self.encoding,))
+
+    @classmethod
+    def from_params(cls, dims, params):
+        element, extra = cls._split_params(cls.keyword, dims, params, 1)
+        return cls(dims, element, extra[0] if extra else None)
+
+
+@register_type
+@dataclass(frozen=True, slots=True, repr=False)
+class MemRefType(ShapedType):
+    keyword: ClassVar[str] = "memref"
+    shape: tuple | None
+    element_type: Type
+    layout: object = None
+    memory_space: object = None
+
+    def __str__(self) -> str:
+        return self._body((self.layout, self.memory_space))
+
+    @classmethod
+    def from_params(cls, dims, params):
+        element, extra = cls._split_params(cls.keyword, dims, params, 2)
+        extra = list(extra) + [None] * (2 - len(extra))
+        return cls(dims, element, extra[0], extra[1])
+
+
+@register_type
+@dataclass(frozen=True, slots=True, repr=False)
+class VectorType(ShapedType):
+    keyword: ClassVar[str] = "vector"
+    shape: tuple
+    element_type: Type
+
+    def __str__(self) -> str:
+        return self._body()
+
+    @classmethod
+    def from_params(cls, dims, params):
+        if dims is None or not dims or any(d is None for d in dims):
+            raise TypeParamError("vector types need a static, non-empty shape")
+        element, _ = cls._split_params(cls.keyword, dims, params, 0)
+        return cls(dims, element)
+
+
+@register_type
+@dataclass(frozen=True, slots=True, repr=False)
+class ComplexType(ParametricType):
+    keyword: ClassVar[str] = "complex"
+    element_type: Type
+
+    def __str__(self) -> str:
+        return f"complex<{self.element_type}>"
+
+    @classmethod
+    def from_params(cls, dims, params):
+        if dims:
+            raise TypeParamError("complex<...> takes no dimensions")
+        element, _ = ShapedType._split_params(cls.keyword, dims, params, 0)
+        return cls(element)
+
+
+@register_type
+@dataclass(frozen=True, slots=True, repr=False)
+class TupleType(ParametricType):
+    keyword: ClassVar[str] = "tuple"
+    types: tuple
+
+    def __str__(self) -> str:
+        return f"tuple<{', '.join(map(str, self.types))}>"
+
+    @classmethod
+    def from_params(cls, dims, params):
+        from palimpsest.ir.attributes import TypeAttr
+
+        if dims or not all(isinstance(p, TypeAttr) for p in params):
+            raise TypeParamError("tuple<...> takes a list of types")
+        return cls(tuple(p.value for p in params))
+
+
+# ---------------------------------------------------------------------------
+# Convenience constructors and predicates
+
+i1 = IntegerType(1)
+i8 = IntegerType(8)
+i16 = IntegerType(16)
+i32 = IntegerType(32)
+i64 = IntegerType(64)
+f16 = FloatType("f16")
+bf16 = FloatType("bf16")
+f32 = FloatType("f32")
+f64 = FloatType("f64")
+index = IndexType()
+none = NoneType()
+
+_SCALARS: dict[str, Type] = {"index": index, "none": none}
+
+
+def scalar_type(text: str) -> Type:
+    """The builtin scalar type spelled `text` (i32, si8, ui16, f32, bf16, index, none)."""
+    found = _SCALARS.get(text)
+    if found is not None:
+        return found
+    if text in FLOAT_WIDTHS:
+        found = FloatType(text)
+    elif text[0] == "i":
+        found = IntegerType(int(text[1:]))
+    elif text[:2] == "si":
+        found = IntegerType(int(text[2:]), "signed")
+    elif text[:2] == "ui":
+        found = IntegerType(int(text[2:]), "unsigned")
+    else:
+        raise ValueError(f"unknown type '{text}'")
+    _SCALARS[text] = found
+    return found
+
+
+def tensor(*shape, element_type: Type = f32) -> TensorType:
+    return TensorType(tuple(shape), element_type)
+
+
+def is_float(t: Type) -> bool:
+    return isinstance(t, FloatType)
+
+
+def is_integer(t: Type) -> bool:
+    return isinstance(t, IntegerType)
+
+
+def element_type_of(t: Type) -> Type:
+    return t.element_type if isinstance(t, ShapedType) else t
+
+
+TypePredicate = Callable[[Type], bool]

@@ -1,0 +1,143 @@
+"""palimpsest-opt: parse IR, run a pass pipeline, print IR."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from palimpsest.ir.diagnostics import DiagnosticError, SourceManager, split_source
+from palimpsest.tools.cli import UserError, output_dir, read_text, run_main, write_text
+
+
+def build_argument_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="palimpsest-opt",
+        description="Parse Palimpsest IR, run a pass pipeline over it, and print the result.")
+    parser.add_argument("input", nargs="?", default="-", help="input .pal file, or - for stdin")
+    parser.add_argument("-p", "--pass-pipeline", default="",
+                        help="passes to run, e.g. 'cse,dce' or 'pass{option=value}'")
+    parser.add_argument("-o", "--output", default="-", help="output file (default: stdout)")
+    parser.add_argument("--split-input-file", action="store_true",
+                        help="process each '// -----' separated chunk on its own")
+    parser.add_argument("--verify-diagnostics", action="store_true",
+                        help="check the diagnostics against 'expected-error {{...}}' comments")
+    parser.add_argument("--print-op-generic", action="store_true",
+                        help="print every op in the generic form")
+    parser.add_argument("--print-debuginfo", action="store_true",
+                        help="print each op's location, loc(...)")
+    parser.add_argument("--allow-unregistered-dialect", action="store_true",
+                        help="accept ops, types and attributes of unknown dialects")
+    parser.add_argument("--print-ir-after-all", action="store_true",
+                        help="print the IR to stderr after every pass")
+    parser.add_argument("--time-passes", action="store_true",
+                        help="report the time spent in parsing, each pass, verifying and printing")
+    parser.add_argument("--no-verify", action="store_true",
+                        help="do not verify the IR after parsing and after each pass")
+    parser.add_argument("--list-passes", action="store_true", help="list the passes and exit")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_argument_parser().parse_args(argv)
+    sources = SourceManager()
+    return run_main("palimpsest-opt", lambda: _run(args, sources), sources)
+
+
+def _run(args, sources: SourceManager) -> int:
+    from palimpsest.dialects import load_all
+    from palimpsest.passes.pass_manager import PipelineError, parse_pipeline, registered_passes
+
+    load_all()
+    if args.list_passes:
+        for name, cls in sorted(registered_passes().items()):
+            print(f"  {name:28} {cls.summary}")
+        return 0
+    try:
+        passes = parse_pipeline(args.pass_pipeline)
+    except PipelineError as error:
+        raise UserError(str(error)) from None
+    text, filename = read_text(args.input)
+    chunks = split_source(text) if args.split_input_file else [(text, 0)]
+    timings: list[tuple[str, float]] = []
+    outputs, failed = [], False
+    for chunk, offset in chunks:
+        sources.add(filename, chunk, offset)
+        if args.verify_diagnostics:
+            failed |= _verify_chunk(args, passes, chunk, offset, filename, sources, outputs,
+                                    timings)
+        else:
+            outputs.append(_process(args, passes, chunk, offset, filename, timings))
+    if args.verify_diagnostics:
+        if not failed and outputs:
+            write_text(args.output, "// -----\n".join(o for o in outputs if o is not None))
+    else:
+        write_text(args.output, "// -----\n".join(outputs))
+    if args.time_passes:
+        _report_times(timings)
+    return 1 if failed else 0
+
+
+def _process(args, passes, chunk, offset, filename, timings) -> str:
+    from palimpsest.ir.parser import parse
+    from palimpsest.ir.printer import print_ir
+    from palimpsest.ir.verifier import verify
+    from palimpsest.passes.pass_manager import PassManager
+
+    start = time.perf_counter()
+    module = parse(chunk, filename, allow_unregistered=args.allow_unregistered_dialect,
+                   line_offset=offset)
+    timings.append(("(parse)", time.perf_counter() - start))
+    if not args.no_verify:
+        start = time.perf_counter()
+        verify(module)
+        timings.append(("(verifier)", time.perf_counter() - start))
+    after = None
+    if args.print_ir_after_all:
+        def after(pass_, op):
+            sys.stderr.write(f"// -----// IR Dump After {pass_.spelling()} //----- //\n")
+            sys.stderr.write(print_ir(op, generic=args.print_op_generic))
+    manager = PassManager(passes, verify_each=not args.no_verify, after_pass=after)
+    manager.run(module)
+    timings.extend(manager.timings)
+    start = time.perf_counter()
+    text = print_ir(module, generic=args.print_op_generic, print_locations=args.print_debuginfo,
+                    resource_base=output_dir(args.output))
+    timings.append(("(print)", time.perf_counter() - start))
+    return text
+
+
+def _verify_chunk(args, passes, chunk, offset, filename, sources, outputs, timings) -> bool:
+    from palimpsest.ir.expectations import check_diagnostics, collect_expectations
+
+    expectations = collect_expectations(chunk, offset)
+    produced = []
+    try:
+        outputs.append(_process(args, passes, chunk, offset, filename, timings))
+    except DiagnosticError as error:
+        produced.append(error)
+        outputs.append(None)
+    problems = check_diagnostics(expectations, produced, filename)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    return bool(problems)
+
+
+def _report_times(timings) -> None:
+    totals: dict[str, float] = {}
+    for name, seconds in timings:
+        totals[name] = totals.get(name, 0.0) + seconds
+    total = sum(totals.values())
+    rule = "===" + "-" * 73 + "==="
+    lines = [rule, "Execution time report".center(79), rule,
+             f"  Total Execution Time: {total:.4f} seconds", "",
+             "  ----Wall Time----  ----Name----"]
+    for name, seconds in totals.items():
+        share = 100.0 * seconds / total if total else 0.0
+        lines.append(f"  {seconds:8.4f} ({share:5.1f}%)  {name}")
+    lines.append(f"  {total:8.4f} (100.0%)  Total")
+    print("\n".join(lines), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
