@@ -6,6 +6,7 @@ Errors are `DiagnosticError`s at `file:line:col`.
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -69,6 +70,34 @@ def _string(token) -> str:
 def _symbol_name(token) -> str:
     text = token[1:]
     return _string(text) if text.startswith('"') else text
+
+
+class _SubToken(str):
+    """A piece of a composite token, with its own position for diagnostics."""
+
+    __slots__ = ("line", "column", "type")
+
+
+_USE_RE = None
+
+
+def _split_uses(token) -> list:
+    """`%a, %b#1)` (one USES_CLOSE or USE_LIST token) → one positioned piece per value."""
+    import re
+
+    global _USE_RE
+    if _USE_RE is None:
+        _USE_RE = re.compile(r"%[A-Za-z0-9_$.\-]+(?:#[0-9]+)?|\n")
+    pieces, line, line_start = [], token.line, -token.column + 1
+    for match in _USE_RE.finditer(token):
+        if match.group() == "\n":
+            line += 1
+            line_start = match.end()
+            continue
+        piece = _SubToken(match.group())
+        piece.line, piece.column, piece.type = line, match.start() - line_start + 1, "VALUE_USE"
+        pieces.append(piece)
+    return pieces
 
 
 def _parse_int(text: str) -> int:
@@ -186,7 +215,7 @@ class _Builder:
                 entry.append(item)
         blocks = self.block_scopes.pop()
         defined = self.defined_blocks.pop()
-        if entry.first is not None or entry.args or not labeled:
+        if entry.first is not None or entry.args:
             if labeled and entry.args and entry.first is None:
                 raise DiagnosticError("invalid block name in region with named arguments",
                                       defined[labeled[0]])
@@ -230,7 +259,17 @@ class _Builder:
 
     # -- ops ---------------------------------------------------------------
     def value_uses(self, children):
+        if len(children) == 1 and children[0].type == "USE_LIST":
+            return _split_uses(children[0])
         return children
+
+    def operands_tail(self, children):
+        first = children[0]
+        if first is None:
+            return []
+        if isinstance(first, Token) and first.type == "USES_CLOSE":
+            return _split_uses(first)
+        return first
 
     def successors(self, children):
         return [self.block_ref(t) for t in children]
@@ -242,7 +281,7 @@ class _Builder:
         return dict(e for e in children if e is not None)
 
     def pretty_operands(self, children):
-        return children[0] or []
+        return children[0]
 
     def signature(self, children):
         return children[0]
@@ -252,7 +291,7 @@ class _Builder:
 
     def generic_op(self, children):
         name_token, uses, succ, props, regions, attrs, fn_type = children
-        name = _string(name_token)
+        name = _unescape(name_token[1:name_token.rindex('"')])
         inputs, results = fn_type.inputs, fn_type.results
         uses = uses or []
         if len(uses) != len(inputs):
@@ -284,7 +323,7 @@ class _Builder:
         return (name_token, name, uses or [], sig, props, other, regions or [], succ or [], True)
 
     def func_op(self, children):
-        name_token, visibility, sym, args, results, attrs, region = children
+        name_token, visibility, sym, (args, results), attrs, region = children
         name = str(name_token)
         cls = lookup_op(name)
         if cls is None or not cls.has_trait(FunctionLike):
@@ -319,6 +358,12 @@ class _Builder:
         if any(a is not None for a in result_attrs):
             props["res_attrs"] = A.ArrayAttr(tuple(A.DictionaryAttr.of(a or {}) for a in result_attrs))
         return (name_token, name, [], [], props, other, [region or Region()], [], False)
+
+    def func_sig(self, children):
+        if len(children) == 1:  # FN_TYPE: a declaration, or a definition without arguments
+            fn_type = self.function_type(children)
+            return list(fn_type.inputs), [(t, None) for t in fn_type.results]
+        return children[0], children[1]
 
     def func_args(self, children):
         if len(children) == 1 and isinstance(children[0], list):
@@ -416,7 +461,7 @@ class _Builder:
         return T.scalar_type(str(children[0]))
 
     def TENSOR_FAST(self, token):
-        cached = self.type_cache.get(token)
+        cached = self.type_cache.get(str(token))
         if cached is None:
             body = token[7:-1]
             *dims, element = body.split("x")
@@ -445,6 +490,12 @@ class _Builder:
             self.fail(str(error), keyword)
 
     def function_type(self, children):
+        first = children[0]
+        if isinstance(first, Token) and first.type == "FN_TYPE":
+            cached = self.type_cache.get(first)
+            if cached is None:
+                cached = self.type_cache[str(first)] = self._simple_function_type(str(first))
+            return cached
         inputs = children[0] or []
         if len(children) == 2:
             result = children[1]
@@ -453,12 +504,29 @@ class _Builder:
             results = []
         return T.FunctionType(tuple(inputs), tuple(results))
 
+    def _simple_function_type(self, text):
+        ins, _, outs = text.partition("->")
+        outs = outs.strip()
+        if outs.startswith("("):
+            outs = outs[1:-1]
+        return T.FunctionType(self._simple_types(ins.strip()[1:-1]), self._simple_types(outs))
+
+    def _simple_types(self, text):
+        result = []
+        for item in text.split(","):
+            item = item.strip()
+            if item:
+                result.append(self.TENSOR_FAST(item) if item[0] == "t" else T.scalar_type(item))
+        return tuple(result)
+
     def type_list(self, children):
         return list(children)
 
     # -- attributes ----------------------------------------------------------
     def attr_entry(self, children):
         key, value = children
+        if isinstance(key, Token) and key.type == "ATTR_KEY":
+            key = key[:-1].rstrip()
         return (key, A.UnitAttr() if value is None else value)
 
     def dict_key(self, children):
@@ -466,6 +534,9 @@ class _Builder:
         return _string(token) if token.type == "STRING" else str(token)
 
     def int_attr(self, children):
+        if len(children) == 1:
+            text, _, type_text = children[0].partition(":")
+            return A.IntegerAttr(_parse_int(text.strip()), T.scalar_type(type_text.strip()))
         token, type_ = children
         value = _parse_int(str(token))
         if type_ is None:
@@ -475,6 +546,9 @@ class _Builder:
         return A.IntegerAttr(value, type_)
 
     def float_attr(self, children):
+        if len(children) == 1:
+            text, _, type_text = children[0].partition(":")
+            return A.FloatAttr(float(text), T.scalar_type(type_text.strip()))
         token, type_ = children
         return A.FloatAttr(float(token), type_ or T.f64)
 
@@ -579,7 +653,10 @@ class _Builder:
         return UnknownLoc()
 
     def loc_name(self, children):
-        return NameLoc(_string(children[0]), children[1])
+        token = children[0]
+        if token.type == "OP_OPEN":
+            return NameLoc(_unescape(token[1:token.rindex('"')]), children[1])
+        return NameLoc(_string(token), children[1])
 
     def loc_fused(self, children):
         return FusedLoc(tuple(c for c in children[1:]))
@@ -615,7 +692,9 @@ def _parser():
     global _PARSER, _BUILDER
     if _PARSER is None:
         _BUILDER = _Builder()
-        _PARSER = Lark(_GRAMMAR.read_text(), parser="lalr", lexer="contextual",
+        from palimpsest.ir.lexer import FastLexer
+
+        _PARSER = Lark(_GRAMMAR.read_text(), parser="lalr", lexer=FastLexer,
                        maybe_placeholders=True, transformer=_BUILDER, cache=_cache_path())
     return _PARSER
 
@@ -675,6 +754,8 @@ def parse(text: str, filename: str = "<input>", *, allow_unregistered: bool = Fa
     if base_dir is None and filename not in ("<input>", "<stdin>", "-"):
         base_dir = os.path.dirname(os.path.abspath(filename))
     builder.reset(filename, line_offset, allow_unregistered, base_dir)
+    collecting = gc.isenabled()
+    gc.disable()  # parsing allocates many long-lived objects; cyclic GC passes only slow it
     try:
         ops, metadata = parser.parse(text)
     except VisitError as error:  # Lark wraps errors raised inside transformer callbacks
@@ -684,6 +765,9 @@ def parse(text: str, filename: str = "<input>", *, allow_unregistered: bool = Fa
         raise
     except UnexpectedInput as error:
         raise _syntax_error(parser, error, filename, line_offset) from None
+    finally:
+        if collecting:
+            gc.enable()
     if builder.forward[0]:
         name, placeholder = next(iter(builder.forward[0].items()))
         raise DiagnosticError(f"use of undeclared SSA value '%{name}'", placeholder.loc)

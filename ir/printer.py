@@ -42,7 +42,7 @@ class Printer:
 
     def _name_region(self, region: Region, state) -> None:
         for index, block in enumerate(region.blocks):
-            if index > 0 or block.args:
+            if index > 0 or block.args or block.first is None:
                 self.block_names[block] = f"bb{state['block']}"
                 state["block"] += 1
             for arg in block.args:
@@ -269,7 +269,7 @@ class Printer:
         out.append("{\n")
         inner = indent + "  "
         for index, block in enumerate(region.blocks):
-            if index > 0 or (entry_label and block.args):
+            if index > 0 or (entry_label and block.args) or block.first is None:
                 self._block_label(block, indent)
             op = block.first
             while op is not None:

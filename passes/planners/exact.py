@@ -28,6 +28,7 @@ possible).
 
 from __future__ import annotations
 
+import random
 import sys
 import time
 from operator import add
@@ -40,6 +41,8 @@ __all__ = ["exact", "decide"]
 #: Static rankings tried in turn (keys, larger first): T = largest section total
 #: over the buffer's lifetime, W = lifetime width, A = area (size x width), Z = size.
 RANKINGS = ("TWA", "WAT", "TAW", "ZWT")
+#: From the second round of restarts on, up to this many noisy rankings are added.
+RANDOM_RESTARTS = int(__import__("os").environ.get("RR", "2"))
 
 
 class _Stop(Exception):
@@ -111,6 +114,17 @@ class _Search:
             for r, k in enumerate(order):
                 rank[k] = r
             self.ranks.append(rank)
+        self._width = width
+
+    def random_rank(self, rng) -> list[int]:
+        """A ranking by lifetime width with multiplicative noise, for restarts."""
+        width, size = self._width, self.size
+        noisy = [(-width[k] * rng.lognormvariate(0.0, 0.5), -size[k], k) for k in range(self.m)]
+        noisy.sort()
+        rank = [0] * self.m
+        for r, (_, _, k) in enumerate(noisy):
+            rank[k] = r
+        return rank
 
     # ----------------------------------------------------------------- one run
     def _reset(self, rank: list[int], node_limit: int) -> None:
@@ -147,18 +161,21 @@ class _Search:
                 return False
         return True
 
-    def _raise_floors(self, raised: list[int], skip: int) -> bool:
+    def _raise_floors(self, raised: list[int]) -> bool:
+        """Unallocated floor: in each section, nothing unplaced can go below the lowest
+        minimum offset of the unplaced buffers live there. Raise floors to that; False
+        if a section then overflows."""
         lo, hi, off, minoff = self.lo, self.hi, self.off, self.minoff
         floor, total, trail, sec_bufs = self.floor, self.total, self.trail, self.sec_bufs
         C = self.capacity
         seen = set()
         for j in raised:
+            mj = minoff[j]
             for s in range(lo[j], hi[j]):
-                if s in seen:
+                # Only a section whose floor is below j's new minimum can rise.
+                if floor[s] >= mj or s in seen:
                     continue
                 seen.add(s)
-                if total[s] == 0:
-                    continue
                 low = min([minoff[x] for x in sec_bufs[s] if off[x] < 0])
                 if low > floor[s]:
                     if low + total[s] > C:
@@ -182,6 +199,9 @@ class _Search:
         C = self.capacity
         floor, total, cuts = self.floor, self.total, self.cuts
         align, adj, lo, hi, trail = self.align, self.adj, self.lo, self.hi, self.trail
+        # Placing a buffer only lowers section totals: below this offset the monotone
+        # floor check (offset + unplaced bytes of every section) cannot fail.
+        safe_below = C - max(total[slo:shi]) if shi > slo else C
         for o, r, k in cand:
             if o >= min_height:
                 break  # dominated: some buffer fits entirely below this offset
@@ -220,13 +240,11 @@ class _Search:
                         aj = align[j]
                         minoff[j] = top if aj == 1 else align_up(top, aj)
                         raised.append(j)
-                # unallocated floor: a section's floor is at least the lowest minimum
-                # offset of the buffers still to be placed in it
-                if raised:
-                    ok = self._raise_floors(raised, b - 1 if b - a == 1 else -1)
                 # monotone floor: all unplaced bytes of a section stack above o
-                if shi > slo and o + max(total[slo:shi]) > C:
+                if o > safe_below and o + max(total[slo:shi]) > C:
                     ok = False
+                elif raised:
+                    ok = self._raise_floors(raised)
             if ok:
                 if cutpoints:
                     found = self._solve_parts(self._partitions(bufs, slo, shi, cutpoints))
@@ -255,7 +273,9 @@ class _Search:
             self.nodes_total += self.nodes
 
 
-def decide(problem: Problem, capacity: int, deadline: float, stats: dict | None = None):
+def decide(
+    problem: Problem, capacity: int, deadline: float, stats: dict | None = None, seed: int = 0
+):
     """Do the buffers fit in ``capacity`` bytes?
 
     Returns ``(offsets, status)``: a full offsets list and ``"feasible"``, or None and
@@ -270,9 +290,14 @@ def decide(problem: Problem, capacity: int, deadline: float, stats: dict | None 
     limit = max(64, search.m)
     old_limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(old_limit, 4 * search.m + 1000))
+    rng = random.Random(seed)
+    rounds = 0
     try:
         while True:
-            for rank in search.ranks:
+            ranks = list(search.ranks)
+            ranks += [search.random_rank(rng) for _ in range(min(rounds, RANDOM_RESTARTS))]
+            rounds += 1
+            for rank in ranks:
                 try:
                     local = search.run(rank, limit)
                 except _NodeLimit:
