@@ -5,7 +5,7 @@ from __future__ import annotations
 from palimpsest.ir.attributes import StringAttr
 from palimpsest.ir.core import Block, Operation, Region
 from palimpsest.ir.opdef import (
-    IsolatedFromAbove, NoTerminator, SymbolTable, prop, region_def, register_op,
+    GraphRegion, IsolatedFromAbove, NoTerminator, SymbolTable, prop, region_def, register_op,
 )
 
 
@@ -14,7 +14,7 @@ class ModuleOp(Operation):
     name = "builtin.module"
     sym_name = prop(StringAttr, optional=True)
     body = region_def(single_block=True)
-    traits = (IsolatedFromAbove(), NoTerminator(), SymbolTable())
+    traits = (IsolatedFromAbove(), NoTerminator(), GraphRegion(), SymbolTable())
 
     @classmethod
     def build(cls, ops=(), name: str | None = None) -> "ModuleOp":

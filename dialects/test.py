@@ -1,4 +1,6 @@
-"""The test dialect: unconstrained ops for parser, printer and pass tests.
+"""The test dialect: unconstrained ops for parser, printer and pass tests. Their
+blocks need no terminator; regions are SSA regions (dominance applies) except in
+`test.graph_region`.
 
 - `test.op`: anything goes (operands, results, regions, successors); effects unknown.
 - `test.pure`: any operands/results, no side effects (DCE and CSE may touch it).
@@ -10,21 +12,23 @@
 
 from __future__ import annotations
 
+from palimpsest.ir.attributes import StringAttr
 from palimpsest.ir.core import Operation
 from palimpsest.ir.opdef import (
-    IsolatedFromAbove, IsTerminator, MemoryEffect, NoTerminator, Pure, register_op,
-    variadic_operand, variadic_region, variadic_result,
+    GraphRegion, IsolatedFromAbove, IsTerminator, MemoryEffect, NoTerminator, Pure, register_op,
+    SymbolOp, SymbolTable, prop, variadic_operand, variadic_region, variadic_result,
 )
 
 
 class _AnyShape(Operation):
+    traits = (NoTerminator(),)
     args = variadic_operand()
     outs = variadic_result()
     bodies = variadic_region()
 
 
 @register_op
-class TestOp(_AnyShape):
+class AnyOp(_AnyShape):
     name = "test.op"
 
     def memory_effects(self):
@@ -34,7 +38,25 @@ class TestOp(_AnyShape):
 @register_op
 class PureOp(_AnyShape):
     name = "test.pure"
-    traits = (Pure(),)
+    traits = (Pure(), NoTerminator())
+
+
+@register_op
+class SymbolOp_(_AnyShape):
+    """`test.symbol @name`: defines a symbol (for symbol-table tests)."""
+
+    name = "test.symbol"
+    symbol_prop = "sym_name"
+    sym_name = prop(StringAttr)
+    traits = (SymbolOp(), NoTerminator())
+
+
+@register_op
+class SymbolTableOp(_AnyShape):
+    """`test.symbol_table ({...})`: a nested symbol table."""
+
+    name = "test.symbol_table"
+    traits = (SymbolTable(), NoTerminator(), GraphRegion())
 
 
 @register_op
@@ -46,16 +68,16 @@ class EffectOp(_AnyShape):
 @register_op
 class TerminatorOp(_AnyShape):
     name = "test.terminator"
-    traits = (IsTerminator(),)
+    traits = (IsTerminator(), NoTerminator())
 
 
 @register_op
 class IsolatedRegionOp(_AnyShape):
     name = "test.isolated"
-    traits = (IsolatedFromAbove(),)
+    traits = (IsolatedFromAbove(), NoTerminator())
 
 
 @register_op
 class GraphRegionOp(_AnyShape):
     name = "test.graph_region"
-    traits = (NoTerminator(),)
+    traits = (NoTerminator(), GraphRegion())

@@ -98,7 +98,7 @@ class FloatAttr(Attribute):
 
     def __str__(self) -> str:
         text = format_float(self.value, self.type)
-        if self.type == f64:
+        if self.type == f64 and math.isfinite(self.value):
             return text
         return f"{text} : {self.type}"
 

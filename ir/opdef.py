@@ -228,7 +228,12 @@ class IsTerminator(Trait):
 
 
 class NoTerminator(Trait):
-    """Regions of this op need no terminator (e.g. a module)."""
+    """Blocks in this op's regions need not end with a terminator."""
+
+
+class GraphRegion(Trait):
+    """This op's regions are graph regions: no dominance, values may be used before
+    they are defined (MLIR's RegionKind::Graph). A module is one."""
 
 
 class IsolatedFromAbove(Trait):

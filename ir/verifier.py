@@ -7,7 +7,7 @@ from palimpsest.ir.attributes import SymbolRefAttr
 from palimpsest.ir.core import Block, Operation, Region
 from palimpsest.ir.diagnostics import DiagnosticError
 from palimpsest.ir.opdef import (
-    IsolatedFromAbove, IsTerminator, NoTerminator, SymbolTable, symbol_name,
+    GraphRegion, IsolatedFromAbove, IsTerminator, NoTerminator, SymbolTable, symbol_name,
     verify_declaration,
 )
 
@@ -57,7 +57,7 @@ def _verify_op(op: Operation, visible: list) -> None:
     isolated = op.is_registered and op.has_trait(IsolatedFromAbove)
     outer = [] if isolated else visible
     needs_terminator = op.is_registered and not op.has_trait(NoTerminator)
-    graph = op.is_registered and op.has_trait(NoTerminator)
+    graph = op.is_registered and op.has_trait(GraphRegion)
     for region in op.regions:
         _verify_region(op, region, outer, needs_terminator, graph)
 
