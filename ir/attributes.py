@@ -49,6 +49,8 @@ def format_float(value: float, type_: Type = f64) -> str:
     # MLIR spells non-finite floats as their bit pattern.
     if isinstance(type_, FloatType) and type_.name == "f32":
         return "0x%08X" % struct.unpack("<I", struct.pack("<f", value))[0]
+    if isinstance(type_, FloatType) and type_.name == "f16":
+        return "0x%04X" % struct.unpack("<H", struct.pack("<e", value))[0]
     return "0x%016X" % struct.unpack("<Q", struct.pack("<d", value))[0]
 
 
@@ -83,10 +85,28 @@ class BoolAttr(Attribute):
         return "true" if self.value else "false"
 
 
+_PACK_CODES = {"f32": "<f", "f16": "<e"}
+
+
+def round_to_type(value: float, type_: Type) -> float:
+    """`value` rounded to the precision of `type_` (f16/f32); ValueError when it is
+    finite but out of the type's range."""
+    code = _PACK_CODES.get(getattr(type_, "name", None))
+    if code is None:
+        return float(value)
+    try:
+        return struct.unpack(code, struct.pack(code, value))[0]
+    except (OverflowError, struct.error):
+        raise ValueError(f"{value} is out of range for {type_}") from None
+
+
 @dataclass(frozen=True, slots=True, repr=False)
 class FloatAttr(Attribute):
     value: float
     type: Type = f64
+
+    def __post_init__(self):
+        object.__setattr__(self, "value", round_to_type(self.value, self.type))
 
     def __eq__(self, other):
         # bitwise comparison so NaN attributes compare equal to themselves

@@ -57,8 +57,11 @@ class FastLexer(Lexer):
         skip = "|".join(t.pattern.to_regexp() for t in terminals if t.name in self.ignore)
         pieces = [f"(?P<{t.name}>{t.pattern.to_regexp()})" for t in ordered
                   if t.name not in self.ignore]
-        # Leading whitespace and comments are skipped by the same match as the token.
-        self.master = re.compile(f"(?:{skip})*(?:" + "|".join(pieces) + ")")
+        # Leading whitespace and comments are skipped by the same match as the token. The
+        # skip is atomic (lookahead + backreference): were it allowed to backtrack, a
+        # comment at the end of the input would be cut short and its tail lexed as tokens.
+        self.master = re.compile(f"(?=(?P<_SKIP>(?:{skip})*))(?P=_SKIP)(?:"
+                                 + "|".join(pieces) + ")")
         self.skip = re.compile(f"(?:{skip})*")
 
     def lex(self, lexer_state, parser_state):

@@ -458,13 +458,19 @@ class _Builder:
 
     # -- types -------------------------------------------------------------
     def scalar_type(self, children):
-        return T.scalar_type(str(children[0]))
+        try:
+            return T.scalar_type(str(children[0]))
+        except ValueError as error:
+            self.fail(str(error), children[0])
 
     def TENSOR_FAST(self, token):
         cached = self.type_cache.get(str(token))
         if cached is None:
             body = token[7:-1]
-            *dims, element = body.split("x")
+            # the element type follows the last 'x' of the dims ('index' has an 'x' too)
+            cut = body.rfind("x", 0, len(body) - 5) if body.endswith("index") else body.rfind("x")
+            dims = body[:cut].split("x") if cut >= 0 else []
+            element = body[cut + 1:]
             cached = T.TensorType(tuple(None if d == "?" else int(d) for d in dims),
                                   T.scalar_type(element))
             self.type_cache[str(token)] = cached
@@ -543,14 +549,25 @@ class _Builder:
             return A.IntegerAttr(value)
         if isinstance(type_, T.FloatType):
             return A.FloatAttr(A.float_from_bits(value, type_), type_)
+        if not isinstance(type_, (T.IntegerType, T.IndexType)):
+            self.fail(f"an integer literal cannot have type '{type_}'", token)
         return A.IntegerAttr(value, type_)
 
     def float_attr(self, children):
         if len(children) == 1:
-            text, _, type_text = children[0].partition(":")
-            return A.FloatAttr(float(text), T.scalar_type(type_text.strip()))
+            token = children[0]
+            text, _, type_text = token.partition(":")
+            return self._float(token, float(text), T.scalar_type(type_text.strip()))
         token, type_ = children
-        return A.FloatAttr(float(token), type_ or T.f64)
+        if type_ is not None and not isinstance(type_, T.FloatType):
+            self.fail(f"a float literal cannot have type '{type_}'", token)
+        return self._float(token, float(token), type_ or T.f64)
+
+    def _float(self, token, value, type_):
+        try:
+            return A.FloatAttr(value, type_)
+        except ValueError as error:
+            self.fail(str(error), token)
 
     def string_attr(self, children):
         token, type_ = children

@@ -276,7 +276,7 @@ def scalar_type(text: str) -> Type:
         return found
     if text in FLOAT_WIDTHS:
         found = FloatType(text)
-    elif text[0] == "i":
+    elif text[0] == "i" and text[1:].isdigit():
         found = IntegerType(int(text[1:]))
     elif text[:2] == "si":
         found = IntegerType(int(text[2:]), "signed")
