@@ -1,0 +1,101 @@
+"""Binding user arrays to a function's arguments, and checking them: one clear line
+per problem, naming the input, the expected type and what was given."""
+
+from __future__ import annotations
+
+from palimpsest.ir.attributes import ArrayAttr, DictionaryAttr, StringAttr, numpy_dtype_name
+from palimpsest.ir.types import TensorType, format_dims
+
+
+class BindingError(ValueError):
+    """A run-time input that does not match the function's signature."""
+
+
+def _names(func, attr_name: str, count: int, fallback) -> list[str]:
+    attrs = func.properties.get(attr_name)
+    names = []
+    for index in range(count):
+        name = None
+        if isinstance(attrs, ArrayAttr) and index < len(attrs.value):
+            entry = attrs.value[index]
+            if isinstance(entry, DictionaryAttr):
+                value = entry.as_dict().get("palimpsest.name")
+                if isinstance(value, StringAttr):
+                    name = value.value
+        names.append(name or fallback(index))
+    return names
+
+
+def input_names(func) -> list[str]:
+    """The names users bind inputs by: the ONNX names kept by the importer, else the
+    argument's SSA name, else `arg<i>`."""
+    args = func.entry_block.args if not func.is_declaration else []
+
+    def fallback(index):
+        hint = args[index].name_hint if index < len(args) else None
+        return hint or f"arg{index}"
+
+    return _names(func, "arg_attrs", len(func.type.inputs), fallback)
+
+
+def output_names(func) -> list[str]:
+    return _names(func, "res_attrs", len(func.type.results), lambda i: f"result{i}")
+
+
+def describe_array(array) -> str:
+    return f"{array.dtype} array of shape {tuple(array.shape)}"
+
+
+def check_input(name: str, type_: TensorType, array, shape_override=None):
+    """The array as the function needs it (a numpy array of the right dtype and shape)."""
+    import numpy as np
+
+    if not isinstance(type_, TensorType):
+        raise BindingError(f"input '{name}': arguments of type '{type_}' are not supported")
+    if not isinstance(array, np.ndarray):
+        array = np.asarray(array)
+    expected_dtype = np.dtype(numpy_dtype_name(type_.element_type))
+    if array.dtype != expected_dtype:
+        raise BindingError(f"input '{name}': expected {type_} ({expected_dtype}), got "
+                           f"{describe_array(array)}")
+    if type_.shape is not None:
+        ok = len(array.shape) == len(type_.shape) and all(
+            d is None or d == actual for d, actual in zip(type_.shape, array.shape))
+        if not ok:
+            raise BindingError(f"input '{name}': expected shape {format_dims(type_.shape)[:-1] or '[]'}"
+                               f" ({type_}), got {describe_array(array)}")
+    return array
+
+
+def bind_inputs(func, inputs: dict) -> list:
+    """Arrays in argument order; BindingError for missing, extra or mismatched ones."""
+    names = input_names(func)
+    unknown = [n for n in inputs if n not in names]
+    if unknown:
+        raise BindingError(f"unknown input '{unknown[0]}' (the function takes: "
+                           f"{', '.join(names) or 'no inputs'})")
+    arrays = []
+    for name, type_ in zip(names, func.type.inputs):
+        if name not in inputs:
+            raise BindingError(f"missing input '{name}' (expected {type_})")
+        arrays.append(check_input(name, type_, inputs[name]))
+    return arrays
+
+
+def find_function(module, name: str | None):
+    """The function to run: `name`, else `main`, else the only public one."""
+    funcs = [op for op in module.regions[0].block.ops if op.name == "func.func"
+             and not op.is_declaration]
+    if name is not None:
+        for func in funcs:
+            if func.properties["sym_name"].value == name:
+                return func
+        raise BindingError(f"no function @{name} (functions: "
+                           f"{', '.join('@' + f.properties['sym_name'].value for f in funcs)})")
+    for func in funcs:
+        if func.properties["sym_name"].value == "main":
+            return func
+    if len(funcs) == 1:
+        return funcs[0]
+    raise BindingError("the module has " + (f"{len(funcs)} functions; choose one with --function"
+                                            if funcs else "no function to run"))

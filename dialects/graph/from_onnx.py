@@ -1,0 +1,339 @@
+"""ONNX → graph dialect. One function per ONNX graph, one `graph.*` op per node.
+
+- Initializers and Constant nodes become `graph.constant`; weights larger than
+  `inline_limit` bytes become `dense_resource<...>` blobs (written to a side file by
+  `palimpsest-import`), so the IR text stays small.
+- Graph inputs become function arguments; symbolic or unknown dims become `?`. The
+  ONNX names of inputs and outputs are kept as `palimpsest.name` argument/result
+  attributes, which `palimpsest-run` uses to bind `--input NAME=file.npy`.
+- Attributes follow CONVENTIONS.md; an attribute that older opsets use where the graph
+  op takes an operand (Squeeze's `axes`, Split's `split`, Pad's `pads`, Clip's min/max,
+  ReduceMean's `axes`) becomes a constant operand.
+- Anything unsupported is one DiagnosticError naming the op, the node and the model.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from palimpsest.dialects.builtin import ModuleOp
+from palimpsest.dialects.func import FuncOp, ReturnOp
+from palimpsest.dialects.graph.naming import ONNX_TO_GRAPH
+from palimpsest.dialects.graph.ops_base import ONNX_DTYPES
+from palimpsest.ir import attributes as A
+from palimpsest.ir.core import Operation
+from palimpsest.ir.diagnostics import DiagnosticError, NameLoc
+from palimpsest.ir.opdef import OPTIONAL, SINGLE, VARIADIC, lookup_op
+from palimpsest.ir.types import FloatType, TensorType, i32, i64
+
+INLINE_LIMIT = 64  # bytes; larger constants become resources
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9_$.\-]")
+
+
+def _ssa_name(onnx_name: str) -> str | None:
+    name = _NAME_CHARS.sub("_", onnx_name).strip("_")
+    if not name or name[0].isdigit():
+        name = "v_" + name if name else None
+    return name
+
+
+class OnnxImportError(DiagnosticError):
+    pass
+
+
+class _Importer:
+    def __init__(self, model, model_name: str, inline_limit: int):
+        import onnx
+
+        self.onnx = onnx
+        self.model = model
+        self.model_name = model_name
+        self.inline_limit = inline_limit
+        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+        self.values: dict = {}
+        self.types: dict = {}
+        self.blob_keys: set[str] = set()
+
+    def fail(self, message: str, node=None) -> OnnxImportError:
+        where = ""
+        if node is not None:
+            where = f"node '{node.name or '(unnamed)'}' ({node.op_type}): "
+        return OnnxImportError(f"{where}{message}", NameLoc(self.model_name))
+
+    # -- types -------------------------------------------------------------------------
+    def element_type(self, code: int, what: str):
+        element = ONNX_DTYPES.get(code)
+        if element is None:
+            name = self.onnx.TensorProto.DataType.Name(code) if code else "UNDEFINED"
+            raise self.fail(f"{what} has element type {name}, which is not supported")
+        return element
+
+    def tensor_type(self, type_proto, what: str) -> TensorType | None:
+        if not type_proto.HasField("tensor_type"):
+            return None
+        tensor = type_proto.tensor_type
+        if not tensor.elem_type:
+            return None
+        element = self.element_type(tensor.elem_type, what)
+        if not tensor.HasField("shape"):
+            return TensorType(None, element)
+        dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim)
+        return TensorType(dims, element)
+
+    # -- constants ---------------------------------------------------------------------
+    def tensor_attr(self, array, type_: TensorType, hint: str):
+        import numpy as np
+
+        data = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"), copy=False)
+        if data.size <= 16 and data.dtype.kind in "biuf" and data.dtype != np.float16:
+            return A.DenseElementsAttr(type_, tuple(data.reshape(-1).tolist()))  # readable
+        if data.nbytes <= self.inline_limit:
+            return A.DenseElementsAttr.from_numpy(data, type_)
+        base = key = (_ssa_name(hint) or "blob").replace("-", "_")
+        suffix = 1
+        while key in self.blob_keys:
+            key = f"{base}_{suffix}"
+            suffix += 1
+        self.blob_keys.add(key)
+        return A.DenseResourceAttr(type_, A.ResourceBlob(key, data=data.tobytes(), alignment=64))
+
+    def array_type(self, array, what: str) -> TensorType:
+        import numpy as np
+
+        code = self.onnx.helper.np_dtype_to_tensor_dtype(array.dtype) if array.dtype != np.bool_ \
+            else self.onnx.TensorProto.BOOL
+        return TensorType(tuple(int(d) for d in array.shape), self.element_type(code, what))
+
+    def constant(self, block, array, name: str, location=None):
+        type_ = self.array_type(array, f"constant '{name}'")
+        cls = lookup_op("graph.constant")
+        op = cls([], [type_], {"value": self.tensor_attr(array, type_, name)},
+                 result_names=[_ssa_name(name)], location=location)
+        block.append(op)
+        return op.results[0]
+
+    # -- attributes ---------------------------------------------------------------------
+    def attribute(self, attr, node):
+        from onnx import numpy_helper
+
+        kind = self.onnx.AttributeProto
+        if attr.type == kind.FLOAT:
+            return A.FloatAttr(attr.f, FloatType("f32"))
+        if attr.type == kind.INT:
+            return A.IntegerAttr(attr.i, i64)
+        if attr.type == kind.STRING:
+            return A.StringAttr(attr.s.decode("utf-8", errors="replace"))
+        if attr.type == kind.INTS:
+            return A.DenseArrayAttr(i64, tuple(int(v) for v in attr.ints))
+        if attr.type == kind.FLOATS:
+            return A.DenseArrayAttr(FloatType("f32"), tuple(
+                A.round_to_type(float(v), FloatType("f32")) for v in attr.floats))
+        if attr.type == kind.TENSOR:
+            array = numpy_helper.to_array(attr.t)
+            return self.tensor_attr(array, self.array_type(array, f"attribute '{attr.name}'"),
+                                    node.output[0] if node.output else attr.name)
+        raise self.fail(f"attribute '{attr.name}' of kind "
+                        f"{kind.AttributeType.Name(attr.type)} is not supported", node)
+
+    # -- nodes ---------------------------------------------------------------------------
+    def constant_node(self, node, block):
+        import numpy as np
+        from onnx import numpy_helper
+
+        attr = node.attribute[0] if len(node.attribute) == 1 else None
+        if attr is None:
+            raise self.fail("expects exactly one value attribute", node)
+        if attr.name == "value":
+            array = numpy_helper.to_array(attr.t)
+        elif attr.name == "value_float":
+            array = np.array(attr.f, dtype=np.float32)
+        elif attr.name == "value_floats":
+            array = np.array(list(attr.floats), dtype=np.float32)
+        elif attr.name == "value_int":
+            array = np.array(attr.i, dtype=np.int64)
+        elif attr.name == "value_ints":
+            array = np.array(list(attr.ints), dtype=np.int64)
+        else:
+            raise self.fail(f"constant attribute '{attr.name}' is not supported", node)
+        self.values[node.output[0]] = self.constant(block, array, node.output[0],
+                                                    self.location(node))
+
+    def location(self, node):
+        return NameLoc(node.name) if node.name else None
+
+    def node(self, node, block):
+        if node.domain not in ("", "ai.onnx"):
+            raise self.fail(f"operator domain '{node.domain}' is not supported", node)
+        if node.op_type == "Constant":
+            return self.constant_node(node, block)
+        name = ONNX_TO_GRAPH.get(node.op_type)
+        cls = lookup_op(name) if name else None
+        if cls is None:
+            raise self.fail(f"ONNX op '{node.op_type}' is not supported (supported: "
+                            f"{', '.join(sorted(ONNX_TO_GRAPH))})", node)
+        if node.op_type in ("Softmax", "LogSoftmax") and self.opset < 13:
+            self.check_old_softmax(node)
+        groups = self.operand_groups(node, cls)
+        properties = {}
+        operand_names = {d.field_name for d in cls.operand_defs}
+        for attr in node.attribute:
+            if attr.name in cls.prop_defs:
+                properties[attr.name] = self.attribute(attr, node)
+            elif attr.name in operand_names:
+                groups[attr.name] = [self.attribute_operand(attr, node, block)]
+            else:
+                raise self.fail(f"attribute '{attr.name}' is not supported", node)
+        operands, sizes = [], []
+        for definition in cls.operand_defs:
+            group = groups.get(definition.field_name, [])
+            if definition.kind == SINGLE and len(group) != 1:
+                raise self.fail(f"missing input '{definition.field_name}'", node)
+            operands.extend(group)
+            sizes.append(len(group))
+        if sum(d.kind != SINGLE for d in cls.operand_defs) > 1:
+            properties["operandSegmentSizes"] = A.DenseArrayAttr(i32, tuple(sizes))
+        outputs = list(node.output)
+        while outputs and not outputs[-1]:
+            outputs.pop()
+        if any(not o for o in outputs):
+            raise self.fail("an omitted output before a used one is not supported", node)
+        result_types = []
+        for output in outputs:
+            known = self.types.get(output)
+            result_types.append(known)
+        if any(t is None for t in result_types):
+            inferred = cls.infer_result_types([v.type for v in operands], properties,
+                                              None, len(outputs))
+            if inferred is None or len(inferred) != len(outputs):
+                raise self.fail("cannot infer its output types", node)
+            result_types = [t if t is not None else inferred[i] for i, t in enumerate(result_types)]
+            if any(t is None for t in result_types):
+                raise self.fail("cannot infer its output types", node)
+        op = cls(operands, result_types, properties, None, (), (), self.location(node),
+                 [_ssa_name(o) for o in outputs])
+        block.append(op)
+        for output, result in zip(outputs, op.results):
+            self.values[output] = result
+
+    def operand_groups(self, node, cls) -> dict:
+        inputs = list(node.input)
+        groups: dict = {}
+        position = 0
+        for definition in cls.operand_defs:
+            if definition.kind == VARIADIC:
+                taken = [i for i in inputs[position:] if i]
+                position = len(inputs)
+            elif position < len(inputs):
+                taken = [inputs[position]] if inputs[position] else []
+                position += 1
+            else:
+                taken = []
+            groups[definition.field_name] = [self.lookup(name, node) for name in taken]
+        if position < len(inputs) and any(inputs[position:]):
+            raise self.fail(f"has {len(inputs)} inputs, more than the op takes", node)
+        return groups
+
+    def attribute_operand(self, attr, node, block):
+        import numpy as np
+
+        kind = self.onnx.AttributeProto
+        if attr.type == kind.INTS:
+            array = np.array(list(attr.ints), dtype=np.int64)
+        elif attr.type == kind.INT:
+            array = np.array(attr.i, dtype=np.int64)
+        elif attr.type == kind.FLOAT:
+            array = np.array(attr.f, dtype=np.float32)
+        else:
+            raise self.fail(f"attribute '{attr.name}' cannot become an operand", node)
+        return self.constant(block, array, f"{node.name or node.op_type}_{attr.name}")
+
+    def check_old_softmax(self, node):
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
+        rank = None
+        source = self.types.get(node.input[0])
+        if source is not None and source.shape is not None:
+            rank = len(source.shape)
+        if not (axis == -1 or (rank is not None and axis in (rank - 1, -1))):
+            raise self.fail(f"Softmax before opset 13 flattens from axis {axis}; only the last "
+                            f"axis is supported (the model has opset {self.opset})", node)
+
+    def lookup(self, name, node):
+        value = self.values.get(name)
+        if value is None:
+            raise self.fail(f"input '{name}' is not produced by any earlier node, initializer "
+                            f"or graph input", node)
+        return value
+
+    # -- the graph ---------------------------------------------------------------------
+    def run(self, function_name: str) -> ModuleOp:
+        from onnx import numpy_helper
+
+        graph = self.model.graph
+        initializers = {t.name: t for t in graph.initializer}
+        inputs = [i for i in graph.input if i.name not in initializers]
+        arg_types = []
+        for value in inputs:
+            type_ = self.tensor_type(value.type, f"input '{value.name}'")
+            if type_ is None:
+                raise self.fail(f"input '{value.name}' is not a tensor")
+            arg_types.append(type_)
+        for value in list(graph.value_info) + list(graph.output):
+            type_ = self.tensor_type(value.type, f"value '{value.name}'")
+            if type_ is not None:
+                self.types[value.name] = type_
+        output_types = []
+        for value in graph.output:
+            type_ = self.types.get(value.name)
+            output_types.append(type_)
+        func = FuncOp.build(function_name, arg_types, [])
+        block = func.entry_block
+        for value, arg in zip(inputs, block.args):
+            arg.name_hint = _ssa_name(value.name)
+            self.values[value.name] = arg
+        used = {name for node in graph.node for name in node.input}
+        used.update(o.name for o in graph.output)
+        for name, tensor in initializers.items():
+            if name in used:
+                self.values[name] = self.constant(block, numpy_helper.to_array(tensor), name)
+        for node in graph.node:
+            self.node(node, block)
+        results = [self.lookup(o.name, None) for o in graph.output]
+        block.append(ReturnOp(results, []))
+        fn_type = func.type.__class__(tuple(arg_types), tuple(v.type for v in results))
+        func.properties["function_type"] = A.TypeAttr(fn_type)
+        func.properties["arg_attrs"] = A.ArrayAttr(tuple(
+            A.DictionaryAttr.of({"palimpsest.name": A.StringAttr(v.name)}) for v in inputs))
+        func.properties["res_attrs"] = A.ArrayAttr(tuple(
+            A.DictionaryAttr.of({"palimpsest.name": A.StringAttr(v.name)}) for v in graph.output))
+        module = ModuleOp.build([func])
+        return module
+
+
+def import_onnx(source, *, function_name: str = "main", inline_limit: int = INLINE_LIMIT,
+                shape_inference: bool = True) -> ModuleOp:
+    """Import an ONNX model (a path or a ModelProto) into a module with one function."""
+    import onnx
+
+    from palimpsest.dialects import load_all
+
+    load_all()
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        try:
+            model = onnx.load(path)
+        except FileNotFoundError:
+            raise OnnxImportError(f"cannot open '{path}': no such file", None) from None
+        except Exception as error:  # protobuf decode errors and missing external data
+            raise OnnxImportError(f"cannot load '{path}' as an ONNX model: {error}",
+                                  None) from None
+        name = path
+    else:
+        model, name = source, source.graph.name or "<model>"
+    if shape_inference:
+        try:
+            model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        except Exception:  # noqa: BLE001 - our own rules fill in what ONNX's cannot
+            pass
+    importer = _Importer(model, name, inline_limit)
+    return importer.run(function_name)

@@ -1,0 +1,134 @@
+"""palimpsest-run: execute IR (or an ONNX model) on inputs and report the outputs."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from palimpsest.tools.cli import UserError, read_text, run_main
+
+
+def build_argument_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="palimpsest-run",
+        description="Run a function of a .pal module (or an .onnx model) and print its outputs.")
+    parser.add_argument("model", help=".pal file, or an .onnx model (imported on the fly)")
+    parser.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy",
+                        help="bind an input to a .npy file (repeatable)")
+    parser.add_argument("--random-inputs", action="store_true",
+                        help="fill unbound inputs with seeded random data")
+    parser.add_argument("--seed", type=int, default=0, help="seed for --random-inputs")
+    parser.add_argument("--shape", action="append", default=[], metavar="NAME=1x3x224x224",
+                        help="shape for a random input with dynamic dims (repeatable)")
+    parser.add_argument("--output-dir", help="write each output as NAME.npy into this directory")
+    parser.add_argument("--function", help="function to run (default: main, or the only one)")
+    parser.add_argument("--level", choices=["graph"], default="graph",
+                        help="the level to execute at (default: graph)")
+    parser.add_argument("--allow-unregistered-dialect", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_argument_parser().parse_args(argv)
+    from palimpsest.ir.diagnostics import SourceManager
+
+    sources = SourceManager()
+    return run_main("palimpsest-run", lambda: _run(args, sources), sources)
+
+
+def _parse_assignments(items, what):
+    result = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name or not value:
+            raise UserError(f"{what} '{item}' must look like NAME=VALUE")
+        result[name] = value
+    return result
+
+
+def _load_module(args, sources):
+    from palimpsest.dialects import load_all
+    from palimpsest.ir.parser import parse
+    from palimpsest.ir.verifier import verify
+
+    load_all()
+    if args.model.endswith(".onnx"):
+        from palimpsest.dialects.graph.from_onnx import import_onnx
+
+        module = import_onnx(args.model)
+    else:
+        text, name = read_text(args.model)
+        sources.add(name, text)
+        module = parse(text, name, allow_unregistered=args.allow_unregistered_dialect)
+    verify(module)
+    return module
+
+
+def _random_array(rng, name, type_, shape_text):
+    import numpy as np
+
+    from palimpsest.ir.attributes import numpy_dtype_name
+
+    shape = type_.shape
+    if shape_text is not None:
+        try:
+            shape = tuple(int(d) for d in shape_text.lower().split("x")) if shape_text else ()
+        except ValueError:
+            raise UserError(f"--shape {name}={shape_text}: expected dims like 1x3x224x224") from None
+    if shape is None or any(d is None for d in shape):
+        raise UserError(f"input '{name}' has dynamic dims ({type_}); give its shape with "
+                        f"--shape {name}=DIMS")
+    dtype = np.dtype(numpy_dtype_name(type_.element_type))
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, shape).astype(dtype)
+    return rng.integers(0, 10, shape).astype(dtype)
+
+
+def _run(args, sources) -> int:
+    import numpy as np
+
+    from palimpsest.backends.binding import BindingError, find_function, input_names
+    from palimpsest.backends.reference.executor import run
+
+    files = _parse_assignments(args.input, "--input")
+    shapes = _parse_assignments(args.shape, "--shape")
+    module = _load_module(args, sources)
+    try:
+        func = find_function(module, args.function)
+        names = input_names(func)
+        for name in list(files) + list(shapes):
+            if name not in names:
+                raise BindingError(f"unknown input '{name}' (the function takes: "
+                                   f"{', '.join(names) or 'no inputs'})")
+        inputs = {}
+        for name, path in files.items():
+            try:
+                inputs[name] = np.load(path, allow_pickle=False)
+            except FileNotFoundError:
+                raise UserError(f"--input {name}: cannot open '{path}'") from None
+            except (ValueError, OSError) as error:
+                raise UserError(f"--input {name}: '{path}' is not a .npy file ({error})") from None
+        if args.random_inputs:
+            rng = np.random.default_rng(args.seed)
+            for name, type_ in zip(names, func.type.inputs):
+                if name not in inputs:
+                    inputs[name] = _random_array(rng, name, type_, shapes.get(name))
+        outputs = run(func, inputs)
+    except BindingError as error:
+        raise UserError(str(error)) from None
+    if args.output_dir:
+        os.makedirs(args.output_dir, exist_ok=True)
+    for name, array in outputs.items():
+        array = np.asarray(array)
+        print(f"{name}: {array.dtype} {list(array.shape)}")
+        if args.output_dir:
+            safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+            np.save(os.path.join(args.output_dir, safe + ".npy"), array)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
