@@ -34,6 +34,8 @@ def quote_string(text: str) -> str:
             out.append("\\t")
         elif ord(ch) < 0x20 or ord(ch) == 0x7F:
             out.append("\\%02X" % ord(ch))
+        elif 0xDC80 <= ord(ch) <= 0xDCFF:  # a byte that is not UTF-8 (see parser._unescape)
+            out.append("\\%02X" % (ord(ch) - 0xDC00))
         else:
             out.append(ch)
     out.append('"')
@@ -43,6 +45,17 @@ def quote_string(text: str) -> str:
 def format_float(value: float, type_: Type = f64) -> str:
     if math.isfinite(value):
         text = repr(float(value))
+        code = {"f32": ("<f", 9), "f16": ("<e", 5)}.get(getattr(type_, "name", None))
+        if code is not None:  # the shortest text that reads back to the same f32/f16
+            for digits in range(1, code[1] + 1):
+                short = "%.*g" % (digits, value)
+                try:
+                    same = struct.unpack(code[0], struct.pack(code[0], float(short)))[0] == value
+                except (OverflowError, struct.error):
+                    continue
+                if same:
+                    text = repr(float(short))
+                    break
         if "e" in text and "." not in text:
             text = text.replace("e", ".0e")
         return text
@@ -51,6 +64,8 @@ def format_float(value: float, type_: Type = f64) -> str:
         return "0x%08X" % struct.unpack("<I", struct.pack("<f", value))[0]
     if isinstance(type_, FloatType) and type_.name == "f16":
         return "0x%04X" % struct.unpack("<H", struct.pack("<e", value))[0]
+    if isinstance(type_, FloatType) and type_.name == "bf16":  # the top half of an f32
+        return "0x%04X" % (struct.unpack("<I", struct.pack("<f", value))[0] >> 16)
     return "0x%016X" % struct.unpack("<Q", struct.pack("<d", value))[0]
 
 
@@ -59,6 +74,8 @@ def float_from_bits(bits: int, type_: Type) -> float:
         return struct.unpack("<f", struct.pack("<I", bits))[0]
     if isinstance(type_, FloatType) and type_.name == "f16":
         return struct.unpack("<e", struct.pack("<H", bits))[0]
+    if isinstance(type_, FloatType) and type_.name == "bf16":
+        return struct.unpack("<f", struct.pack("<I", bits << 16))[0]
     return struct.unpack("<d", struct.pack("<Q", bits))[0]
 
 
@@ -211,12 +228,36 @@ class OpaqueAttr(Attribute):
         return "#" + self.text
 
 
+def _rounded(values, element_type):
+    """Float elements rounded to the element type's precision (f16/f32), as FloatAttr."""
+    if getattr(element_type, "name", None) not in _PACK_CODES:
+        return tuple(values)
+    return tuple(round_to_type(v, element_type) if isinstance(v, float) else v for v in values)
+
+
+def _bitwise(values):
+    """`values` with floats replaced by their bits, for equality that NaN does not break."""
+    if values is None:
+        return None
+    return tuple(struct.pack("<d", v) if isinstance(v, float) else v for v in values)
+
+
 @dataclass(frozen=True, slots=True, repr=False)
 class DenseArrayAttr(Attribute):
     """`array<i64: 1, 2, 3>`: a flat list of scalars, MLIR's DenseArrayAttr."""
 
     element_type: Type
     values: tuple
+
+    def __post_init__(self):
+        object.__setattr__(self, "values", _rounded(self.values, self.element_type))
+
+    def __eq__(self, other):
+        return (isinstance(other, DenseArrayAttr) and self.element_type == other.element_type
+                and _bitwise(self.values) == _bitwise(other.values))
+
+    def __hash__(self):
+        return hash((self.element_type, _bitwise(self.values)))
 
     def __str__(self) -> str:
         if not self.values:
@@ -276,6 +317,18 @@ class DenseElementsAttr(Attribute):
     type: ShapedType
     values: tuple | None = None
     raw: bytes | None = None
+
+    def __post_init__(self):
+        if self.values is not None:
+            object.__setattr__(self, "values", _rounded(self.values, self.type.element_type))
+
+    def __eq__(self, other):
+        # bitwise on floats, as FloatAttr: NaN elements compare equal to themselves
+        return (isinstance(other, DenseElementsAttr) and self.type == other.type
+                and self.raw == other.raw and _bitwise(self.values) == _bitwise(other.values))
+
+    def __hash__(self):
+        return hash((self.type, self.raw, _bitwise(self.values)))
 
     @property
     def is_splat(self) -> bool:

@@ -61,6 +61,7 @@ class NameLoc(Location):
 @dataclass(frozen=True, slots=True)
 class FusedLoc(Location):
     locations: tuple[Location, ...]
+    metadata: object = None  # an attribute, printed `fused<metadata>[...]`
 
     def describe(self) -> str:
         for loc in self.locations:
@@ -69,7 +70,8 @@ class FusedLoc(Location):
         return "<unknown>"
 
     def __str__(self) -> str:
-        return "loc(fused[" + ", ".join(_inner(l) for l in self.locations) + "])"
+        metadata = f"<{self.metadata}>" if self.metadata is not None else ""
+        return f"loc(fused{metadata}[" + ", ".join(_inner(l) for l in self.locations) + "])"
 
 
 @dataclass(frozen=True, slots=True)

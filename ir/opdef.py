@@ -181,6 +181,17 @@ def segment_sizes(op: Operation, items, defs, segment_prop) -> list[int] | str:
             return f"expected {bound}, got {len(items)}"
         return [extra if d.kind != SINGLE else 1 for d in defs]
     sizes = op.properties.get(segment_prop) if segment_prop else None
+    if sizes is None and all(d.kind == OPTIONAL for d in flexible):
+        # Without the property, optional groups fill in declaration order (ONNX's rule:
+        # trailing optional inputs may be left out); any other pattern needs it.
+        extra = len(items) - (len(defs) - len(flexible))
+        if 0 <= extra <= len(flexible):
+            result = []
+            for d in defs:
+                take = 1 if d.kind == SINGLE or extra > 0 else 0
+                extra -= take if d.kind != SINGLE else 0
+                result.append(take)
+            return result
     if not isinstance(sizes, DenseArrayAttr) or len(sizes.values) != len(defs):
         return f"needs a '{segment_prop}' property with {len(defs)} entries"
     if sum(sizes.values) != len(items):

@@ -402,6 +402,8 @@ class _Builder:
             (props if cls is not None and key in cls.prop_defs else other)[key] = value
         if sym is not None:
             props["sym_name"] = A.StringAttr(_symbol_name(sym))
+        if not region.blocks:  # `module {}`: a module always has its one block
+            region.add_block(Block())
         return (token, "builtin.module", [], [], props, other, [region], [], False)
 
     def op(self, children):
@@ -431,6 +433,10 @@ class _Builder:
         cls = lookup_op(name)
         if cls is None:
             self.check_dialect(name, name_token, "operation")
+            dialect = name.split(".", 1)[0]
+            if not self.allow_unregistered and is_dialect_registered(dialect):
+                self.fail(f"unknown operation '{name}': dialect '{dialect}' has no such op "
+                          f"(use --allow-unregistered-dialect to accept it)", name_token)
             op = UnregisteredOp(name, operands, result_types, props, attrs, regions, succ)
         else:
             for key in [k for k in attrs if k in cls.prop_defs and k not in props]:
@@ -708,7 +714,7 @@ class _Builder:
         return NameLoc(_string(token), children[1])
 
     def loc_fused(self, children):
-        return FusedLoc(tuple(c for c in children[1:]))
+        return FusedLoc(tuple(c for c in children[1:]), children[0])
 
     def loc_callsite(self, children):
         return CallSiteLoc(children[0], children[1])
@@ -886,7 +892,13 @@ def _attach_resources(builder: _Builder, metadata) -> None:
             if not text.startswith("0x") or len(text) < 10:
                 raise DiagnosticError(f"resource '{key}' must be a hex string \"0x...\"",
                                       builder.loc(value) if isinstance(value, Token) else None)
-            raw = bytes.fromhex(text[2:])
+            try:
+                raw = bytes.fromhex(text[2:])
+            except ValueError:
+                raw = b""
+            if len(raw) < 4:
+                raise DiagnosticError(f"resource '{key}' must be hex digits: 4 bytes of "
+                                      f"alignment, then the data", builder.loc(value))
             blob.alignment = int.from_bytes(raw[:4], "little")
             blob.data = raw[4:]
     external = metadata.get("external_resources", {})

@@ -42,9 +42,8 @@ class Printer:
 
     def _name_region(self, region: Region, state) -> None:
         for index, block in enumerate(region.blocks):
-            if index > 0 or block.args or block.first is None:
-                self.block_names[block] = f"bb{state['block']}"
-                state["block"] += 1
+            # as MLIR: numbered per region, the entry block is ^bb0 even when not printed
+            self.block_names[block] = f"bb{index}"
             for arg in block.args:
                 self._assign(arg, state, is_arg=True)
             for op in block.ops:
@@ -221,6 +220,10 @@ class Printer:
         if merged:
             out.append(" attributes " + self.dict_str(merged))
         out.append(" ")
+        blocks = op.regions[0].blocks
+        if len(blocks) == 1 and blocks[0].first is None and not blocks[0].args:
+            out.append("{\n" + indent + "}")  # MLIR's `module {}`: the one block is implicit
+            return
         self.print_region(op.regions[0], indent, entry_label=False)
 
     def _function_body(self, op, indent) -> None:

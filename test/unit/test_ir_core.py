@@ -71,7 +71,9 @@ def test_attribute_text_round_trips(text, parse_text):
 def test_float_attribute_special_values(parse_text):
     assert math.isnan(_attr("0x7FC00000 : f32", parse_text).value)
     assert _attr("0x7F800000 : f32", parse_text).value == math.inf
-    assert _attr("-1.5e-3 : f16", parse_text).value == -1.5e-3
+    half = _attr("-1.5e-3 : f16", parse_text)
+    assert half.value == A.round_to_type(-1.5e-3, T.f16) != -1.5e-3  # rounded to f16
+    assert str(half) == "-0.0015 : f16"  # the shortest text that reads back the same
 
 
 def test_dense_elements_to_numpy(parse_text):

@@ -60,8 +60,11 @@ def _dense():
         n = 1
         for d in shape:
             n *= d
-        if element in (T.f32, T.f64):
+        if element == T.f64:
             values = data.draw(st.lists(finite_floats, min_size=n, max_size=n))
+        elif element == T.f32:
+            values = data.draw(st.lists(st.floats(width=32, allow_nan=False,
+                                                  allow_infinity=False), min_size=n, max_size=n))
         elif element == T.i1:
             values = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
         else:
@@ -83,7 +86,8 @@ leaf_attrs = st.one_of(
               st.lists(identifiers, max_size=2).map(tuple)),
     st.builds(A.TypeAttr, types),
     st.builds(lambda v: A.DenseArrayAttr(T.i64, tuple(v)), st.lists(st.integers(-50, 50), max_size=4)),
-    st.builds(lambda v: A.DenseArrayAttr(T.f32, tuple(v)), st.lists(finite_floats, max_size=3)),
+    st.builds(lambda v: A.DenseArrayAttr(T.f32, tuple(v)),
+              st.lists(st.floats(width=32, allow_nan=False), max_size=3)),
     _dense(),
 )
 attrs = st.recursive(

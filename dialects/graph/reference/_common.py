@@ -1,0 +1,149 @@
+"""Shared helpers of the graph-dialect numpy reference: the kernel registry, attribute and
+operand accessors, ONNX element-type tables."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from palimpsest.dialects.graph.naming import ONNX_TO_GRAPH
+
+Kernel = Callable[..., list]
+
+KERNELS: dict[str, Kernel] = {}
+
+
+def kernel(onnx_op: str, *, multi: bool = False) -> Callable[[Callable], Callable]:
+    """Register a kernel for ONNX op type `onnx_op` under its graph-dialect name.
+
+    Every registered kernel has the signature `(inputs, attrs, num_results=None)`. Kernels of
+    single-result ops are written as `f(inputs, attrs)` and wrapped here; `multi=True` marks a
+    kernel that takes `num_results` itself (ops with optional or variadic results).
+    """
+    name = ONNX_TO_GRAPH[onnx_op]
+
+    def register(fn: Callable) -> Callable:
+        if multi:
+            wrapped = fn
+        else:
+
+            def wrapped(inputs, attrs, num_results=None, _fn=fn):
+                return _fn(inputs, attrs)
+
+            wrapped.__name__ = fn.__name__
+            wrapped.__doc__ = fn.__doc__
+            wrapped.__qualname__ = fn.__qualname__
+        wrapped.onnx_op = onnx_op
+        wrapped.graph_op = name
+        KERNELS[name] = wrapped
+        return fn
+
+    return register
+
+
+def op_error(onnx_op: str, message: str) -> ValueError:
+    return ValueError(f"{ONNX_TO_GRAPH.get(onnx_op, onnx_op)} ({onnx_op}): {message}")
+
+
+def unsupported(onnx_op: str, attr: str, value: Any, supported: Sequence | None = None) -> ValueError:
+    msg = f"unsupported value {value!r} for attribute '{attr}'"
+    if supported:
+        msg += f" (supported: {', '.join(repr(s) for s in supported)})"
+    return op_error(onnx_op, msg)
+
+
+def opt(inputs: Sequence, i: int) -> np.ndarray | None:
+    """The i-th operand, or None when it is absent (omitted trailing input or None)."""
+    if i < len(inputs):
+        return inputs[i]
+    return None
+
+
+def req(onnx_op: str, inputs: Sequence, i: int, what: str) -> np.ndarray:
+    x = opt(inputs, i)
+    if x is None:
+        raise op_error(onnx_op, f"missing required operand #{i} ({what})")
+    return np.asarray(x)
+
+
+def s_attr(attrs: dict, name: str, default: str) -> str:
+    v = attrs.get(name, default)
+    if isinstance(v, bytes):
+        v = v.decode("utf-8")
+    return v
+
+
+def i_attr(attrs: dict, name: str, default: int) -> int:
+    v = attrs.get(name, default)
+    return int(v)
+
+
+def f_attr(attrs: dict, name: str, default: float) -> float:
+    return float(attrs.get(name, default))
+
+
+def ints_attr(attrs: dict, name: str, default: Sequence[int] | None = None) -> list[int] | None:
+    v = attrs.get(name)
+    if v is None:
+        return None if default is None else list(default)
+    return [int(e) for e in np.asarray(v).reshape(-1)]
+
+
+def ints_of(x: np.ndarray | Sequence[int] | None) -> list[int] | None:
+    """A 1-D integer tensor operand (shape, axes, pads ...) as a Python list."""
+    if x is None:
+        return None
+    return [int(e) for e in np.asarray(x).reshape(-1)]
+
+
+def norm_axis(onnx_op: str, axis: int, rank: int, what: str = "axis") -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise op_error(onnx_op, f"{what} {axis} is out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def float_compute_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype to accumulate in: float16 computes in float32, other floats as themselves."""
+    dtype = np.dtype(dtype)
+    if dtype == np.float16:
+        return np.dtype(np.float32)
+    if dtype.kind == "f":
+        return dtype
+    return np.dtype(np.float64)
+
+
+# ONNX TensorProto.DataType enum values -> numpy dtypes the reference supports.
+ONNX_DTYPES: dict[int, np.dtype] = {
+    1: np.dtype(np.float32),  # FLOAT
+    2: np.dtype(np.uint8),  # UINT8
+    3: np.dtype(np.int8),  # INT8
+    4: np.dtype(np.uint16),  # UINT16
+    5: np.dtype(np.int16),  # INT16
+    6: np.dtype(np.int32),  # INT32
+    7: np.dtype(np.int64),  # INT64
+    9: np.dtype(np.bool_),  # BOOL
+    10: np.dtype(np.float16),  # FLOAT16
+    11: np.dtype(np.float64),  # DOUBLE
+    12: np.dtype(np.uint32),  # UINT32
+    13: np.dtype(np.uint64),  # UINT64
+}
+
+ONNX_DTYPE_NAMES: dict[int, str] = {
+    0: "UNDEFINED", 1: "FLOAT", 2: "UINT8", 3: "INT8", 4: "UINT16", 5: "INT16", 6: "INT32",
+    7: "INT64", 8: "STRING", 9: "BOOL", 10: "FLOAT16", 11: "DOUBLE", 12: "UINT32", 13: "UINT64",
+    14: "COMPLEX64", 15: "COMPLEX128", 16: "BFLOAT16", 17: "FLOAT8E4M3FN", 18: "FLOAT8E4M3FNUZ",
+    19: "FLOAT8E5M2", 20: "FLOAT8E5M2FNUZ", 21: "UINT4", 22: "INT4", 23: "FLOAT4E2M1",
+    24: "FLOAT8E8M0", 25: "UINT2", 26: "INT2",
+}
+
+
+def onnx_dtype(onnx_op: str, to: int, attr: str = "to") -> np.dtype:
+    try:
+        return ONNX_DTYPES[int(to)]
+    except KeyError:
+        name = ONNX_DTYPE_NAMES.get(int(to), "unknown")
+        raise op_error(
+            onnx_op, f"unsupported element type {int(to)} ({name}) for attribute '{attr}'"
+        ) from None
