@@ -157,6 +157,7 @@ class NodeCase:
     expected: list = field(default_factory=list)  # aligned with node.output; None for ''
     input_types: list = field(default_factory=list)  # ONNX elem types (None if absent)
     output_types: list = field(default_factory=list)
+    feeds: dict = field(default_factory=dict)  # every graph input of the model, by name
     non_tensor: bool = False
     error: str | None = None
 
@@ -210,6 +211,7 @@ def load_case(name: str) -> NodeCase:
             t.ParseFromString((data / f"{kind}_{j}.pb").read_bytes())
             values[vi.name] = numpy_helper.to_array(t) if t.data_type in SUPPORTED_ELEM_TYPES else None
     case.inputs = [values.get(n) if n else None for n in case.node.input]
+    case.feeds = {vi.name: values.get(vi.name) for vi in graph.input}
     case.expected = [values.get(n) if n else None for n in case.node.output]
     case.input_types = [types.get(n) if n else None for n in case.node.input]
     case.output_types = [types.get(n) if n else None for n in case.node.output]
@@ -246,7 +248,30 @@ def run_case(case: NodeCase) -> list:
     return fn(list(case.inputs), case.attrs, len(case.node.output))
 
 
-def check_case(case: NodeCase, policy: Policy | None = None) -> None:
+def run_case_through_ir(case: NodeCase) -> list:
+    """The case's model through the whole graph level: import_onnx → verify →
+    infer-shapes → print and parse back → reference executor."""
+    import onnx
+
+    from palimpsest.backends.reference.executor import run
+    from palimpsest.backends.binding import find_function
+    from palimpsest.dialects.graph.from_onnx import import_onnx
+    from palimpsest.ir.parser import parse
+    from palimpsest.ir.printer import print_ir
+    from palimpsest.ir.verifier import verify
+    from palimpsest.passes.pass_manager import PassManager, parse_pipeline
+
+    model = onnx.load(str(ensure_cache() / case.name / "model.onnx"))
+    module = import_onnx(model)
+    verify(module)
+    PassManager(parse_pipeline("infer-shapes")).run(module)
+    module = parse(print_ir(module), f"{case.name}.pal")
+    verify(module)
+    outputs = run(find_function(module, None), case.feeds)
+    return [outputs.get(name) if name else None for name in case.node.output]
+
+
+def check_case(case: NodeCase, policy: Policy | None = None, through_ir: bool = False) -> None:
     """Run the case and compare with ONNX's expected outputs; AssertionError on mismatch.
     Floats: rtol 1e-4 / atol 1e-5 (float16 results: rtol 1e-3), unless the policy says
     otherwise for this case; integers and bools: exact. Dtypes and shapes must match."""
@@ -254,7 +279,7 @@ def check_case(case: NodeCase, policy: Policy | None = None) -> None:
 
     if case.error:
         raise AssertionError(f"{case.name}: could not load: {case.error}")
-    results = run_case(case)
+    results = run_case_through_ir(case) if through_ir else run_case(case)
     assert len(results) >= sum(1 for n in case.node.output if n), (
         f"{case.name}: {len(results)} results for outputs {list(case.node.output)}"
     )
@@ -286,7 +311,7 @@ def load_policy() -> Policy:
     return mod.POLICY
 
 
-def outcome(name: str, policy: Policy | None = None) -> tuple[str, str]:
+def outcome(name: str, policy: Policy | None = None, through_ir: bool = False) -> tuple[str, str]:
     """('passed' | 'skipped' | 'failed', detail) of one case under the policy."""
     policy = policy or load_policy()
     case = load_case(name)
@@ -294,13 +319,14 @@ def outcome(name: str, policy: Policy | None = None) -> tuple[str, str]:
     if reason is not None:
         return "skipped", reason
     try:
-        check_case(case, policy)
+        check_case(case, policy, through_ir)
     except Exception as e:  # noqa: BLE001 - any exception is a failure of the case
         return "failed", f"{type(e).__name__}: {e}"
     return "passed", ""
 
 
-def conformance_summary(policy: Policy | None = None, details: dict | None = None) -> dict[str, tuple[int, int, int]]:
+def conformance_summary(policy: Policy | None = None, details: dict | None = None,
+                        through_ir: bool = False) -> dict[str, tuple[int, int, int]]:
     """{ONNX op type: (passed, skipped, failed)} over ONNX's node test cases of every op in
     ONNX_TO_GRAPH. Pass a dict as `details` to receive {case name: (status, detail)}."""
     from palimpsest.dialects.graph.naming import ONNX_TO_GRAPH
@@ -310,7 +336,7 @@ def conformance_summary(policy: Policy | None = None, details: dict | None = Non
     counts = {op: [0, 0, 0] for op in ONNX_TO_GRAPH}
     slot = {"passed": 0, "skipped": 1, "failed": 2}
     for name in case_names(set(ONNX_TO_GRAPH)):
-        status, detail = outcome(name, policy)
+        status, detail = outcome(name, policy, through_ir)
         counts[index[name]["op_type"]][slot[status]] += 1
         if details is not None:
             details[name] = (status, detail)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -435,21 +434,43 @@ def test_cubic_antialias_and_tf_crop_with_axes():
     np.testing.assert_allclose(full, part, rtol=1e-6)
 
 
-def test_conv_and_pool_speed_at_224():
-    """A ResNet-50 stem at 224x224 must run at numpy speed (a per-pixel Python loop would take
-    minutes); the bound is loose because CI machines are shared."""
-    x = _randn(1, 3, 224, 224)
-    w = _randn(64, 3, 7, 7)
-    t0 = time.perf_counter()
-    y = evaluate("graph.conv", [x, w, _randn(64)], {"strides": [2, 2], "pads": [3, 3, 3, 3]})[0]
+def test_resnet_stem_at_224_matches_onnxruntime():
+    """A ResNet-50 stem at 224x224 through the reference, checked against onnxruntime
+    (speed is measured in benchmarks/, never asserted here)."""
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+
+    x, b1 = _randn(1, 3, 224, 224), _randn(64)
+    # weights scaled by 1/sqrt(fan-in), as trained networks keep activations near 1
+    w1 = (_randn(64, 3, 7, 7) / np.sqrt(3 * 49)).astype(np.float32)
+    w2 = (_randn(64, 64, 3, 3) / np.sqrt(64 * 9)).astype(np.float32)
+    w3 = (_randn(64, 1, 3, 3) / 3).astype(np.float32)
+    y = evaluate("graph.conv", [x, w1, b1], {"strides": [2, 2], "pads": [3, 3, 3, 3]})[0]
     y = evaluate("graph.relu", [y])[0]
     y = evaluate("graph.max_pool", [y], {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]})[0]
-    y = evaluate("graph.conv", [y, _randn(64, 64, 3, 3)], {"pads": [1, 1, 1, 1]})[0]
-    y = evaluate("graph.conv", [y, _randn(64, 1, 3, 3)], {"pads": [1, 1, 1, 1], "group": 64})[0]
+    y = evaluate("graph.conv", [y, w2], {"pads": [1, 1, 1, 1]})[0]
+    y = evaluate("graph.conv", [y, w3], {"pads": [1, 1, 1, 1], "group": 64})[0]
     y = evaluate("graph.average_pool", [y], {"kernel_shape": [2, 2], "strides": [2, 2]})[0]
-    elapsed = time.perf_counter() - t0
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], strides=[2, 2], pads=[3, 3, 3, 3]),
+        helper.make_node("Relu", ["c1"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["p", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["c2", "w3"], ["c3"], pads=[1, 1, 1, 1], group=64),
+        helper.make_node("AveragePool", ["c3"], ["y"], kernel_shape=[2, 2], strides=[2, 2]),
+    ]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape)
+              for n, a in (("x", x), ("w1", w1), ("b1", b1), ("w2", w2), ("w3", w3))]
+    graph = helper.make_graph(nodes, "stem", inputs,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    expected = session.run(None, {"x": x, "w1": w1, "b1": b1, "w2": w2, "w3": w3})[0]
     assert y.shape == (1, 64, 28, 28)
-    assert elapsed < 10.0, f"ResNet stem took {elapsed:.1f}s"
+    # relative to the output's scale: float32 sums in another order differ by rounding
+    assert np.abs(y - expected).max() <= 1e-4 * np.abs(expected).max()
 
 
 def test_kernels_do_not_mutate_inputs():
