@@ -356,6 +356,12 @@ def register_op(cls):
     for group in (operand_defs, result_defs, region_defs):
         for index, definition in enumerate(group):
             definition.index = index
+    # ops with several optional/variadic groups carry MLIR's segment sizes as a property
+    for segment_prop, defs in (("operandSegmentSizes", operand_defs),
+                                ("resultSegmentSizes", result_defs)):
+        if sum(d.kind != SINGLE for d in defs) > 1 and segment_prop not in prop_defs:
+            prop_defs[segment_prop] = PropDef(DenseArrayAttr, description="an array<i32: ...>")
+            prop_defs[segment_prop].field_name = segment_prop
     cls.operand_defs = tuple(operand_defs)
     cls.result_defs = tuple(result_defs)
     cls.prop_defs = prop_defs

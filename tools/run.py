@@ -56,6 +56,8 @@ def _load_module(args, sources):
     if args.model.endswith(".onnx"):
         from palimpsest.dialects.graph.from_onnx import import_onnx
 
+        if not os.path.exists(args.model):
+            raise UserError(f"cannot open '{args.model}': no such file")
         module = import_onnx(args.model)
     else:
         text, name = read_text(args.model)

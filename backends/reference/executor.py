@@ -3,50 +3,15 @@
 from __future__ import annotations
 
 from palimpsest.backends.binding import bind_inputs, output_names
-from palimpsest.ir import attributes as A
+from palimpsest.dialects.graph.evaluate import (  # noqa: F401  (re-exported)
+    attribute_value, evaluate_op, kernel_inputs,
+)
 from palimpsest.ir.diagnostics import DiagnosticError
-from palimpsest.ir.opdef import OPTIONAL, VARIADIC, segment_sizes
 from palimpsest.ir.verifier import lookup_symbol
 
 
-def attribute_value(attr):
-    """A property as the reference kernels take it."""
-    if isinstance(attr, (A.DenseElementsAttr, A.DenseResourceAttr)):
-        return attr.to_numpy()
-    return A.to_python(attr)
-
-
-def kernel_inputs(op, values: dict) -> list:
-    """Operand arrays in ONNX order, with None for an absent optional operand."""
-    cls = type(op)
-    sizes = segment_sizes(op, op.operands, cls.operand_defs, "operandSegmentSizes")
-    inputs, position = [], 0
-    for definition, size in zip(cls.operand_defs, sizes):
-        group = [values[v] for v in op.operands[position:position + size]]
-        position += size
-        if definition.kind == VARIADIC:
-            inputs.extend(group)
-        elif definition.kind == OPTIONAL and not group:
-            inputs.append(None)
-        else:
-            inputs.extend(group)
-    while inputs and inputs[-1] is None:
-        inputs.pop()
-    return inputs
-
-
 def _evaluate(op, values: dict):
-    from palimpsest.dialects.graph.reference import KERNELS
-
-    kernel = KERNELS.get(op.name)
-    if kernel is None:
-        raise op.error("has no reference implementation")
-    attrs = {k: attribute_value(v) for k, v in op.properties.items()
-             if k != "operandSegmentSizes"}
-    try:
-        return kernel(kernel_inputs(op, values), attrs, len(op.results))
-    except (ValueError, IndexError, TypeError) as error:
-        raise op.error(f"failed at run time: {error}") from None
+    return evaluate_op(op, [values[v] for v in op.operands])
 
 
 def run_function(func, arrays: list, depth: int = 0) -> list:

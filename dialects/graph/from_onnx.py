@@ -326,7 +326,7 @@ def import_onnx(source, *, function_name: str = "main", inline_limit: int = INLI
             raise OnnxImportError(f"cannot open '{path}': no such file", None) from None
         except Exception as error:  # protobuf decode errors and missing external data
             raise OnnxImportError(f"cannot load '{path}' as an ONNX model: {error}",
-                                  None) from None
+                                  NameLoc(path)) from None
         name = path
     else:
         model, name = source, source.graph.name or "<model>"
