@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-DIALECT_MODULES = ("builtin", "func", "test", "graph", "buffer")
+DIALECT_MODULES = ("builtin", "func", "test", "graph", "buffer", "memory")
 
 
 def load_all() -> None:

@@ -169,7 +169,8 @@ class Printer:
         if symbol is not None:
             name = symbol.value if isinstance(symbol, A.StringAttr) else None
             out.append(" " + (str(A.SymbolRefAttr(name)) if name is not None else str(symbol)))
-            out.append(f"({self._operands(op)})")
+            if op.operands or type(op).operand_defs:  # a call-like op: @callee(args)
+                out.append(f"({self._operands(op)})")
         elif op.operands:
             out.append(" " + self._operands(op))
         if op.successors:
