@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _readme_commands():
     text = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```sh\n(.*?)\n```", text, re.S)
-    main = next(b for b in blocks if "pip install -e ." in b and "pytest" not in b)
+    main = next(b for b in blocks if "pip install" in b and "pytest" not in b)
     tests = next(b for b in blocks if "pytest" in b)
     return main.strip(), tests.strip()
 
