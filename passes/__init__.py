@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import importlib
 
-PASS_MODULES = ("dce", "cse")
+PASS_MODULES = ("dce", "cse", "infer_shapes", "canonicalize", "fold_constants", "bufferize",
+                "insert_deallocs", "liveness", "plan_memory")
 
 
 def load_all() -> None:

@@ -107,8 +107,8 @@ def dense_attr(array, type_: TensorType, resource_key=None, hint: str = "folded"
         if data.dtype.kind in "biuf" and data.dtype != np.float16:
             return A.DenseElementsAttr(type_, tuple(flat[:1].tolist()))
         return A.DenseElementsAttr.from_numpy(flat[:1], type_)
-    if data.size <= READABLE_ELEMENTS and data.dtype.kind in "biuf" \
-            and data.dtype != np.float16:
+    if 0 < data.size <= READABLE_ELEMENTS and data.dtype.kind in "biuf" \
+            and data.dtype != np.float16:  # empty: "0x", which parses back for any shape
         return A.DenseElementsAttr(type_, tuple(data.reshape(-1).tolist()))
     if data.nbytes <= INLINE_LIMIT or resource_key is None:
         return A.DenseElementsAttr.from_numpy(data, type_)

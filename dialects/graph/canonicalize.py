@@ -1,0 +1,307 @@
+"""Canonicalization patterns of the graph dialect, as small declarative tables.
+
+Importing this module attaches the patterns to the op classes (their
+`canonicalization_patterns`); the `canonicalize` pass imports it. Every rewrite keeps
+the numbers the reference executor computes: the ones that drop or merge data movement
+are exact, and the batch-norm fold changes only rounding. A value is replaced only by
+one of exactly the same type, so function signatures and users never see a new type.
+
+| root              | rewrite                                                            |
+|-------------------|--------------------------------------------------------------------|
+| graph.identity    | identity(x) → x                                                    |
+| graph.dropout     | dropout(x) at inference → x (a used mask → constant true)          |
+| graph.cast        | cast(x) to x's own element type → x                                |
+| graph.reshape     | reshape(x) / flatten(x) to x's own static shape → x                |
+| graph.flatten     |                                                                    |
+| graph.reshape     | reshape(reshape|flatten|squeeze|unsqueeze(x), s) → reshape(x, s)   |
+| graph.transpose   | transpose(x) with the identity perm → x                            |
+| graph.transpose   | transpose(transpose(x, p), q) → transpose(x, p∘q), or x            |
+| graph.squeeze     | squeeze(unsqueeze(x, a), a) → x                                    |
+| graph.unsqueeze   | unsqueeze(squeeze(x, a), a) → x                                    |
+| graph.batch_norm  | batch_norm(conv(x, W, B)) with constant W, B and bn params, the     |
+|                   | conv used only there → conv(x, W', B') (weights rescaled)          |
+
+numpy is imported only inside the batch-norm fold, when it fires.
+"""
+
+from __future__ import annotations
+
+from palimpsest.dialects.graph.ops_base import constant_values
+from palimpsest.dialects.graph.ops_constant import ConstantOp
+from palimpsest.ir import attributes as A
+from palimpsest.ir.opdef import lookup_op
+from palimpsest.ir.types import FloatType, TensorType, i1, i64
+from palimpsest.ir.patterns import M, V, rules
+
+RESHAPE_LIKE = ("graph.reshape", "graph.flatten", "graph.squeeze", "graph.unsqueeze")
+
+
+def _const(bind: str | None = None) -> M:
+    """An operand defined by `graph.constant` (the op is bound)."""
+    return M("graph.constant", bind=bind)
+
+
+def _same(value, result):
+    """`value` when it can stand for `result` (same type), else None (decline)."""
+    return value if value.type == result.type else None
+
+
+def _rank(value) -> int | None:
+    shape = getattr(value.type, "shape", None)
+    return None if shape is None else len(shape)
+
+
+def _static_shape(value):
+    t = value.type
+    return t.shape if isinstance(t, TensorType) and t.has_static_shape else None
+
+
+# ---------------------------------------------------------------------------
+# Ops that do nothing
+
+
+def remove_identity(rewriter, op, x):
+    return _same(x, op.results[0])
+
+
+def remove_same_type_cast(rewriter, op, x):
+    return _same(x, op.results[0])
+
+
+def remove_static_noop_reshape(rewriter, op, x):
+    """reshape/flatten whose input already has the (static) result type."""
+    if _static_shape(x) is None:
+        return None
+    return _same(x, op.results[0])
+
+
+def remove_inference_dropout(rewriter, op):
+    """Dropout is the identity unless training with a non-zero ratio."""
+    if op.training_mode is not None:
+        training = constant_values(op.training_mode)
+        if training is None or len(training) != 1:
+            return None
+        if training[0]:
+            ratio = constant_values(op.ratio) if op.ratio is not None else [0.5]
+            if ratio is None or len(ratio) != 1 or ratio[0] != 0.0:
+                return None
+    data = op.data
+    if data.type != op.results[0].type:
+        return None
+    replacements = [data]
+    for mask in op.results[1:]:
+        if not mask.uses:
+            replacements.append(None)
+            continue
+        if not isinstance(mask.type, TensorType) or not mask.type.has_static_shape \
+                or mask.type.element_type != i1:
+            return None
+        replacements.append(rewriter.insert(ConstantOp.of([True], mask.type)).results[0])
+    return replacements
+
+
+# ---------------------------------------------------------------------------
+# Chains of data movement
+
+
+def fold_reshape_chain(rewriter, outer, inner):
+    """reshape(R(x), s) → reshape(x, s) for a reshape-like R: all keep the row-major
+    order, so only the final shape matters. A 0 in `s` copies a dim of R(x) (unless
+    allowzero), so then `s` is replaced by the result's static dims, or the rule
+    declines."""
+    x = inner.operands[0]
+    shape = outer.operands[1]
+    allowzero = outer.properties.get("allowzero")
+    if not (allowzero is not None and allowzero.value == 1):
+        known = constant_values(shape)
+        if known is None or 0 in known:
+            dims = _static_shape(outer.results[0])
+            if dims is None:
+                return None
+            new_shape = ConstantOp.of(list(dims), TensorType((len(dims),), i64))
+            rewriter.insert(new_shape)
+            rewriter.set_operand(outer, 1, new_shape.results[0])
+            if 0 in dims:
+                rewriter.set_property(outer, "allowzero", A.IntegerAttr(1, i64))
+    rewriter.set_operand(outer, 0, x)
+    return True
+
+
+def _perm(op) -> list | None:
+    attr = op.properties.get("perm")
+    if attr is not None:
+        return list(attr.values)
+    rank = _rank(op.operands[0])
+    return None if rank is None else list(reversed(range(rank)))
+
+
+def _is_identity(perm) -> bool:
+    return perm is not None and perm == list(range(len(perm)))
+
+
+def remove_identity_transpose(rewriter, op, x):
+    return _same(x, op.results[0]) if _is_identity(_perm(op)) else None
+
+
+def fold_transpose_chain(rewriter, outer, inner):
+    """transpose(transpose(x, p), q): result dim j is x's dim p[q[j]]."""
+    p, q = _perm(inner), _perm(outer)
+    if p is None or q is None or len(p) != len(q):
+        return None
+    combined = [p[j] for j in q]
+    x = inner.operands[0]
+    if _is_identity(combined) and x.type == outer.results[0].type:
+        return x
+    rewriter.set_operand(outer, 0, x)
+    rewriter.set_property(outer, "perm", A.DenseArrayAttr(i64, tuple(combined)))
+    return True
+
+
+def _axes(axes_value, rank, shape=None) -> list | None:
+    """Sorted, normalized axes from a constant operand; with no operand (squeeze), the
+    dims of size 1 of a fully static `shape`."""
+    if rank is None:
+        return None
+    if axes_value is None:
+        if shape is None or any(d is None for d in shape):
+            return None
+        return [i for i, d in enumerate(shape) if d == 1]
+    known = constant_values(axes_value)
+    if known is None or any(not -rank <= a < rank for a in known):
+        return None
+    normalized = sorted(a % rank for a in known)
+    return normalized if len(set(normalized)) == len(normalized) else None
+
+
+def cancel_unsqueeze_of_squeeze(rewriter, outer, inner):
+    """unsqueeze(squeeze(x, a), a) → x: both axes lists count in x's dims."""
+    x = inner.operands[0]
+    rank = _rank(x)
+    shape = getattr(x.type, "shape", None)
+    removed = _axes(inner.axes, rank, shape)
+    inserted = _axes(outer.axes, rank)
+    if removed is None or removed != inserted:
+        return None
+    return _same(x, outer.results[0])
+
+
+def cancel_squeeze_of_unsqueeze(rewriter, outer, inner):
+    """squeeze(unsqueeze(x, a), a) → x: both axes lists count in the unsqueezed dims."""
+    middle = inner.results[0]
+    rank = _rank(middle)
+    inserted = _axes(inner.axes, rank)
+    removed = _axes(outer.axes, rank, getattr(middle.type, "shape", None))
+    if inserted is None or inserted != removed:
+        return None
+    return _same(inner.operands[0], outer.results[0])
+
+
+# ---------------------------------------------------------------------------
+# Batch normalization folded into the convolution before it
+
+
+def _float_element(value) -> bool:
+    t = value.type
+    return isinstance(t, TensorType) and isinstance(t.element_type, FloatType) \
+        and t.element_type.name in ("f16", "f32", "f64")
+
+
+def fold_batch_norm_into_conv(rewriter, bn, conv, x, w, scale, bias, mean, var):
+    """Y = (conv(x, W) + B - mean) * s + bias with s = scale / sqrt(var + eps)
+    = conv(x, W * s[:, None, ...]) + ((B - mean) * s + bias)."""
+    if len(bn.results) != 1 or (bn.training_mode is not None and bn.training_mode.value != 0):
+        return None
+    conv_bias = conv.b
+    bias_op = None
+    if conv_bias is not None:
+        bias_op = conv_bias.op if getattr(conv_bias, "op", None) is not None else None
+        if bias_op is None or bias_op.name != "graph.constant":
+            return None
+    y = conv.results[0]
+    if not _float_element(y) or not _float_element(bn.results[0]):
+        return None
+    if y.type.element_type != bn.results[0].type.element_type:
+        return None
+    w_type = w.results[0].type
+    if not isinstance(w_type, TensorType) or not w_type.has_static_shape or not w_type.shape:
+        return None
+    channels = w_type.shape[0]
+    try:
+        import numpy as np
+
+        def load(op):
+            return op.properties["value"].to_numpy().astype(np.float64)
+
+        weights = load(w)
+        params = [load(op).reshape(-1) for op in (scale, bias, mean, var)]
+        old_bias = load(bias_op).reshape(-1) if bias_op is not None else np.zeros(channels)
+    except (OSError, ValueError, KeyError):
+        return None
+    if any(p.shape != (channels,) for p in params) or old_bias.shape != (channels,):
+        return None
+    s, b, m, v = params
+    epsilon = bn.properties.get("epsilon")
+    eps = epsilon.value if epsilon is not None else 1e-5
+    factor = s / np.sqrt(v + eps)
+    new_weights = weights * factor.reshape((channels,) + (1,) * (weights.ndim - 1))
+    new_bias = (old_bias - m) * factor + b
+
+    from palimpsest.dialects.graph.evaluate import dense_attr
+
+    element = w_type.element_type
+    hint = w.properties["value"].blob.key if isinstance(w.properties["value"],
+                                                         A.DenseResourceAttr) else "conv_w"
+    w_attr = dense_attr(new_weights, w_type, rewriter.unique_resource_key, f"{hint}_bn")
+    b_type = TensorType((channels,), element)
+    b_attr = dense_attr(new_bias, b_type, rewriter.unique_resource_key, f"{hint}_bn_bias")
+    name = w.results[0].name_hint
+    w_new = rewriter.insert(ConstantOp([], [w_type], {"value": w_attr},
+                                       result_names=[f"{name}_bn" if name else None]))
+    b_new = rewriter.insert(ConstantOp([], [b_type], {"value": b_attr},
+                                       result_names=[f"{name}_bn_bias" if name else None]))
+    folded = type(conv)([x, w_new.results[0], b_new.results[0]], [bn.results[0].type],
+                        dict(conv.properties), dict(conv.attributes), location=conv.location)
+    folded.source_loc = conv.source_loc
+    return folded
+
+
+# ---------------------------------------------------------------------------
+# The tables, attached to the op classes
+
+PATTERNS = rules(
+    (M("graph.identity", V("x")), remove_identity),
+    (M("graph.dropout"), remove_inference_dropout),
+    (M("graph.cast", V("x")), remove_same_type_cast),
+    (M("graph.reshape", V("x"), V()), remove_static_noop_reshape, 2),
+    (M("graph.flatten", V("x")), remove_static_noop_reshape, 2),
+    (M("graph.reshape", M(RESHAPE_LIKE, bind="inner"), V(), bind="outer"), fold_reshape_chain),
+    (M("graph.transpose", V("x")), remove_identity_transpose, 2),
+    (M("graph.transpose", M("graph.transpose", bind="inner"), bind="outer"),
+     fold_transpose_chain),
+    (M("graph.unsqueeze", M("graph.squeeze", bind="inner"), V(), bind="outer"),
+     cancel_unsqueeze_of_squeeze),
+    (M("graph.squeeze", M("graph.unsqueeze", bind="inner"), ..., bind="outer"),
+     cancel_squeeze_of_unsqueeze),
+    (M("graph.batch_norm",
+       M("graph.conv", V("x"), _const("w"), ..., bind="conv", one_use=True),
+       _const("scale"), _const("bias"), _const("mean"), _const("var"), bind="bn"),
+     fold_batch_norm_into_conv),
+)
+
+
+def attach(patterns) -> None:
+    """Add `patterns` to the `canonicalization_patterns` of their root op classes."""
+    by_root: dict = {}
+    for item in patterns:
+        by_root.setdefault(item.root, []).append(item)
+    for root, items in by_root.items():
+        cls = lookup_op(root)
+        if cls is None:
+            continue
+        existing = getattr(cls, "canonicalization_patterns", None) or ()
+        existing = list(existing() if callable(existing) else existing)
+        cls.canonicalization_patterns = tuple(existing) + tuple(
+            p for p in items if p not in existing)
+
+
+attach(PATTERNS)

@@ -1,0 +1,561 @@
+"""Elementwise graph ops: unary activations and math, binary arithmetic and comparisons
+with numpy broadcasting, variadic max/min/sum/mean, where, clip and cast."""
+
+from __future__ import annotations
+
+from palimpsest.dialects.graph import shapes as S
+from palimpsest.dialects.graph.ops_base import (
+    MAX_KNOWN_ELEMENTS, ONNX_DTYPES, AnyTensor, BoolTensor, FloatTensor, GraphOp,
+    NumericTensor, ShapeError, float_prop, int_prop, segments_prop, str_prop, tensor,
+)
+from palimpsest.ir.opdef import (
+    InPlace, operand, optional_operand, register_op, result_def, variadic_operand,
+)
+from palimpsest.ir.types import FloatType, IntegerType, i1
+
+# ---------------------------------------------------------------------------
+# Folding helpers (integer shape arithmetic only; floats are never computed here)
+
+
+def _known(args, names):
+    """[(values, shape)] for the named operands when all are known and static."""
+    parts = []
+    for name in names:
+        for t, values in zip(args.types(name), args.values(name)):
+            if values is None or not t.has_static_shape:
+                return None
+            parts.append((values, tuple(t.shape)))
+    return parts
+
+
+def _is_int_type(t) -> bool:
+    return isinstance(t, IntegerType)
+
+
+def fold_elementwise(args, names, result_types, fn):
+    """Known values of an elementwise op whose operands are known integer tensors."""
+    out = result_types[0]
+    if out is None or not out.has_static_shape or out.num_elements() > MAX_KNOWN_ELEMENTS:
+        return None
+    if not _is_int_type(out.element_type):
+        return None
+    if not all(_is_int_type(t.element_type) for name in names for t in args.types(name)):
+        return None
+    parts = _known(args, names)
+    if parts is None:
+        return None
+    values, _ = S.broadcast_values(fn, parts)
+    return [values]
+
+
+# ---------------------------------------------------------------------------
+# Unary
+
+
+class UnaryOp(GraphOp):
+    """y = f(x), same type."""
+
+    traits = GraphOp.traits + (InPlace((0,)),)
+    x = operand(NumericTensor)
+    y = result_def(AnyTensor)
+
+    @classmethod
+    def rule(cls, args):
+        return [tensor(args.shape("x"), args.element("x"))]
+
+
+class FloatUnaryOp(UnaryOp):
+    x = operand(FloatTensor)
+
+
+class IntFoldingUnaryOp(UnaryOp):
+    """A unary op that folds on known integer values with `apply`."""
+
+    @staticmethod
+    def apply(v):  # pragma: no cover - overridden
+        return None
+
+    @classmethod
+    def fold_values(cls, args, result_types):
+        return fold_elementwise(args, ["x"], result_types, cls.apply)
+
+
+@register_op
+class ReluOp(UnaryOp):
+    name = "graph.relu"
+
+
+@register_op
+class NegOp(IntFoldingUnaryOp):
+    name = "graph.neg"
+
+    @staticmethod
+    def apply(v):
+        return -v
+
+
+@register_op
+class AbsOp(IntFoldingUnaryOp):
+    name = "graph.abs"
+
+    @staticmethod
+    def apply(v):
+        return abs(v)
+
+
+@register_op
+class SignOp(UnaryOp):
+    name = "graph.sign"
+
+
+@register_op
+class SigmoidOp(FloatUnaryOp):
+    name = "graph.sigmoid"
+
+
+@register_op
+class TanhOp(FloatUnaryOp):
+    name = "graph.tanh"
+
+
+@register_op
+class ErfOp(FloatUnaryOp):
+    name = "graph.erf"
+
+
+@register_op
+class ExpOp(FloatUnaryOp):
+    name = "graph.exp"
+
+
+@register_op
+class LogOp(FloatUnaryOp):
+    name = "graph.log"
+
+
+@register_op
+class SqrtOp(FloatUnaryOp):
+    name = "graph.sqrt"
+
+
+@register_op
+class ReciprocalOp(FloatUnaryOp):
+    name = "graph.reciprocal"
+
+
+@register_op
+class FloorOp(FloatUnaryOp):
+    name = "graph.floor"
+
+
+@register_op
+class CeilOp(FloatUnaryOp):
+    name = "graph.ceil"
+
+
+@register_op
+class RoundOp(FloatUnaryOp):
+    name = "graph.round"
+
+
+@register_op
+class SinOp(FloatUnaryOp):
+    name = "graph.sin"
+
+
+@register_op
+class CosOp(FloatUnaryOp):
+    name = "graph.cos"
+
+
+@register_op
+class SoftplusOp(FloatUnaryOp):
+    name = "graph.softplus"
+
+
+@register_op
+class SoftsignOp(FloatUnaryOp):
+    name = "graph.softsign"
+
+
+@register_op
+class HardSwishOp(FloatUnaryOp):
+    name = "graph.hard_swish"
+
+
+@register_op
+class LeakyReluOp(FloatUnaryOp):
+    name = "graph.leaky_relu"
+    alpha = float_prop(0.01)
+
+
+@register_op
+class EluOp(FloatUnaryOp):
+    name = "graph.elu"
+    alpha = float_prop(1.0)
+
+
+@register_op
+class SeluOp(FloatUnaryOp):
+    name = "graph.selu"
+    alpha = float_prop(1.67326319217681884765625)
+    gamma = float_prop(1.05070102214813232421875)
+
+
+@register_op
+class HardSigmoidOp(FloatUnaryOp):
+    name = "graph.hard_sigmoid"
+    alpha = float_prop(0.2)
+    beta = float_prop(0.5)
+
+
+@register_op
+class GeluOp(FloatUnaryOp):
+    name = "graph.gelu"
+    approximate = str_prop("none", choices=("none", "tanh"))
+
+
+@register_op
+class NotOp(GraphOp):
+    name = "graph.not"
+    traits = GraphOp.traits + (InPlace((0,)),)
+    x = operand(BoolTensor)
+    y = result_def(BoolTensor)
+
+    @classmethod
+    def rule(cls, args):
+        return [tensor(args.shape("x"), i1)]
+
+    @classmethod
+    def fold_values(cls, args, result_types):
+        return fold_elementwise(args, ["x"], result_types, lambda v: not v)
+
+
+# ---------------------------------------------------------------------------
+# Binary, with numpy broadcasting
+
+
+class BinaryOp(GraphOp):
+    """c = a ∘ b with broadcasting; a and b share their element type."""
+
+    traits = GraphOp.traits + (InPlace(),)
+    a = operand(NumericTensor)
+    b = operand(NumericTensor)
+    c = result_def(AnyTensor)
+
+    @staticmethod
+    def apply(x, y):
+        return None  # no folding unless a subclass says how
+
+    @classmethod
+    def result_element(cls, element):
+        return element
+
+    @classmethod
+    def rule(cls, args):
+        element = args.same_element("a", "b")
+        shape = S.broadcast(args.shape("a"), args.shape("b"))
+        return [tensor(shape, cls.result_element(element))]
+
+    @classmethod
+    def fold_values(cls, args, result_types):
+        return fold_elementwise(args, ["a", "b"], result_types, cls.apply)
+
+
+@register_op
+class AddOp(BinaryOp):
+    name = "graph.add"
+
+    @staticmethod
+    def apply(x, y):
+        return x + y
+
+
+@register_op
+class SubOp(BinaryOp):
+    name = "graph.sub"
+
+    @staticmethod
+    def apply(x, y):
+        return x - y
+
+
+@register_op
+class MulOp(BinaryOp):
+    name = "graph.mul"
+
+    @staticmethod
+    def apply(x, y):
+        return x * y
+
+
+@register_op
+class DivOp(BinaryOp):
+    name = "graph.div"
+
+    @staticmethod
+    def apply(x, y):
+        return S.int_div(x, y)
+
+
+@register_op
+class ModOp(BinaryOp):
+    name = "graph.mod"
+    fmod = int_prop(0, values=(0, 1))
+
+
+@register_op
+class PowOp(BinaryOp):
+    """Pow's exponent may have another element type than its base."""
+
+    name = "graph.pow"
+
+    @classmethod
+    def rule(cls, args):
+        shape = S.broadcast(args.shape("a"), args.shape("b"))
+        return [tensor(shape, args.element("a"))]
+
+    @classmethod
+    def fold_values(cls, args, result_types):
+        return None
+
+
+class CompareOp(BinaryOp):
+    """Comparisons give i1."""
+
+    @classmethod
+    def result_element(cls, element):
+        return i1
+
+
+@register_op
+class EqualOp(CompareOp):
+    name = "graph.equal"
+    a = operand(AnyTensor)
+    b = operand(AnyTensor)
+
+    @staticmethod
+    def apply(x, y):
+        return x == y
+
+
+@register_op
+class LessOp(CompareOp):
+    name = "graph.less"
+
+    @staticmethod
+    def apply(x, y):
+        return x < y
+
+
+@register_op
+class LessOrEqualOp(CompareOp):
+    name = "graph.less_or_equal"
+
+    @staticmethod
+    def apply(x, y):
+        return x <= y
+
+
+@register_op
+class GreaterOp(CompareOp):
+    name = "graph.greater"
+
+    @staticmethod
+    def apply(x, y):
+        return x > y
+
+
+@register_op
+class GreaterOrEqualOp(CompareOp):
+    name = "graph.greater_or_equal"
+
+    @staticmethod
+    def apply(x, y):
+        return x >= y
+
+
+class LogicalOp(BinaryOp):
+    a = operand(BoolTensor)
+    b = operand(BoolTensor)
+
+
+@register_op
+class AndOp(LogicalOp):
+    name = "graph.and"
+
+    @staticmethod
+    def apply(x, y):
+        return bool(x and y)
+
+
+@register_op
+class OrOp(LogicalOp):
+    name = "graph.or"
+
+    @staticmethod
+    def apply(x, y):
+        return bool(x or y)
+
+
+@register_op
+class XorOp(LogicalOp):
+    name = "graph.xor"
+
+    @staticmethod
+    def apply(x, y):
+        return bool(x) != bool(y)
+
+
+# ---------------------------------------------------------------------------
+# Variadic: max, min, sum, mean
+
+
+class VariadicOp(GraphOp):
+    traits = GraphOp.traits + (InPlace(),)
+    inputs = variadic_operand(NumericTensor)
+    y = result_def(AnyTensor)
+
+    @staticmethod
+    def apply(*xs):
+        return None
+
+    def verify_(self):
+        if not self.operands:
+            raise self.error("needs at least one operand")
+        super().verify_()
+
+    @classmethod
+    def rule(cls, args):
+        if not args.has("inputs"):
+            raise ShapeError("needs at least one operand")
+        element = args.same_element("inputs")
+        return [tensor(S.broadcast(*args.shapes("inputs")), element)]
+
+    @classmethod
+    def fold_values(cls, args, result_types):
+        return fold_elementwise(args, ["inputs"], result_types, cls.apply)
+
+
+@register_op
+class MaxOp(VariadicOp):
+    name = "graph.max"
+
+    @staticmethod
+    def apply(*xs):
+        return max(xs)
+
+
+@register_op
+class MinOp(VariadicOp):
+    name = "graph.min"
+
+    @staticmethod
+    def apply(*xs):
+        return min(xs)
+
+
+@register_op
+class SumOp(VariadicOp):
+    name = "graph.sum"
+
+    @staticmethod
+    def apply(*xs):
+        return sum(xs)
+
+
+@register_op
+class MeanOp(VariadicOp):
+    name = "graph.mean"
+    inputs = variadic_operand(FloatTensor)
+
+
+# ---------------------------------------------------------------------------
+# Where, clip, cast
+
+
+@register_op
+class WhereOp(GraphOp):
+    name = "graph.where"
+    traits = GraphOp.traits + (InPlace((1, 2)),)
+    condition = operand(BoolTensor)
+    x = operand(AnyTensor)
+    y = operand(AnyTensor)
+    output = result_def(AnyTensor)
+
+    @classmethod
+    def rule(cls, args):
+        element = args.same_element("x", "y")
+        shape = S.broadcast(args.shape("condition"), args.shape("x"), args.shape("y"))
+        return [tensor(shape, element)]
+
+    @classmethod
+    def fold_values(cls, args, result_types):
+        return fold_elementwise(args, ["condition", "x", "y"], result_types,
+                                lambda c, x, y: x if c else y)
+
+
+@register_op
+class ClipOp(GraphOp):
+    """min and max are optional scalars (operandSegmentSizes says which are given)."""
+
+    name = "graph.clip"
+    traits = GraphOp.traits + (InPlace((0,)),)
+    input = operand(NumericTensor)
+    min = optional_operand(NumericTensor)
+    max = optional_operand(NumericTensor)
+    output = result_def(AnyTensor)
+    operandSegmentSizes = segments_prop()
+
+    @classmethod
+    def rule(cls, args):
+        element = args.same_element("input", "min", "max")
+        for bound in ("min", "max"):
+            shape = args.shape(bound)
+            if shape is not None and S.num_elements(shape) not in (None, 1):
+                raise ShapeError(f"'{bound}' must be a scalar, got shape {S.fmt(shape)}")
+        return [tensor(args.shape("input"), element)]
+
+
+def _wrap_int(value: int, element) -> int | None:
+    if element == i1:
+        return bool(value)
+    width = element.width
+    if element.signedness == "unsigned":
+        return value % (1 << width)
+    value %= 1 << width
+    return value - (1 << width) if value >= 1 << (width - 1) else value
+
+
+@register_op
+class CastOp(GraphOp):
+    """`to` is the ONNX TensorProto data type code (1 = f32, 7 = i64, 9 = i1, ...)."""
+
+    name = "graph.cast"
+    traits = GraphOp.traits + (InPlace((0,)),)  # reused only when `to` keeps the type
+    input = operand(AnyTensor)
+    output = result_def(AnyTensor)
+    to = int_prop(values=tuple(sorted(ONNX_DTYPES)))
+    saturate = int_prop(1, values=(0, 1))
+
+    @classmethod
+    def rule(cls, args):
+        return [tensor(args.shape("input"), ONNX_DTYPES[args["to"]])]
+
+    @classmethod
+    def fold_values(cls, args, result_types):
+        out = result_types[0]
+        source = args.element("input")
+        values = args.value("input")
+        if values is None or not isinstance(source, IntegerType):
+            return None
+        target = out.element_type
+        if isinstance(target, IntegerType):
+            return [[None if v is None else _wrap_int(int(v), target) for v in values]]
+        if isinstance(target, FloatType) and target.name in ("f32", "f64"):
+            limit = 1 << (24 if target.name == "f32" else 53)
+            if any(v is not None and abs(v) > limit for v in values):
+                return None
+            return [[None if v is None else float(v) for v in values]]
+        return None
+

@@ -1,0 +1,160 @@
+"""Reductions: reduce_{mean,sum,max,min,prod,l1,l2,sum_square,log_sum_exp} with an
+optional `axes` operand (ONNX opset 18 form), and arg_max / arg_min."""
+
+from __future__ import annotations
+
+from palimpsest.dialects.graph import shapes as S
+from palimpsest.dialects.graph.ops_base import (
+    AnyTensor, GraphOp, IntTensor, NumericTensor, ShapeError, int_prop, tensor,
+    tensor_where,
+)
+from palimpsest.ir.opdef import operand, optional_operand, register_op, result_def
+from palimpsest.ir.types import FloatType, IntegerType, i64
+
+NumericOrBoolTensor = tensor_where("a tensor of numbers or i1",
+                                   lambda t: isinstance(t, (FloatType, IntegerType)))
+
+
+class ReduceOp(GraphOp):
+    """Reduces over `axes` (all dims when absent or empty, unless
+    noop_with_empty_axes); keepdims keeps reduced dims as 1."""
+
+    data = operand(NumericTensor)
+    axes = optional_operand(IntTensor)
+    reduced = result_def(AnyTensor)
+    keepdims = int_prop(1, values=(0, 1))
+    noop_with_empty_axes = int_prop(0, values=(0, 1))
+
+    @staticmethod
+    def combine(values):
+        return None
+
+    @classmethod
+    def rule(cls, args):
+        x = args.shape("data")
+        axes_shape = args.shape("axes")
+        if axes_shape is not None and len(axes_shape) != 1:
+            raise ShapeError(f"'axes' must be 1-D, got shape {S.fmt(axes_shape)}")
+        axes = args.ints("axes")
+        count = None
+        if args.has("axes") and axes is None:
+            count = args.length("axes")
+            if count is None:  # unknown axes: only the rank is known when keepdims
+                if x is None or not args["keepdims"]:
+                    return [tensor(None, args.element("data"))]
+                return [tensor(tuple(1 if d == 1 else None for d in x), args.element("data"))]
+            if count == 0:
+                axes, count = [], None
+        shape = S.reduce(x, axes, args["keepdims"], args["noop_with_empty_axes"], count)
+        return [tensor(shape, args.element("data"))]
+
+    @classmethod
+    def fold_values(cls, args, result_types):
+        """Integer reductions of a known 1-D tensor over its only axis (the
+        `ReduceProd(Slice(Shape(x)))` of flatten-like exports)."""
+        values = args.value("data")
+        data = args.type("data")
+        out = result_types[0]
+        if (values is None or data.shape is None or len(data.shape) != 1
+                or not isinstance(data.element_type, IntegerType)
+                or out is None or not out.has_static_shape):
+            return None
+        axes = args.ints("axes")
+        if args.has("axes") and axes is None:
+            return None
+        if axes == [] and args["noop_with_empty_axes"]:
+            return [list(values)]
+        if axes not in (None, [], [0], [-1]) or any(v is None for v in values):
+            return None
+        result = cls.combine(values)
+        return None if result is None else [[result]]
+
+
+@register_op
+class ReduceMeanOp(ReduceOp):
+    name = "graph.reduce_mean"
+
+
+@register_op
+class ReduceSumOp(ReduceOp):
+    name = "graph.reduce_sum"
+
+    @staticmethod
+    def combine(values):
+        return sum(values)
+
+
+@register_op
+class ReduceMaxOp(ReduceOp):
+    name = "graph.reduce_max"
+    data = operand(NumericOrBoolTensor)
+
+    @staticmethod
+    def combine(values):
+        return max(values) if values else None
+
+
+@register_op
+class ReduceMinOp(ReduceOp):
+    name = "graph.reduce_min"
+    data = operand(NumericOrBoolTensor)
+
+    @staticmethod
+    def combine(values):
+        return min(values) if values else None
+
+
+@register_op
+class ReduceProdOp(ReduceOp):
+    name = "graph.reduce_prod"
+
+    @staticmethod
+    def combine(values):
+        total = 1
+        for v in values:
+            total *= v
+        return total
+
+
+@register_op
+class ReduceL1Op(ReduceOp):
+    name = "graph.reduce_l1"
+
+
+@register_op
+class ReduceL2Op(ReduceOp):
+    name = "graph.reduce_l2"
+
+
+@register_op
+class ReduceSumSquareOp(ReduceOp):
+    name = "graph.reduce_sum_square"
+
+
+@register_op
+class ReduceLogSumExpOp(ReduceOp):
+    name = "graph.reduce_log_sum_exp"
+
+
+class ArgReduceOp(GraphOp):
+    """Index (i64) of the max / min along `axis`."""
+
+    data = operand(NumericTensor)
+    reduced = result_def(AnyTensor)
+    axis = int_prop(0)
+    keepdims = int_prop(1, values=(0, 1))
+    select_last_index = int_prop(0, values=(0, 1))
+
+    @classmethod
+    def rule(cls, args):
+        return [tensor(S.arg_reduce(args.shape("data"), args["axis"], args["keepdims"]), i64)]
+
+
+@register_op
+class ArgMaxOp(ArgReduceOp):
+    name = "graph.arg_max"
+
+
+@register_op
+class ArgMinOp(ArgReduceOp):
+    name = "graph.arg_min"
