@@ -68,7 +68,8 @@ class FuncOp(Operation):
         for region in self.regions:
             for block in region.blocks:
                 last = block.last
-                if last is None or not last.is_registered or not last.has_trait(IsTerminator):
+                # an unregistered op (e.g. MLIR's cf.br) may be a terminator, as in MLIR
+                if last is None or (last.is_registered and not last.has_trait(IsTerminator)):
                     raise self.error("body blocks must end with a terminator such as "
                                      "'func.return'")
 

@@ -294,6 +294,21 @@ class SameOperandsAndResultShape(Trait):
             raise op.error("requires the same shape for all operands and results")
 
 
+class InPlace(Trait):
+    """Elementwise: result 0 may reuse the storage of an operand of the same type
+    (a kernel reads element i of its operands before writing element i of its result).
+    `operands`: the operand indices that may be reused; None: any same-typed operand.
+    Bufferization decides whether it does (the operand must die at the op)."""
+
+    def __init__(self, operands: tuple | None = None):
+        self.operands = tuple(operands) if operands is not None else None
+
+    def candidates(self, op: Operation) -> list[int]:
+        """Operand indices whose storage result 0 may reuse."""
+        indices = range(len(op.operands)) if self.operands is None else self.operands
+        return [i for i in indices if i < len(op.operands)]
+
+
 # ---------------------------------------------------------------------------
 # Memory effects
 
@@ -343,16 +358,23 @@ def register_op(cls):
     if "." not in cls.name:
         raise ValueError(f"op name '{cls.name}' must be 'dialect.op'")
     operand_defs, result_defs, prop_defs, region_defs = [], [], {}, []
+    def put(defs, name, value):  # a subclass redeclaring a field keeps its position
+        found = [i for i, d in enumerate(defs) if d.field_name == name]
+        if found:
+            defs[found[0]] = value
+        else:
+            defs.append(value)
+
     for klass in reversed(cls.__mro__):
         for attr_name, value in vars(klass).items():
             if isinstance(value, OperandDef):
-                operand_defs = [d for d in operand_defs if d.field_name != attr_name] + [value]
+                put(operand_defs, attr_name, value)
             elif isinstance(value, ResultDef):
-                result_defs = [d for d in result_defs if d.field_name != attr_name] + [value]
+                put(result_defs, attr_name, value)
             elif isinstance(value, PropDef):
                 prop_defs[attr_name] = value
             elif isinstance(value, RegionDef):
-                region_defs = [d for d in region_defs if d.field_name != attr_name] + [value]
+                put(region_defs, attr_name, value)
     for group in (operand_defs, result_defs, region_defs):
         for index, definition in enumerate(group):
             definition.index = index

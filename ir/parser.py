@@ -291,6 +291,9 @@ class _Builder:
     def attr_dict(self, children):
         return dict(e for e in children if e is not None)
 
+    def pretty_symbol(self, children):
+        return children
+
     def pretty_operands(self, children):
         return children[0]
 
@@ -322,15 +325,18 @@ class _Builder:
         props, other = {}, {}
         for key, value in (attrs or {}).items():
             (props if key in cls.prop_defs else other)[key] = value
-        if sym is not None:
+        if sym is not None:  # `@a` or a nested reference `@a::@b`
             symbol_prop = getattr(cls, "symbol_prop", None)
             if symbol_prop is None:
-                self.fail(f"'{name}' takes no leading symbol", sym)
-            name_attr = _symbol_name(sym)
+                self.fail(f"'{name}' takes no leading symbol", sym[0])
+            names = [_symbol_name(t) for t in sym]
             if cls.prop_defs[symbol_prop].attr_class is A.StringAttr:
-                props[symbol_prop] = A.StringAttr(name_attr)
+                if len(names) > 1:
+                    self.fail(f"'{name}' defines a symbol: expected a name, not a nested "
+                              f"reference", sym[0])
+                props[symbol_prop] = A.StringAttr(names[0])
             else:
-                props[symbol_prop] = A.SymbolRefAttr(name_attr)
+                props[symbol_prop] = A.SymbolRefAttr(names[0], tuple(names[1:]))
         return (name_token, name, uses or [], sig, props, other, regions or [], succ or [], True)
 
     def func_op(self, children):
@@ -377,10 +383,13 @@ class _Builder:
         return children[0], children[1]
 
     def func_args(self, children):
-        if len(children) == 1 and isinstance(children[0], list):
-            return children[0]  # declaration: a type list
+        if children[0][0] is None:
+            return children  # a declaration: types, maybe with attributes
         self.pending_entry_args = [(c[0], c[1], c[3]) for c in children]
         return children
+
+    def decl_arg(self, children):
+        return (None, children[0], children[1], None)
 
     def func_arg(self, children):
         token, type_, attrs, loc = children
@@ -559,16 +568,30 @@ class _Builder:
     def int_attr(self, children):
         if len(children) == 1:
             text, _, type_text = children[0].partition(":")
-            return A.IntegerAttr(_parse_int(text.strip()), T.scalar_type(type_text.strip()))
+            value, type_ = _parse_int(text.strip()), T.scalar_type(type_text.strip())
+            self._check_int(value, type_, children[0])
+            return A.IntegerAttr(value, type_)
         token, type_ = children
         value = _parse_int(str(token))
         if type_ is None:
+            self._check_int(value, T.i64, token)
             return A.IntegerAttr(value)
         if isinstance(type_, T.FloatType):
             return A.FloatAttr(self._float_bits(value, type_, token), type_)
         if not isinstance(type_, (T.IntegerType, T.IndexType)):
             self.fail(f"an integer literal cannot have type '{type_}'", token)
+        self._check_int(value, type_, token)
         return A.IntegerAttr(value, type_)
+
+    def _check_int(self, value, type_, token) -> None:
+        """MLIR's range: a signless iN holds -2^(N-1) .. 2^N-1 (either reading of N bits)."""
+        if not isinstance(type_, T.IntegerType):
+            return
+        width, signedness = type_.width, type_.signedness
+        low = 0 if signedness == "unsigned" else -(1 << (width - 1)) if width else 0
+        high = (1 << (width - 1)) - 1 if signedness == "signed" else (1 << width) - 1
+        if not low <= value <= high:
+            self.fail(f"integer constant {value} out of range for type '{type_}'", token)
 
     def float_attr(self, children):
         if len(children) == 1:
@@ -650,6 +673,13 @@ class _Builder:
                 raw = bytes.fromhex(text[2:])
             except ValueError:
                 self.fail("malformed hex string in dense<...>", value)
+            element = type_.element_type
+            width = getattr(element, "width", 64 if isinstance(element, T.IndexType) else None)
+            if width is not None:
+                size, n = (width + 7) // 8, type_.num_elements()
+                if len(raw) not in (size * n, size):  # every element, or a splat
+                    self.fail(f"hex string of {len(raw)} bytes does not hold {n} elements "
+                              f"of '{element}' ({size * n} bytes)", value)
             return A.DenseElementsAttr(type_, raw=raw)
         flat = []
         n = type_.num_elements()
@@ -666,6 +696,8 @@ class _Builder:
             if any(isinstance(v, float) for v in flat):
                 self.fail(f"expected integer elements for '{type_}'", token)
             flat = [int(v) for v in flat]
+            for v in flat:
+                self._check_int(v, element, token)
         if len(flat) == 1 and not shape:
             return A.DenseElementsAttr(type_, (flat[0],))
         if tuple(shape) != tuple(type_.shape) and not (len(flat) == n and len(shape) == 1 and n == 0):
@@ -793,6 +825,10 @@ _TOKEN_NAMES = {
     "INT_TYPE": "a type", "FLOAT_TYPE": "a type", "INDEX": "a type", "NONE": "a type",
     "TENSOR_FAST": "a type", "DIALECT_TYPE": "a type", "DIMS": "dimensions",
     "DIALECT_ATTR": "an attribute", "$END": "end of input",
+    # composite tokens: name what they start with, never the terminal's name
+    "USE_LIST": "an SSA value", "USES_CLOSE": "an SSA value", "OP_OPEN": "an op name",
+    "FN_TYPE": "a type", "TYPED_INT": "an integer", "TYPED_FLOAT": "a float",
+    "ATTR_KEY": "an attribute name", "_non_function_type": "a type",
 }
 
 

@@ -44,11 +44,19 @@ class Printer:
         for index, block in enumerate(region.blocks):
             # as MLIR: numbered per region, the entry block is ^bb0 even when not printed
             self.block_names[block] = f"bb{index}"
-            for arg in block.args:
-                self._assign(arg, state, is_arg=True)
+            for arg in block.args:  # as MLIR: %argN in entry blocks, numbers elsewhere
+                self._assign(arg, state, is_arg=index == 0)
             for op in block.ops:
-                for result in op.results:
-                    self._assign(result, state)
+                results = op.results
+                if len(results) > 1 and not any(_is_valid_hint(r.name_hint or "")
+                                                for r in results):
+                    self._assign(results[0], state)  # MLIR's result group `%N:k`, `%N#i`
+                    base = self.names[results[0]]
+                    for i, result in enumerate(results):
+                        self.names[result] = f"{base}#{i}"
+                else:
+                    for result in results:
+                        self._assign(result, state)
                 if not (op.is_registered and op.has_trait(IsolatedFromAbove)):
                     for nested in op.regions:
                         self._name_region(nested, state)
@@ -123,7 +131,11 @@ class Printer:
         out = self.out
         out.append(indent)
         if op.results:
-            out.append(", ".join(self.names.get(r) or self.value_name(r) for r in op.results))
+            first = self.names.get(op.results[0], "")
+            if len(op.results) > 1 and first.endswith("#0"):
+                out.append(f"{first[:-2]}:{len(op.results)}")
+            else:
+                out.append(", ".join(self.names.get(r) or self.value_name(r) for r in op.results))
             out.append(" = ")
         if self.generic or not op.is_registered or not _pretty_printable(op):
             self._generic_body(op, indent)

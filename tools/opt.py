@@ -66,6 +66,12 @@ def _run(args, sources: SourceManager) -> int:
         if args.verify_diagnostics:
             failed |= _verify_chunk(args, passes, chunk, offset, filename, sources, outputs,
                                     timings)
+        elif args.split_input_file:  # as mlir-opt: report each chunk's error, go on
+            try:
+                outputs.append(_process(args, passes, chunk, offset, filename, timings))
+            except DiagnosticError as error:
+                print(error.render(sources), file=sys.stderr)
+                failed = True
         else:
             outputs.append(_process(args, passes, chunk, offset, filename, timings))
     if args.verify_diagnostics:

@@ -12,7 +12,7 @@ import time
 from typing import Iterable
 
 from .exact import exact
-from .greedy import conflict_order, greedy_by_conflicts, greedy_by_size, size_order
+from .greedy import greedy_by_conflicts, greedy_by_size
 from .hill_climb import hill_climb
 from .intervals import Interval, IntervalError, Plan, PlanError, peak_live
 from .problem import Problem
@@ -23,7 +23,7 @@ ALGORITHMS = ("greedy-by-size", "greedy-by-conflicts", "hill-climb", "exact", "a
 
 #: Above this many buffers ``auto`` skips the exact search (each of its steps costs
 #: time linear in the buffers of a subproblem) and uses hill climbing alone.
-EXACT_MAX_BUFFERS = 5000
+EXACT_MAX_BUFFERS = 1500
 
 
 def _check_number(value, what: str, minimum: float, allow_none: bool = False):
@@ -50,8 +50,10 @@ def plan_intervals(
     ``algorithm`` is one of :data:`ALGORITHMS`. Offsets are multiples of
     ``max(alignment, interval.alignment)``. ``capacity`` (bytes, None = unbounded)
     is checked against the best plan found: :class:`PlanError` if it does not fit.
-    ``time_budget`` (seconds) bounds hill climbing and the exact search; the greedy
-    planners always run to the end. ``seed`` fixes hill climbing's random choices.
+    ``time_budget`` (seconds, counted from the call) bounds hill climbing and the
+    exact search; the greedy planners always run to the end, and so does the set-up
+    of a search, so with tens of thousands of buffers the call can take longer.
+    ``seed`` fixes the random choices (hill climbing, search restarts).
     """
     t0 = time.perf_counter()
     if algorithm not in ALGORITHMS:
@@ -78,16 +80,19 @@ def plan_intervals(
     elif algorithm == "greedy-by-conflicts":
         offsets = greedy_by_conflicts(problem)
     elif algorithm == "hill-climb":
-        offsets = hill_climb(problem, deadline, stats=stats)
+        offsets = hill_climb(problem, deadline, seed=seed, stats=stats)
     elif algorithm == "exact":
         start = greedy_by_size(problem)
-        offsets, proven = exact(problem, deadline, start, stats=stats)
+        offsets, proven = exact(
+            problem, deadline, start, stats=stats, target=capacity, seed=seed
+        )
         stats["proven"] = proven
     else:
-        offsets, winner = _auto(problem, deadline, stats)
+        offsets, winner = _auto(problem, deadline, stats, seed, capacity)
 
     peak = problem.peak_of(offsets)
-    optimal = peak == lb or bool(stats.get("proven")) and peak <= stats.get("proven_lower", lb)
+    # Proven optimal: at the lower bound, or the exact search showed nothing smaller fits.
+    optimal = peak == lb or bool(stats.get("proven"))
     elapsed = time.perf_counter() - t0
     if capacity is not None and peak > capacity:
         raise PlanError(
@@ -105,7 +110,9 @@ def plan_intervals(
     )
 
 
-def _auto(problem: Problem, deadline: float, stats: dict) -> tuple[list[int], str]:
+def _auto(
+    problem: Problem, deadline: float, stats: dict, seed: int, capacity: int | None
+) -> tuple[list[int], str]:
     lb = problem.lower_bound
     candidates = [
         ("greedy-by-size", greedy_by_size),
@@ -125,15 +132,21 @@ def _auto(problem: Problem, deadline: float, stats: dict) -> tuple[list[int], st
     if len(problem.active) <= EXACT_MAX_BUFFERS:
         now = time.perf_counter()
         exact_deadline = now + max(deadline - now, 0) * 0.75
-        offsets, proven = exact(problem, exact_deadline, best, stats=stats)
+        offsets, proven = exact(
+            problem, exact_deadline, best, stats=stats, target=capacity, seed=seed
+        )
         peak = problem.peak_of(offsets)
         if peak < best_peak:
             best, best_peak, name = offsets, peak, "exact"
         if proven:
             stats["proven"] = True
             return best, "auto:" + name
-    start = size_order(problem) if name != "greedy-by-conflicts" else conflict_order(problem)
-    offsets = hill_climb(problem, deadline, start_order=start, stats=stats)
+    # Hill climbing from the best plan so far: listed by offset, and placed again in
+    # that order, the buffers land where they were (or lower).
+    start = sorted(problem.active, key=lambda i: (best[i], i))
+    offsets = hill_climb(
+        problem, deadline, start_order=start, start_offsets=best, seed=seed, stats=stats
+    )
     peak = problem.peak_of(offsets)
     if peak < best_peak:
         best, best_peak, name = offsets, peak, "hill-climb"

@@ -30,14 +30,24 @@ def hill_climb(
     problem: Problem,
     deadline: float,
     start_order: Sequence[int] | None = None,
+    start_offsets: Sequence[int] | None = None,
     seed: int = 0,
     max_steps: int | None = None,
     stats: dict | None = None,
 ) -> list[int]:
-    """Improve a greedy order until the deadline (or the lower bound); return offsets."""
+    """Improve a greedy order until the deadline (or the lower bound); return offsets.
+
+    ``start_order`` defaults to greedy-by-size's. ``start_offsets``, a plan already
+    known for that order, is returned as is when the deadline has passed already (so
+    that a caller out of time does not pay for one more placement).
+    """
+    if start_offsets is not None and time.perf_counter() > deadline:
+        return list(start_offsets)
     order = list(start_order) if start_order is not None else size_order(problem)
     n = problem.n
     offsets = place_in_order(problem, order, fit="best")
+    if start_offsets is not None and problem.peak_of(start_offsets) < problem.peak_of(offsets):
+        offsets = list(start_offsets)
     if len(order) < 2:
         return offsets
     size, conflicts = problem.size, problem.conflicts

@@ -288,6 +288,9 @@ def write_csv(
 
     The ``alignment`` column is written only when some interval has one above 1.
     """
+    missing = [iv.id for iv in intervals if iv.id not in offsets]
+    if missing:
+        raise IntervalError(f"no offset for interval {missing[0]!r}")
     with_align = any(iv.alignment != 1 for iv in intervals)
     header = ["id", "lower", "upper", "size"] + (["alignment"] if with_align else []) + ["offset"]
 

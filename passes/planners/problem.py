@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 from typing import Sequence
 
-from .intervals import Interval, normalize_intervals, lower_bound
+from .intervals import Interval, IntervalError, lower_bound, normalize_intervals
 
 __all__ = ["Problem", "place_in_order", "align_up"]
 
@@ -31,8 +31,6 @@ class Problem:
 
     def __init__(self, intervals: Sequence[Interval], alignment: int = 1):
         if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
-            from .intervals import IntervalError
-
             raise IntervalError(f"alignment must be a positive integer, got {alignment!r}")
         self.intervals = normalize_intervals(intervals)
         ivs = self.intervals

@@ -248,13 +248,14 @@ def run_case(case: NodeCase) -> list:
     return fn(list(case.inputs), case.attrs, len(case.node.output))
 
 
-def run_case_through_ir(case: NodeCase) -> list:
+def run_case_through_ir(case: NodeCase, level: str = "graph") -> list:
     """The case's model through the whole graph level: import_onnx → verify →
-    infer-shapes → print and parse back → reference executor."""
+    infer-shapes → print and parse back → reference executor. With level="buffer":
+    then bufferize, insert-deallocs → print and parse back → numpy backend (poisoning on)."""
     import onnx
 
-    from palimpsest.backends.reference.executor import run
     from palimpsest.backends.binding import find_function
+    from palimpsest.backends.reference.executor import run
     from palimpsest.dialects.graph.from_onnx import import_onnx
     from palimpsest.ir.parser import parse
     from palimpsest.ir.printer import print_ir
@@ -267,19 +268,32 @@ def run_case_through_ir(case: NodeCase) -> list:
     PassManager(parse_pipeline("infer-shapes")).run(module)
     module = parse(print_ir(module), f"{case.name}.pal")
     verify(module)
-    outputs = run(find_function(module, None), case.feeds)
+    if level == "buffer":
+        from palimpsest.backends.numpy import run as run_numpy
+
+        PassManager(parse_pipeline("bufferize,insert-deallocs")).run(module)
+        module = parse(print_ir(module), f"{case.name}.buffer.pal")
+        verify(module)
+        outputs = run_numpy(find_function(module, None), case.feeds, poison=True)
+    else:
+        outputs = run(find_function(module, None), case.feeds)
     return [outputs.get(name) if name else None for name in case.node.output]
 
 
-def check_case(case: NodeCase, policy: Policy | None = None, through_ir: bool = False) -> None:
+def check_case(case: NodeCase, policy: Policy | None = None, through_ir: bool | str = False) -> None:
     """Run the case and compare with ONNX's expected outputs; AssertionError on mismatch.
+    `through_ir`: False runs the kernel alone, True (or "graph") the graph level, "buffer"
+    the buffer level on the numpy backend (run_case_through_ir).
     Floats: rtol 1e-4 / atol 1e-5 (float16 results: rtol 1e-3), unless the policy says
     otherwise for this case; integers and bools: exact. Dtypes and shapes must match."""
     import numpy as np
 
     if case.error:
         raise AssertionError(f"{case.name}: could not load: {case.error}")
-    results = run_case_through_ir(case) if through_ir else run_case(case)
+    if through_ir:
+        results = run_case_through_ir(case, "buffer" if through_ir == "buffer" else "graph")
+    else:
+        results = run_case(case)
     assert len(results) >= sum(1 for n in case.node.output if n), (
         f"{case.name}: {len(results)} results for outputs {list(case.node.output)}"
     )

@@ -1,0 +1,551 @@
+"""`buffer.compute` on numpy: write a graph op's results into its out buffers.
+
+Where numpy can, the result is computed straight into the out view (`out=`), with no
+full-size temporary:
+
+| graph op | how |
+|---|---|
+| add, sub, mul (numeric), div (floats) | one ufunc with `out=` |
+| max, min (variadic) | a chain of `np.maximum` / `np.minimum` with `out=` |
+| equal, less, greater | one comparison ufunc with `out=` (bool out) |
+| relu, neg, abs (numeric); exp, log, sqrt, tanh (floats) | one ufunc with `out=` |
+| clip | `np.maximum` then `np.minimum`, both `out=` |
+| cast | `np.copyto(..., casting="unsafe")` (to bool: `np.not_equal(x, 0, out=)`) |
+| where | `np.copyto` of one branch, then `np.copyto(..., where=cond)` of the other (an in-place `x` branch needs a bool temporary of `not cond`) |
+| matmul | `np.matmul(..., out=)` |
+| gemm (f32/f64) | `np.matmul(..., out=)`, then `*= alpha`, `+= beta * C` (C-sized temporary when beta != 1) |
+| batch_norm (inference, f32/f64) | four ufuncs with `out=`; per-channel temporaries only |
+| softmax (f32/f64) | max and sum along the axis (reduced-size temporaries), subtract/exp/divide with `out=` |
+| layer_norm (one result, f32/f64) | subtract/multiply/add with `out=`; **one full-size temporary** (`d * d` for the variance) |
+| global_average_pool (f32/f64) | `np.mean(..., out=)` |
+| transpose | `np.copyto(out, x.transpose(perm))` (a strided view, no temporary) |
+| concat | `np.concatenate(..., out=)` |
+| gather | `np.take(..., out=, mode="wrap")` after the reference's range check |
+| expand | `np.copyto(out, np.broadcast_to(x, shape))` |
+
+Every other op runs its reference kernel (`dialects/graph/reference`) and the result is
+copied into the out view with `np.copyto`. That copy is counted in `RunStats`: as
+`temporary_bytes` when the kernel made a fresh array (conv, conv_transpose, max_pool,
+average_pool, global_max_pool, sigmoid, hard_sigmoid, hard_swish, leaky_relu, erf, pow,
+pad, resize, slice, split, reduce_*, range, shape, constant_of_shape, layer_norm with
+Mean/InvStdDev results, batch_norm in training mode, the dropout mask, and the ops above
+when their dtype or a memory overlap rules the fast path out), as `view_copy_bytes` when
+it returned a view of an operand (reshape, flatten, squeeze, unsqueeze, identity and
+dropout data when they are not aliases): a copy, but no temporary.
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+
+from palimpsest.dialects.graph.evaluate import attribute_value
+from palimpsest.ir.opdef import OPTIONAL, VARIADIC, lookup_op, segment_sizes
+
+FAST: dict = {}
+
+
+def fast(*names):
+    def register(fn):
+        for name in names:
+            FAST[name] = fn
+        return fn
+    return register
+
+
+# -- the op's description, once per op ---------------------------------------------------------
+
+class ComputeInfo:
+    """What running one `buffer.compute` needs: the graph op, its ONNX attributes, and
+    how its `ins` map to the kernel's operand slots."""
+
+    __slots__ = ("name", "graph_class", "properties", "attrs", "slots", "num_outs")
+
+    def __init__(self, op):
+        self.name = op.properties["op"].value
+        self.graph_class = lookup_op(self.name)
+        properties = op.graph_properties()
+        # the pretty form parses undeclared properties back as attributes: take them too
+        for key, value in op.attributes.items():
+            if "." not in key and key not in properties:
+                properties[key] = value
+        self.properties = properties
+        try:
+            self.attrs = {k: attribute_value(v) for k, v in properties.items()
+                          if k != "operandSegmentSizes"}
+        except OSError as error:
+            raise op.error(f"cannot read its data: {error.strerror or error}: "
+                           f"'{error.filename}'") from None
+        except ValueError as error:
+            raise op.error(f"cannot read its data: {error}") from None
+        self.num_outs = len(op.outs)
+        ins = op.ins
+        self.slots = None
+        if self.graph_class is not None:
+            sizes = segment_sizes(SimpleNamespace(properties=properties), ins,
+                                  self.graph_class.operand_defs, "operandSegmentSizes")
+            if isinstance(sizes, str):
+                raise op.error(f"ins do not fit '{self.name}': {sizes}")
+            slots, position = [], 0
+            for definition, size in zip(self.graph_class.operand_defs, sizes):
+                if definition.kind == OPTIONAL and size == 0:
+                    slots.append(None)
+                elif definition.kind == VARIADIC:
+                    slots.extend(range(position, position + size))
+                else:
+                    slots.extend(range(position, position + size))
+                position += size
+            while slots and slots[-1] is None:
+                slots.pop()
+            self.slots = slots
+
+    def kernel_inputs(self, arrays: list) -> list:
+        return [None if s is None else arrays[s] for s in self.slots]
+
+
+# -- shapes of outs that are sized at run time --------------------------------------------------
+
+def infer_out_shapes(info: ComputeInfo, inputs: list, ins_types: list) -> list | None:
+    """Static result shapes from the op's shape rule on the actual operand shapes (and
+    the values of small integer operands); None when the rule cannot tell."""
+    from palimpsest.ir.types import TensorType
+
+    cls = info.graph_class
+    if cls is None or not hasattr(cls, "infer_result_types"):
+        return None
+    types, values = [], []
+    for array, type_ in zip(inputs, ins_types):
+        types.append(TensorType(tuple(array.shape), type_.element_type))
+        if array.dtype.kind in "iu" and array.size <= 256:
+            values.append([int(v) for v in array.reshape(-1)])
+        else:
+            values.append(None)
+    inferred = cls.infer_result_types(types, info.properties, values, info.num_outs)
+    if inferred is None or any(t is None or t.shape is None or None in t.shape
+                               for t in inferred):
+        return None
+    return [tuple(t.shape) for t in inferred]
+
+
+# -- the fast paths -----------------------------------------------------------------------------
+# Each takes (inputs, attrs, outs) with every out materialized and returns True when it
+# wrote the results, False (having written nothing) when the reference kernel must run.
+
+def _same_dtype(out, *xs) -> bool:
+    return all(x is not None and x.dtype == out.dtype for x in xs)
+
+
+def _fits(out, *xs) -> bool:
+    try:
+        return np.broadcast_shapes(*(x.shape for x in xs)) == out.shape
+    except ValueError:
+        return False
+
+
+def _overlaps(out, *xs) -> bool:
+    return any(x is not None and np.may_share_memory(out, x) for x in xs)
+
+
+_BINARY = {"graph.add": np.add, "graph.sub": np.subtract, "graph.mul": np.multiply}
+
+
+@fast(*_BINARY)
+def _binary(name):
+    ufunc = _BINARY[name]
+
+    def run(inputs, attrs, outs):
+        out = outs[0]
+        if len(inputs) != 2 or not _same_dtype(out, *inputs) or out.dtype.kind not in "iuf" \
+                or not _fits(out, *inputs):
+            return False
+        with np.errstate(all="ignore"):
+            ufunc(inputs[0], inputs[1], out=out)
+        return True
+    return run
+
+
+@fast("graph.div")
+def _div(name):
+    def run(inputs, attrs, outs):
+        out = outs[0]
+        if len(inputs) != 2 or not _same_dtype(out, *inputs) or out.dtype.kind != "f" \
+                or not _fits(out, *inputs):
+            return False
+        with np.errstate(all="ignore"):
+            np.true_divide(inputs[0], inputs[1], out=out)
+        return True
+    return run
+
+
+_VARIADIC = {"graph.max": np.maximum, "graph.min": np.minimum}
+
+
+@fast(*_VARIADIC)
+def _variadic(name):
+    ufunc = _VARIADIC[name]
+
+    def run(inputs, attrs, outs):
+        out = outs[0]
+        xs = [x for x in inputs if x is not None]
+        if not xs or not _same_dtype(out, *xs) or out.dtype.kind not in "iuf" \
+                or not _fits(out, *xs) or _overlaps(out, *xs[2:]):
+            return False
+        if len(xs) == 1:
+            np.copyto(out, xs[0])
+            return True
+        ufunc(xs[0], xs[1], out=out)
+        for x in xs[2:]:
+            ufunc(out, x, out=out)
+        return True
+    return run
+
+
+_COMPARE = {"graph.equal": np.equal, "graph.less": np.less, "graph.greater": np.greater}
+
+
+@fast(*_COMPARE)
+def _compare(name):
+    ufunc = _COMPARE[name]
+
+    def run(inputs, attrs, outs):
+        out = outs[0]
+        if len(inputs) != 2 or inputs[0].dtype != inputs[1].dtype or out.dtype != np.bool_ \
+                or not _fits(out, *inputs):
+            return False
+        ufunc(inputs[0], inputs[1], out=out)
+        return True
+    return run
+
+
+_UNARY = {"graph.neg": (np.negative, "iuf"), "graph.abs": (np.abs, "iuf"),
+          "graph.exp": (np.exp, "f"), "graph.log": (np.log, "f"), "graph.sqrt": (np.sqrt, "f"),
+          "graph.tanh": (np.tanh, "f")}
+
+
+@fast(*_UNARY)
+def _unary(name):
+    ufunc, kinds = _UNARY[name]
+
+    def run(inputs, attrs, outs):
+        out = outs[0]
+        if len(inputs) != 1 or not _same_dtype(out, inputs[0]) or out.dtype.kind not in kinds \
+                or inputs[0].shape != out.shape:
+            return False
+        with np.errstate(all="ignore"):
+            ufunc(inputs[0], out=out)
+        return True
+    return run
+
+
+@fast("graph.relu")
+def _relu(name):
+    def run(inputs, attrs, outs):
+        out = outs[0]
+        x = inputs[0]
+        if not _same_dtype(out, x) or out.dtype.kind not in "iuf" or x.shape != out.shape:
+            return False
+        np.maximum(x, np.asarray(0, dtype=x.dtype), out=out)
+        return True
+    return run
+
+
+@fast("graph.clip")
+def _clip(name):
+    def run(inputs, attrs, outs):
+        out = outs[0]
+        x = inputs[0]
+        if not _same_dtype(out, x) or out.dtype.kind not in "iuf" or x.shape != out.shape:
+            return False
+        lo = inputs[1] if len(inputs) > 1 else None
+        hi = inputs[2] if len(inputs) > 2 else None
+        lo = attrs.get("min") if lo is None else lo
+        hi = attrs.get("max") if hi is None else hi
+        bounds = [(np.maximum, b) for b in [lo] if b is not None and np.size(b)] + \
+                 [(np.minimum, b) for b in [hi] if b is not None and np.size(b)]
+        source = x
+        for ufunc, bound in bounds:
+            ufunc(source, np.asarray(bound, dtype=x.dtype).reshape(()), out=out)
+            source = out
+        if not bounds:
+            np.copyto(out, x)
+        return True
+    return run
+
+
+@fast("graph.cast")
+def _cast(name):
+    def run(inputs, attrs, outs):
+        out = outs[0]
+        x = inputs[0]
+        if x.dtype.kind not in "biuf" or x.shape != out.shape:
+            return False
+        with np.errstate(all="ignore"):
+            if out.dtype == np.bool_:
+                np.not_equal(x, 0, out=out)
+            else:
+                np.copyto(out, x, casting="unsafe")
+        return True
+    return run
+
+
+@fast("graph.where")
+def _where(name):
+    def run(inputs, attrs, outs):
+        out = outs[0]
+        if len(inputs) != 3:
+            return False
+        cond, x, y = inputs
+        if cond.dtype != np.bool_ or not _same_dtype(out, x, y) or not _fits(out, cond, x, y):
+            return False
+        if _same_view(out, y):
+            if _overlaps(out, cond) or (_overlaps(out, x) and not _same_view(out, x)):
+                return False
+            np.copyto(out, x, where=cond)
+        elif _same_view(out, x):
+            if _overlaps(out, cond, y):
+                return False
+            np.copyto(out, y, where=np.logical_not(cond))
+        else:
+            if _overlaps(out, cond, x, y):
+                return False
+            np.copyto(out, y)
+            np.copyto(out, x, where=cond)
+        return True
+    return run
+
+
+def _same_view(a, b) -> bool:
+    return (a.shape == b.shape and a.strides == b.strides and a.dtype == b.dtype
+            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
+
+
+@fast("graph.matmul")
+def _matmul(name):
+    def run(inputs, attrs, outs):
+        out = outs[0]
+        if len(inputs) != 2 or not _same_dtype(out, *inputs) or out.dtype.kind not in "iuf" \
+                or _overlaps(out, *inputs):
+            return False
+        a, b = inputs
+        if a.ndim < 2 or b.ndim < 2:
+            return False
+        try:
+            batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        except ValueError:
+            return False
+        if a.shape[-1] != b.shape[-2] or batch + (a.shape[-2], b.shape[-1]) != out.shape:
+            return False
+        np.matmul(a, b, out=out)
+        return True
+    return run
+
+
+@fast("graph.gemm")
+def _gemm(name):
+    def run(inputs, attrs, outs):
+        out = outs[0]
+        a, b = inputs[0], inputs[1]
+        c = inputs[2] if len(inputs) > 2 else None
+        if out.dtype not in (np.float32, np.float64) or not _same_dtype(out, a, b) \
+                or a.ndim != 2 or b.ndim != 2 or _overlaps(out, a, b, c):
+            return False
+        if int(attrs.get("transA", 0)):
+            a = a.T
+        if int(attrs.get("transB", 0)):
+            b = b.T
+        if a.shape[1] != b.shape[0] or (a.shape[0], b.shape[1]) != out.shape:
+            return False
+        if c is not None and (c.dtype != out.dtype or not _fits(out, out, c)):
+            return False
+        alpha = float(attrs.get("alpha", 1.0))
+        beta = float(attrs.get("beta", 1.0))
+        np.matmul(a, b, out=out)
+        if alpha != 1.0:
+            np.multiply(out, np.asarray(alpha, dtype=out.dtype), out=out)
+        if c is not None:
+            if beta == 1.0:
+                np.add(out, c, out=out)
+            else:
+                np.add(out, c * np.asarray(beta, dtype=out.dtype), out=out)
+        return True
+    return run
+
+
+@fast("graph.batch_norm")
+def _batch_norm(name):
+    def run(inputs, attrs, outs):
+        out = outs[0]
+        if len(outs) != 1 or len(inputs) != 5 or int(attrs.get("training_mode", 0)):
+            return False
+        x, scale, bias, mean, var = inputs
+        if out.dtype not in (np.float32, np.float64) or not _same_dtype(out, x) \
+                or x.shape != out.shape or x.ndim < 2 or _overlaps(out, scale, bias, mean, var):
+            return False
+        shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+
+        def bc(t):
+            return np.asarray(t).astype(out.dtype, copy=False).reshape(shape)
+
+        eps = np.asarray(float(attrs.get("epsilon", 1e-5)), out.dtype)
+        with np.errstate(all="ignore"):
+            np.subtract(x, bc(mean), out=out)
+            np.divide(out, np.sqrt(bc(var) + eps), out=out)
+            np.multiply(out, bc(scale), out=out)
+            np.add(out, bc(bias), out=out)
+        return True
+    return run
+
+
+def _axis(attrs, ndim, default=-1):
+    axis = int(attrs.get("axis", default))
+    if not -ndim <= axis < max(ndim, 1):
+        return None
+    return axis + ndim if axis < 0 else axis
+
+
+@fast("graph.softmax")
+def _softmax(name):
+    def run(inputs, attrs, outs):
+        out = outs[0]
+        x = inputs[0]
+        if out.dtype not in (np.float32, np.float64) or not _same_dtype(out, x) \
+                or x.shape != out.shape or x.ndim == 0:
+            return False
+        axis = _axis(attrs, x.ndim)
+        if axis is None:
+            return False
+        with np.errstate(all="ignore"):
+            np.subtract(x, x.max(axis=axis, keepdims=True), out=out)
+            np.exp(out, out=out)
+            np.divide(out, out.sum(axis=axis, keepdims=True), out=out)
+        return True
+    return run
+
+
+@fast("graph.layer_norm")
+def _layer_norm(name):
+    def run(inputs, attrs, outs):
+        out = outs[0]
+        if len(outs) != 1 or len(inputs) < 2:
+            return False
+        x, scale = inputs[0], inputs[1]
+        bias = inputs[2] if len(inputs) > 2 else None
+        if out.dtype not in (np.float32, np.float64) or not _same_dtype(out, x, scale) \
+                or x.shape != out.shape or x.ndim == 0 or int(attrs.get("stash_type", 1)) != \
+                {np.dtype(np.float32): 1, np.dtype(np.float64): 11}[out.dtype] \
+                or (bias is not None and bias.dtype != out.dtype) or _overlaps(out, scale, bias):
+            return False
+        axis = _axis(attrs, x.ndim)
+        if axis is None:
+            return False
+        axes = tuple(range(axis, x.ndim))
+        eps = np.asarray(float(attrs.get("epsilon", 1e-5)), out.dtype)
+        with np.errstate(all="ignore"):
+            mean = x.mean(axis=axes, keepdims=True)
+            np.subtract(x, mean, out=out)
+            var = (out * out).mean(axis=axes, keepdims=True)  # the one full-size temporary
+            np.multiply(out, 1 / np.sqrt(var + eps), out=out)
+            np.multiply(out, scale, out=out)
+            if bias is not None:
+                np.add(out, bias, out=out)
+        return True
+    return run
+
+
+@fast("graph.global_average_pool")
+def _global_average_pool(name):
+    def run(inputs, attrs, outs):
+        out = outs[0]
+        x = inputs[0]
+        if out.dtype not in (np.float32, np.float64) or not _same_dtype(out, x) or x.ndim < 2 \
+                or out.shape != x.shape[:2] + (1,) * (x.ndim - 2):
+            return False
+        np.mean(x, axis=tuple(range(2, x.ndim)), keepdims=True, dtype=out.dtype, out=out)
+        return True
+    return run
+
+
+@fast("graph.transpose")
+def _transpose(name):
+    def run(inputs, attrs, outs):
+        out = outs[0]
+        x = inputs[0]
+        perm = attrs.get("perm")
+        perm = list(range(x.ndim))[::-1] if perm is None else [int(p) for p in perm]
+        if sorted(perm) != list(range(x.ndim)) or not _same_dtype(out, x) \
+                or tuple(x.shape[p] for p in perm) != out.shape or _overlaps(out, x):
+            return False
+        np.copyto(out, x.transpose(perm))
+        return True
+    return run
+
+
+@fast("graph.concat")
+def _concat(name):
+    def run(inputs, attrs, outs):
+        out = outs[0]
+        xs = [x for x in inputs if x is not None]
+        if not xs or "axis" not in attrs or not _same_dtype(out, *xs) or _overlaps(out, *xs):
+            return False
+        axis = _axis(attrs, xs[0].ndim, 0)
+        if axis is None or any(x.ndim != out.ndim for x in xs) or out.ndim == 0:
+            return False
+        expected = list(xs[0].shape)
+        expected[axis] = sum(x.shape[axis] for x in xs)
+        if tuple(expected) != out.shape:
+            return False
+        np.concatenate(xs, axis=axis, out=out)
+        return True
+    return run
+
+
+@fast("graph.gather")
+def _gather(name):
+    def run(inputs, attrs, outs):
+        out = outs[0]
+        if len(inputs) != 2:
+            return False
+        x, idx = inputs
+        if idx.dtype.kind not in "iu" or not _same_dtype(out, x) or x.ndim == 0 \
+                or _overlaps(out, x, idx):
+            return False
+        axis = _axis(attrs, x.ndim, 0)
+        if axis is None or x.shape[:axis] + idx.shape + x.shape[axis + 1:] != out.shape:
+            return False
+        dim = x.shape[axis]
+        if idx.size and (dim == 0 or idx.min() < -dim or idx.max() >= dim):
+            return False  # the reference kernel reports it
+        np.take(x, idx.astype(np.intp, copy=False), axis=axis, out=out, mode="wrap")
+        return True
+    return run
+
+
+@fast("graph.expand")
+def _expand(name):
+    def run(inputs, attrs, outs):
+        out = outs[0]
+        if len(inputs) != 2 or not _same_dtype(out, inputs[0]) or _overlaps(out, inputs[0]):
+            return False
+        x = inputs[0]
+        shape = tuple(int(d) for d in np.asarray(inputs[1]).reshape(-1))
+        try:
+            if np.broadcast_shapes(x.shape, shape) != out.shape:
+                return False
+        except ValueError:
+            return False
+        np.copyto(out, np.broadcast_to(x, out.shape))
+        return True
+    return run
+
+
+for _name, _factory in list(FAST.items()):
+    FAST[_name] = _factory(_name)
+
+
+def element_count(shape) -> int:
+    return math.prod(shape) if shape else 1
+
+
+__all__ = ["ComputeInfo", "FAST", "infer_out_shapes"]
