@@ -604,6 +604,13 @@ def _startup_section(r: dict) -> list[str]:
     return out
 
 
+def _shown_path(path: Path) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return str(path)
+
+
 def _load(load) -> str:
     return "n/a" if load is None else " ".join(f"{x:.2f}" for x in load)
 
@@ -705,7 +712,7 @@ def main(argv: list[str] | None = None) -> int:
 
     result = {
         "machine": machine, "ops": args.ops, "lines": lines, "bytes": len(text.encode()),
-        "seed": args.seed, "file": big_path, "repeat": args.repeat, "runs": args.runs,
+        "seed": args.seed, "file": _shown_path(big_path), "repeat": args.repeat, "runs": args.runs,
         "startup_runs": args.startup_runs, "inproc": inproc, "whole": whole,
         "startup": startup, "xdsl_skip": xdsl_skip, "warnings": warnings,
         "checks": "; ".join(checks),

@@ -9,6 +9,18 @@ half-open ``[lower, upper)``; ``-`` reads standard input). The output is the sam
 with an ``offset`` column, written to ``-o`` (standard output when ``-o`` is ``-`` or
 absent). A summary goes to standard error, or to standard output when the plan goes to
 a file. Errors are one line and exit status 1.
+
+    palimpsest-plan model.pal [--export json|c-header|svg|png] [-o FILE]
+                    [--algorithm ...] [--time-budget S] [--inputs-as-activations]
+                    [--alignment N]
+
+With a .pal file (or --export), the model is brought to planned IR — graph-level IR
+runs `infer-shapes,bufferize,insert-deallocs,plan-memory`, buffer-level IR
+`plan-memory`, planned IR is read as it is — and its plan is exported (default json):
+JSON (pools, and per buffer its pool, offset, size, lifetime and class), a C header of
+offsets for firmware, or a time × address picture (SVG; PNG needs matplotlib).
+`--alignment` is then the alignment of the pools the pass creates when the IR declares
+none (default 64); `--capacity` does not apply (declare `memory.pool @p {capacity = N}`).
 """
 
 from __future__ import annotations
@@ -72,8 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--alignment",
         type=_positive_int,
-        default=1,
-        help="align every offset to N bytes (default 1)",
+        default=None,
+        help="align every offset to N bytes (default 1; for a .pal model 64)",
     )
     parser.add_argument(
         "--algorithm", choices=ALGORITHMS, default="auto", help="planner to use (default auto)"
@@ -92,6 +104,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--check", action="store_true", help="verify the plan with the independent checker"
     )
     parser.add_argument("--seed", type=_non_negative_int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--export",
+        choices=("json", "c-header", "svg", "png"),
+        default=None,
+        help="plan a .pal model and export its plan in this format (default json)",
+    )
+    parser.add_argument(
+        "--inputs-as-activations",
+        action="store_true",
+        help="for a .pal model: plan inputs and outputs as activations (real lifetimes)",
+    )
     return parser
 
 
@@ -109,6 +132,10 @@ def _summary(out: TextIO, count: int, plan, checked: bool | None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.export is not None or args.input.endswith(".pal"):
+        return _export_main(args)
+    if args.alignment is None:
+        args.alignment = 1
 
     def error(message: str) -> int:
         print(f"{PROG}: error: {message}", file=sys.stderr)
@@ -153,6 +180,49 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{PROG}: error: check: {problem}", file=sys.stderr)
         return 1
     return 0
+
+
+def _export_main(args) -> int:
+    """Plan a .pal model and export its plan (the work is in passes.plan_export)."""
+    from palimpsest.ir.diagnostics import SourceManager
+    from palimpsest.tools.cli import UserError, read_text, run_main, write_text
+
+    sources = SourceManager()
+
+    def body() -> int:
+        from palimpsest.dialects import load_all
+        from palimpsest.ir.parser import parse
+        from palimpsest.ir.verifier import verify
+        from palimpsest.passes.plan_export import ExportError, export, plan_for_export, to_png
+
+        if args.capacity is not None:
+            raise UserError("--capacity applies to CSV input; for a .pal model declare "
+                            "'memory.pool @name {capacity = N}' in the IR")
+        fmt = args.export or "json"
+        if fmt == "png" and args.output == "-":
+            raise UserError("--export png writes a file: give it with -o FILE.png")
+        load_all()
+        text, filename = read_text(args.input)
+        sources.add(filename, text)
+        module = parse(text, filename)
+        verify(module)
+        report = plan_for_export(module, args.algorithm, args.time_budget,
+                                 args.inputs_as_activations, args.alignment or 64)
+        try:
+            if fmt == "png":
+                to_png(report, args.output, f"memory plan of {filename}")
+            else:
+                write_text(args.output, export(report, fmt, filename))
+        except ExportError as e:
+            raise UserError(str(e)) from None
+        summary = sys.stderr if args.output == "-" else sys.stdout
+        for fn in report.functions:
+            for pool in fn.pools:
+                print(f"@{fn.function} @{pool.pool}: {pool.size} bytes, lower bound "
+                      f"{pool.lower_bound}, ratio {pool.ratio:.4f}", file=summary)
+        return 0
+
+    return run_main(PROG, body, sources)
 
 
 if __name__ == "__main__":
