@@ -79,10 +79,26 @@ def float_from_bits(bits: int, type_: Type) -> float:
     return struct.unpack("<d", struct.pack("<Q", bits))[0]
 
 
+def integer_range(type_: Type) -> tuple[int, int] | None:
+    """MLIR's range of an integer type: a signless iN holds -2^(N-1) .. 2^N-1 (either
+    reading of N bits); None for types without a fixed width (index)."""
+    if not isinstance(type_, IntegerType):
+        return None
+    width, signedness = type_.width, type_.signedness
+    low = 0 if signedness == "unsigned" or not width else -(1 << (width - 1))
+    high = (1 << (width - 1)) - 1 if signedness == "signed" else (1 << width) - 1
+    return low, high
+
+
 @dataclass(frozen=True, slots=True, repr=False)
 class IntegerAttr(Attribute):
     value: int
     type: Type = i64
+
+    def __post_init__(self):
+        bounds = integer_range(self.type)
+        if bounds is not None and not bounds[0] <= self.value <= bounds[1]:
+            raise ValueError(f"integer constant {self.value} out of range for type '{self.type}'")
 
     def __str__(self) -> str:
         if self.type == i64:

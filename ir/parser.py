@@ -584,13 +584,8 @@ class _Builder:
         return A.IntegerAttr(value, type_)
 
     def _check_int(self, value, type_, token) -> None:
-        """MLIR's range: a signless iN holds -2^(N-1) .. 2^N-1 (either reading of N bits)."""
-        if not isinstance(type_, T.IntegerType):
-            return
-        width, signedness = type_.width, type_.signedness
-        low = 0 if signedness == "unsigned" else -(1 << (width - 1)) if width else 0
-        high = (1 << (width - 1)) - 1 if signedness == "signed" else (1 << width) - 1
-        if not low <= value <= high:
+        bounds = A.integer_range(type_)
+        if bounds is not None and not bounds[0] <= value <= bounds[1]:
             self.fail(f"integer constant {value} out of range for type '{type_}'", token)
 
     def float_attr(self, children):

@@ -76,7 +76,9 @@ def _dense():
 
 
 leaf_attrs = st.one_of(
-    st.builds(A.IntegerAttr, st.integers(-2**63, 2**63 - 1), st.sampled_from([T.i64, T.i32, T.i8, T.index])),
+    st.sampled_from([T.i64, T.i32, T.i8, T.IntegerType(8, "unsigned"), T.index]).flatmap(
+        lambda t: st.builds(A.IntegerAttr, st.integers(*(A.integer_range(t) or (-2**63, 2**63 - 1))),
+                            st.just(t))),
     st.builds(A.FloatAttr, any_floats, st.just(T.f64)),
     st.builds(A.FloatAttr, st.floats(width=32), st.just(T.f32)),
     st.builds(A.BoolAttr, st.booleans()),
