@@ -127,10 +127,12 @@ def _split_pipeline(text: str):
         raise PipelineError(f"unbalanced '{{' in pipeline '{text}'")
     items.append("".join(current))
     parsed = []
+    if len(items) == 1 and not items[0].strip():
+        return parsed  # the empty pipeline
     for item in items:
         item = item.strip()
         if not item:
-            continue
+            raise PipelineError(f"empty pass name in pipeline '{text}'")
         name, brace, rest = item.partition("{")
         if brace and not rest.endswith("}"):
             raise PipelineError(f"malformed options in '{item}'")
