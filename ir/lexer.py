@@ -65,15 +65,18 @@ class FastLexer(Lexer):
         self.skip = re.compile(f"(?:{skip})*")
 
     def lex(self, lexer_state, parser_state):
+        """Lark's lexer interface (used when Lark drives the parse)."""
         text_slice = lexer_state.text
-        text = text_slice.text
-        pos = text_slice.start
-        end = text_slice.end
+        return self.tokens(text_slice.text, text_slice.start, text_slice.end,
+                           parser_state.parse_conf.states, parser_state.state_stack,
+                           parser_state)
+
+    def tokens(self, text, pos, end, states, state_stack, parser_state=None):
+        """Tokens of text[pos:end]; `states`/`state_stack` are the LALR table and the
+        live stack of the parser consuming them (read to resolve contextual tokens)."""
         master_match = self.master.match
         keywords = self.keywords
         callbacks = self.callbacks
-        states = parser_state.parse_conf.states
-        state_stack = parser_state.state_stack
         line = 1
         line_start = 0
         find_newline = text.count

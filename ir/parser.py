@@ -768,37 +768,98 @@ class _Builder:
 
 _PARSER = None
 _BUILDER = None
+_DRIVER = None
 
 
 def _parser():
-    global _PARSER, _BUILDER
+    global _PARSER, _BUILDER, _DRIVER
     if _PARSER is None:
         _BUILDER = _Builder()
         from palimpsest.ir.lexer import FastLexer
 
         _PARSER = Lark(_GRAMMAR.read_text(), parser="lalr", lexer=FastLexer,
                        maybe_placeholders=True, transformer=_BUILDER, cache=_cache_path())
-        _compact_callbacks(_PARSER)
+        _DRIVER = _Driver(_PARSER)
     return _PARSER
 
 
-def _compact_callbacks(parser) -> None:
-    """Rebuild the LALR driver's callback table from the rules its parse table uses.
-    The table Lark hands over carries more entries than the parse needs; a compact one
-    makes the per-token `callbacks` lookups measurably cheaper (~25% of parse time on a
-    20k-op file, benchmarks/README.md)."""
-    from lark.parsers.lalr_analysis import Reduce
+class _Driver:
+    """The LALR(1) loop over Lark's parse table and rule callbacks, with our lexer
+    feeding it directly. Lark's own loop looks every reduction's rule up by hashing the
+    Rule object and goes through a ParserState per token; indexing rules by identity
+    and fusing the loop with the lexer takes about a third off the parse time of a
+    20k-op file (benchmarks/README.md). Grammar analysis, tables, callbacks (the
+    transformer with Lark's child filters) and error types stay Lark's."""
 
-    driver = parser.parser.parser.parser
-    rules = {}
-    for actions in driver.parse_table.states.values():
-        for action, argument in actions.values():
-            if action is Reduce:
-                rules[id(argument)] = argument
-    old = driver.callbacks
-    compact = {rule: old[rule] for rule in rules.values()}
-    compact.update((key, value) for key, value in old.items() if isinstance(key, str))
-    driver.callbacks = compact
+    def __init__(self, lark: Lark):
+        from lark.parsers.lalr_analysis import Reduce, Shift
+
+        frontend = lark.parser
+        lalr = frontend.parser
+        table = lalr._parse_table
+        self.lexer = frontend.lexer
+        self.states = table.states
+        self.start_state = table.start_states["start"]
+        self.end_state = table.end_states["start"]
+        self.shift = Shift
+        callbacks = lalr.parser.callbacks
+        self.reductions = {}
+        for actions in table.states.values():
+            for action, argument in actions.values():
+                if action is Reduce:
+                    self.reductions[id(argument)] = (len(argument.expansion),
+                                                     argument.origin.name, callbacks[argument])
+        self.terminal_callbacks = {k: v for k, v in callbacks.items() if isinstance(k, str)}
+
+    def parse(self, text: str):
+        states = self.states
+        shift = self.shift
+        reductions = self.reductions
+        terminal_callbacks = self.terminal_callbacks
+        state_stack = [self.start_state]
+        value_stack: list = []
+        token = None
+        for token in self.lexer.tokens(text, 0, len(text), states, state_stack):
+            kind = token.type
+            while True:
+                actions = states[state_stack[-1]]
+                try:
+                    action, argument = actions[kind]
+                except KeyError:
+                    raise UnexpectedToken(token, {s for s in actions if s.isupper()}) from None
+                if action is shift:
+                    state_stack.append(argument)
+                    callback = terminal_callbacks.get(kind)
+                    value_stack.append(token if callback is None else callback(token))
+                    break
+                size, origin, callback = reductions[id(argument)]
+                if size:
+                    children = value_stack[-size:]
+                    del state_stack[-size:]
+                    del value_stack[-size:]
+                else:
+                    children = []
+                value_stack.append(callback(children))
+                state_stack.append(states[state_stack[-1]][origin][1])
+        end = Token.new_borrow_pos("$END", "", token) if token is not None else Token("$END", "", 0, 1, 1)
+        while True:
+            actions = states[state_stack[-1]]
+            try:
+                action, argument = actions["$END"]
+            except KeyError:
+                raise UnexpectedToken(end, {s for s in actions if s.isupper()}) from None
+            size, origin, callback = reductions[id(argument)]
+            if size:
+                children = value_stack[-size:]
+                del state_stack[-size:]
+                del value_stack[-size:]
+            else:
+                children = []
+            value_stack.append(callback(children))
+            new_state = states[state_stack[-1]][origin][1]
+            state_stack.append(new_state)
+            if new_state == self.end_state:
+                return value_stack[-1]
 
 
 def _cache_path():
@@ -863,7 +924,7 @@ def parse(text: str, filename: str = "<input>", *, allow_unregistered: bool = Fa
     collecting = gc.isenabled()
     gc.disable()  # parsing allocates many long-lived objects; cyclic GC passes only slow it
     try:
-        ops, metadata = parser.parse(text)
+        ops, metadata = _DRIVER.parse(text)
     except VisitError as error:  # Lark wraps errors raised inside transformer callbacks
         inner = error.orig_exc
         if isinstance(inner, DiagnosticError):
