@@ -408,16 +408,39 @@ def _declared_effects(op):
     return result
 
 
+_DIALECT_LOADERS: dict[str, object] = {}
+
+
+def register_dialect_loader(dialect: str, loader) -> None:
+    """Make `dialect` known without importing it: `loader()` registers its ops (and
+    types) the first time one of them is looked up, as MLIR's dialect registry does.
+    Keeps tool start-up from importing dialects a file does not use."""
+    if dialect not in _DIALECTS:
+        _DIALECT_LOADERS[dialect] = loader
+
+
+def load_dialect(dialect: str) -> None:
+    loader = _DIALECT_LOADERS.pop(dialect, None)
+    if loader is not None:
+        loader()
+
+
 def lookup_op(name: str):
-    return _OPS.get(name)
+    found = _OPS.get(name)
+    if found is None and _DIALECT_LOADERS:
+        load_dialect(name.split(".", 1)[0])
+        found = _OPS.get(name)
+    return found
 
 
 def registered_ops() -> dict[str, type]:
+    for dialect in list(_DIALECT_LOADERS):
+        load_dialect(dialect)
     return dict(_OPS)
 
 
 def is_dialect_registered(dialect: str) -> bool:
-    return dialect in _DIALECTS
+    return dialect in _DIALECTS or dialect in _DIALECT_LOADERS
 
 
 def is_pure(op: Operation) -> bool:

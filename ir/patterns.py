@@ -284,6 +284,8 @@ class PatternRewriter:
                 if result.uses:
                     raise ValueError(f"result #{result.index} of '{op.name}' is used and "
                                      f"has no replacement")
+            elif value is result:
+                raise ValueError(f"result #{result.index} of '{op.name}' cannot replace itself")
             elif value.type != result.type:
                 raise ValueError(f"replacing result #{result.index} of '{op.name}' of type "
                                  f"{result.type} by a value of type {value.type}")

@@ -94,8 +94,21 @@ def register_type(cls):
     return cls
 
 
+_TYPE_LOADERS: dict[str, object] = {}
+
+
+def register_type_loader(keyword: str, loader) -> None:
+    """`keyword<...>` is defined by a dialect that `loader()` imports on first use."""
+    if keyword not in _TYPE_KEYWORDS:
+        _TYPE_LOADERS[keyword] = loader
+
+
 def lookup_type_keyword(keyword: str):
-    return _TYPE_KEYWORDS.get(keyword)
+    found = _TYPE_KEYWORDS.get(keyword)
+    if found is None and keyword in _TYPE_LOADERS:
+        _TYPE_LOADERS.pop(keyword)()
+        found = _TYPE_KEYWORDS.get(keyword)
+    return found
 
 
 class TypeParamError(ValueError):

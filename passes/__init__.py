@@ -1,13 +1,30 @@
-"""Passes: one module each, registered by name. `load_all()` imports them all."""
+"""Passes: one module each, registered by name when imported. `PASSES` maps each
+pass name to its module, so a pipeline imports only the passes it names."""
 
 from __future__ import annotations
 
 import importlib
 
-PASS_MODULES = ("dce", "cse", "infer_shapes", "canonicalize", "fold_constants", "bufferize",
-                "insert_deallocs", "liveness", "plan_memory")
+PASSES = {
+    "dce": "dce",
+    "cse": "cse",
+    "infer-shapes": "infer_shapes",
+    "canonicalize": "canonicalize",
+    "fold-constants": "fold_constants",
+    "bufferize": "bufferize",
+    "insert-deallocs": "insert_deallocs",
+    "test-print-liveness": "liveness",
+    "plan-memory": "plan_memory",
+}
+PASS_MODULES = tuple(dict.fromkeys(PASSES.values()))
+
+
+def load_pass(name: str) -> None:
+    module = PASSES.get(name)
+    if module is not None:
+        importlib.import_module(f"palimpsest.passes.{module}")
 
 
 def load_all() -> None:
-    for name in PASS_MODULES:
-        importlib.import_module(f"palimpsest.passes.{name}")
+    for module in PASS_MODULES:
+        importlib.import_module(f"palimpsest.passes.{module}")

@@ -87,12 +87,14 @@ def _convert(pass_name: str, option: str, text: str, kind):
 
 def parse_pipeline(text: str) -> list[ModulePass]:
     """Parse `a,b{opt=1},c` into pass instances."""
-    passes = registered_passes()
+    from palimpsest.passes import load_pass
+
     result = []
     for name, options_text in _split_pipeline(text):
-        cls = passes.get(name)
+        load_pass(name)
+        cls = _PASSES.get(name)
         if cls is None:
-            known = ", ".join(sorted(passes))
+            known = ", ".join(sorted(registered_passes()))
             raise PipelineError(f"unknown pass '{name}' (known passes: {known})")
         fields = {f.name.replace("_", "-"): f for f in dataclasses.fields(cls)}
         options = {}

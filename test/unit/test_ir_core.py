@@ -382,3 +382,19 @@ def test_call_op_accessors():
     assert call.arguments == [] and call.results_ == call.results
     region = Region([Block()])
     assert region.block.is_empty
+
+
+def test_pass_table_names_every_registered_pass():
+    from palimpsest.passes import PASSES, load_all
+    from palimpsest.passes.pass_manager import registered_passes
+
+    load_all()
+    assert set(registered_passes()) == set(PASSES)
+
+
+def test_dialects_load_on_first_use(parse_text):
+    import sys
+
+    module = parse_text("%0 = \"memory.pool\"() <{sym_name = \"p\"}> : () -> ()")
+    assert "palimpsest.dialects.memory" in sys.modules
+    assert module.regions[0].block.first.is_registered
