@@ -395,6 +395,6 @@ def test_pass_table_names_every_registered_pass():
 def test_dialects_load_on_first_use(parse_text):
     import sys
 
-    module = parse_text("%0 = \"memory.pool\"() <{sym_name = \"p\"}> : () -> ()")
+    module = parse_text("\"memory.pool\"() <{sym_name = \"p\"}> : () -> ()")
     assert "palimpsest.dialects.memory" in sys.modules
     assert module.regions[0].block.first.is_registered
