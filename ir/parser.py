@@ -912,19 +912,39 @@ def _describe_token(token) -> str:
     return f"'{token}'"
 
 
+_REFERENCE = None
+
+
+def _reference_parser():
+    """Lark's own LALR loop with its contextual lexer, over the same grammar and
+    transformer: what the fast path must agree with (test/unit/test_lexer.py)."""
+    global _REFERENCE
+    if _REFERENCE is None:
+        builder = _Builder()
+        _REFERENCE = (Lark(_GRAMMAR.read_text(), parser="lalr", lexer="contextual",
+                           maybe_placeholders=True, transformer=builder), builder)
+    return _REFERENCE
+
+
 def parse(text: str, filename: str = "<input>", *, allow_unregistered: bool = False,
-          line_offset: int = 0, base_dir: str | None = None) -> Operation:
+          line_offset: int = 0, base_dir: str | None = None,
+          reference: bool = False) -> Operation:
     """Parse IR text into a `builtin.module` (an implicit one wraps top-level ops that
-    are not a single module). Raises DiagnosticError with a file:line:col location."""
+    are not a single module). Raises DiagnosticError with a file:line:col location.
+    `reference=True` parses with Lark's own loop and contextual lexer (for testing)."""
     parser = _parser()
     builder = _BUILDER
+    drive = _DRIVER.parse
+    if reference:
+        parser, builder = _reference_parser()
+        drive = parser.parse
     if base_dir is None and filename not in ("<input>", "<stdin>", "-"):
         base_dir = os.path.dirname(os.path.abspath(filename))
     builder.reset(filename, line_offset, allow_unregistered, base_dir)
     collecting = gc.isenabled()
     gc.disable()  # parsing allocates many long-lived objects; cyclic GC passes only slow it
     try:
-        ops, metadata = _DRIVER.parse(text)
+        ops, metadata = drive(text)
     except VisitError as error:  # Lark wraps errors raised inside transformer callbacks
         inner = error.orig_exc
         if isinstance(inner, DiagnosticError):

@@ -339,9 +339,21 @@ class Printer:
 
 def _pretty_printable(op) -> bool:
     """The pretty form merges properties into the attribute dict; a property the op
-    does not declare would come back as an attribute, so such ops print generically."""
+    does not declare would come back as an attribute, so such ops print generically.
+    So do function-like ops whose signature is malformed (unverified IR)."""
     declared = type(op).prop_defs
-    return all(key in declared for key in op.properties)
+    if not all(key in declared for key in op.properties):
+        return False
+    if op.has_trait(FunctionLike):
+        fn_type = op.properties.get("function_type")
+        name = op.properties.get("sym_name")
+        if not (isinstance(fn_type, A.TypeAttr) and isinstance(fn_type.value, FunctionType)
+                and isinstance(name, A.StringAttr) and len(op.regions) == 1):
+            return False
+        blocks = op.regions[0].blocks
+        if blocks and len(blocks[0].args) != len(fn_type.value.inputs):
+            return False
+    return True
 
 
 def _attr_list(attr, count):
