@@ -51,7 +51,6 @@ from palimpsest.dialects.buffer import (
 )
 from palimpsest.ir import attributes as A
 from palimpsest.ir.core import Operation
-from palimpsest.ir.diagnostics import DiagnosticError
 from palimpsest.ir.opdef import InPlace
 from palimpsest.ir.types import FunctionType, IndexType, TensorType, i32
 from palimpsest.passes.pass_manager import ModulePass, register_pass
@@ -73,12 +72,13 @@ class _Storage:
     """Memory that buffers share: one alloc, argument, constant or call result, and the
     graph values that live in it (directly or through aliases)."""
 
-    __slots__ = ("kind", "alloc", "values")
+    __slots__ = ("kind", "alloc", "values", "last_use")
 
     def __init__(self, kind: str, alloc: Operation | None = None):
         self.kind = kind          # "alloc" | "arg" | "constant" | "call"
         self.alloc = alloc
         self.values: list = []
+        self.last_use = -1        # position of the last op using any of the values
 
 
 def bufferize(module: Operation, in_place: bool = True,
@@ -162,8 +162,9 @@ class _Function:
             for value in op.results:
                 self.last_use[value] = last_use(value)
 
-    def _dies_at(self, storage: _Storage, position: int) -> bool:
-        return all(self.last_use.get(v, -1) <= position for v in storage.values)
+    @staticmethod
+    def _dies_at(storage: _Storage, position: int) -> bool:
+        return storage.last_use <= position
 
     # -- the rewrite -------------------------------------------------------------------------
     def run(self) -> None:
@@ -203,6 +204,7 @@ class _Function:
         self.buffer[value] = buffer_value
         self.storage[value] = storage
         storage.values.append(value)
+        storage.last_use = max(storage.last_use, self.last_use.get(value, -1))
 
     def _mapped(self, value):
         found = self.buffer.get(value)
@@ -469,4 +471,4 @@ class Bufferize(ModulePass):
                   inputs_as_activations=self.inputs_as_activations)
 
 
-__all__ = ["ALIAS_OPS", "Bufferize", "BufferizeResult", "bufferize", "DiagnosticError"]
+__all__ = ["ALIAS_OPS", "Bufferize", "BufferizeResult", "bufferize"]

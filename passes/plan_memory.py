@@ -34,6 +34,9 @@ buffer arguments are the caller's memory and are never planned.
 Not planned: constants (`buffer.constant`, and allocs of kind "constant"), and buffers
 with a dynamic dimension (left as allocs; the dynamic fallback handles them).
 
+A planned function's buffers sit at fixed offsets, so a `func.call` to a function with
+planned buffers is refused (a diagnostic at the call): inline it first.
+
 An impossible plan — a buffer fits no candidate pool — is a diagnostic at the buffer's
 alloc naming the pools, their capacities and the bytes the plan would need. Every plan
 is checked by the independent `check_plan` before the IR is rewritten; a failing check
@@ -273,7 +276,7 @@ def _place_function(liveness: Liveness, pools: dict, candidates: dict, names: di
         anchor = record.op if record.op is not None else liveness.function
         if not pool_names:
             raise anchor.error(f"no memory.pool may hold a buffer of class "
-                                  f"'{record.kind}' (the memory.pool_map lists none)")
+                               f"'{record.kind}' (the memory.pool_map lists none)")
         items.append(_Item(record, f"{names.get(record.value, '%?')}#{index}", start, end,
                            record.size, record.alignment or 1, pool_names, anchor))
     if not items:
@@ -384,7 +387,7 @@ def plan_memory(module: Operation, algorithm: str = "auto", time_budget: float =
         for pool_plan in fn_plan.pools:
             pools[pool_plan.pool].size = max(pools[pool_plan.pool].size, pool_plan.size)
         work.append((func, items, placement))
-    _check_calls(work)
+    _check_calls(module, work)
     if created:
         _create_pools(module, [p for p in pools.values()
                                if any(pl.pool == p.name for f in report.functions
@@ -442,24 +445,21 @@ def _function_plan(liveness, names, items, placement, how, pools) -> FunctionPla
     return fn
 
 
-def _check_calls(work) -> None:
-    """A call from a planned function to another one that uses the same pool would let
-    the callee overwrite the caller's live buffers: refuse it."""
-    used = {}
-    for func, items, placement in work:
-        name = func.properties["sym_name"].value
-        used[name] = {placement[it.ident][0] for it in items}
-    for func, items, placement in work:
-        mine = used[func.properties["sym_name"].value]
-        for op in func.walk(include_self=False):
-            if op.name == "func.call":
-                callee = op.properties["callee"].root
-                shared = mine & used.get(callee, set())
-                if shared:
-                    raise op.error(f"calls @{callee}, which uses pool(s) "
-                                   f"{', '.join('@' + p for p in sorted(shared))} as this "
-                                   f"function does; plan-memory plans functions that do not "
-                                   f"call each other")
+def _check_calls(module: Operation, work) -> None:
+    """A planned function keeps its buffers, results included, at fixed offsets: a call
+    to it would share them between calls (a result held across a second call is
+    overwritten) and with a caller using the same pools. Refuse calls to planned
+    functions."""
+    planned = {func.properties["sym_name"].value for func, items, _ in work if items}
+    if not planned:
+        return
+    for op in module.walk(include_self=False):
+        if op.name == "func.call" and op.properties["callee"].root in planned:
+            callee = op.properties["callee"].root
+            raise op.error(f"calls @{callee}, whose buffers plan-memory places at fixed "
+                           f"offsets of its pools (calls would share them); plan-memory "
+                           f"plans functions that no func.call calls: inline @{callee} "
+                           f"first")
 
 
 def _create_pools(module: Operation, pools: list) -> None:

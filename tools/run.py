@@ -23,8 +23,15 @@ def build_argument_parser() -> argparse.ArgumentParser:
                         help="shape for a random input with dynamic dims (repeatable)")
     parser.add_argument("--output-dir", help="write each output as NAME.npy into this directory")
     parser.add_argument("--function", help="function to run (default: main, or the only one)")
-    parser.add_argument("--level", choices=["graph"], default="graph",
-                        help="the level to execute at (default: graph)")
+    parser.add_argument("--level", choices=["graph", "buffer"], default="buffer",
+                        help="the level to execute at: graph (reference executor) or buffer "
+                             "(lowered with infer-shapes,bufferize,insert-deallocs; default)")
+    parser.add_argument("--backend", choices=["numpy"], default="numpy",
+                        help="the backend for --level buffer (default: numpy)")
+    parser.add_argument("--poison", action="store_true",
+                        help="poison buffers when their lifetime ends (NaN / 0x5A bytes)")
+    parser.add_argument("--stats", action="store_true",
+                        help="print allocations, bytes allocated, peak bytes and bytes copied")
     parser.add_argument("--allow-unregistered-dialect", action="store_true")
     return parser
 
@@ -98,6 +105,11 @@ def _run(args, sources) -> int:
     files = _parse_assignments(args.input, "--input")
     shapes = _parse_assignments(args.shape, "--shape")
     module = _load_module(args, sources)
+    stats = None
+    if args.level == "buffer":
+        run, stats = _lower_to_buffers(module, args.poison)
+    elif args.stats or args.poison:
+        raise UserError("--stats and --poison need --level buffer")
     try:
         func = find_function(module, args.function)
         names = input_names(func)
@@ -129,7 +141,23 @@ def _run(args, sources) -> int:
         if args.output_dir:
             safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
             np.save(os.path.join(args.output_dir, safe + ".npy"), array)
+    if stats is not None and args.stats:
+        print(stats.summary())
     return 0
+
+
+def _lower_to_buffers(module, poison: bool):
+    """Lower with infer-shapes,bufferize,insert-deallocs; the numpy backend's `run`
+    (bound to a RunStats it fills) and that RunStats."""
+    import functools
+
+    from palimpsest.backends.numpy import RunStats
+    from palimpsest.backends.numpy import run as run_numpy
+    from palimpsest.passes.pass_manager import PassManager, parse_pipeline
+
+    PassManager(parse_pipeline("infer-shapes,bufferize,insert-deallocs")).run(module)
+    stats = RunStats()
+    return functools.partial(run_numpy, poison=poison, stats=stats), stats
 
 
 if __name__ == "__main__":

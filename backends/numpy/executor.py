@@ -14,6 +14,9 @@ IR writes an input (`bufferize{inputs-as-activations}`). Outputs are copied out 
 arenas. With `poison=True` an arena is filled with poison when it is allocated and when
 its `buffer.dealloc` runs, and a view of a pool when its liveness ends (its last use,
 through aliases), so a buffer used past its end reads NaN (floats) or 0x5A bytes.
+Two views of a pool are two buffers even where their bytes overlap: data never flows
+from one to the other (planned IR spells an alias as a `buffer.reshape` of one view), so
+the end of one poisons bytes the other may only read after writing them.
 """
 
 from __future__ import annotations
@@ -49,7 +52,8 @@ class _Pending:
 
 def bind_buffer_inputs(func, inputs: dict) -> list:
     """Arrays in argument order, checked as the reference executor checks them
-    (backends/binding.py), for arguments of buffer or tensor type."""
+    (backends/binding.py), for arguments of buffer or tensor type; messages spell a
+    `buffer<...>` argument as the tensor it holds, as the graph level does."""
     names = input_names(func)
     unknown = [n for n in inputs if n not in names]
     if unknown:
@@ -57,9 +61,9 @@ def bind_buffer_inputs(func, inputs: dict) -> list:
                            f"{', '.join(names) or 'no inputs'})")
     arrays = []
     for name, type_ in zip(names, func.type.inputs):
-        if name not in inputs:
-            raise BindingError(f"missing input '{name}' (expected {type_})")
         tensor = tensor_of(type_) if isinstance(type_, BufferType) else type_
+        if name not in inputs:
+            raise BindingError(f"missing input '{name}' (expected {tensor})")
         arrays.append(check_input(name, tensor, inputs[name]))
     return arrays
 

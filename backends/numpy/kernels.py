@@ -36,13 +36,12 @@ dropout data when they are not aliases): a copy, but no temporary.
 
 from __future__ import annotations
 
-import math
 from types import SimpleNamespace
 
 import numpy as np
 
 from palimpsest.dialects.graph.evaluate import attribute_value
-from palimpsest.ir.opdef import OPTIONAL, VARIADIC, lookup_op, segment_sizes
+from palimpsest.ir.opdef import OPTIONAL, lookup_op, segment_sizes
 
 FAST: dict = {}
 
@@ -91,9 +90,7 @@ class ComputeInfo:
             slots, position = [], 0
             for definition, size in zip(self.graph_class.operand_defs, sizes):
                 if definition.kind == OPTIONAL and size == 0:
-                    slots.append(None)
-                elif definition.kind == VARIADIC:
-                    slots.extend(range(position, position + size))
+                    slots.append(None)  # an absent optional operand: None for the kernel
                 else:
                     slots.extend(range(position, position + size))
                 position += size
@@ -542,10 +539,6 @@ def _expand(name):
 
 for _name, _factory in list(FAST.items()):
     FAST[_name] = _factory(_name)
-
-
-def element_count(shape) -> int:
-    return math.prod(shape) if shape else 1
 
 
 __all__ = ["ComputeInfo", "FAST", "infer_out_shapes"]

@@ -284,8 +284,7 @@ class LayerNormOp(GraphOp):
             normalized = x[axis:]
             for name in ("scale", "b"):
                 shape = args.shape(name)
-                if shape is not None and S.broadcast(shape, normalized, what=(
-                        f"layer_norm '{name}' and the normalized dims")) != normalized:
+                if not S.unidirectional_broadcastable(shape, normalized):
                     raise ShapeError(f"layer_norm '{name}' of shape {S.fmt(shape)} does not "
                                      f"broadcast to the normalized dims {S.fmt(normalized)}")
         count = args.num_results if args.num_results is not None else 1
