@@ -233,6 +233,9 @@ class ComputeOp(Operation):
     `graphSegmentSizes`."""
 
     name = "buffer.compute"
+    # the graph op's properties ride along undeclared: in the pretty form every
+    # attribute without a dialect prefix is one of them
+    open_properties = True
     ins = variadic_operand(AnyBuffer)
     outs = variadic_operand(AnyBuffer)
     op = prop(A.StringAttr)

@@ -323,8 +323,10 @@ class _Builder:
             self.fail(f"custom op '{name}' is unknown (unregistered ops must use the generic "
                       f"form \"{name}\"(...))", name_token)
         props, other = {}, {}
+        open_properties = getattr(cls, "open_properties", False)
         for key, value in (attrs or {}).items():
-            (props if key in cls.prop_defs else other)[key] = value
+            inherent = key in cls.prop_defs or (open_properties and "." not in key)
+            (props if inherent else other)[key] = value
         if sym is not None:  # `@a` or a nested reference `@a::@b`
             symbol_prop = getattr(cls, "symbol_prop", None)
             if symbol_prop is None:

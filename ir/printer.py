@@ -342,7 +342,11 @@ def _pretty_printable(op) -> bool:
     does not declare would come back as an attribute, so such ops print generically.
     So do function-like ops whose signature is malformed (unverified IR)."""
     declared = type(op).prop_defs
-    if not all(key in declared for key in op.properties):
+    if getattr(type(op), "open_properties", False):
+        if any("." in key for key in op.properties) or any(
+                "." not in key for key in op.attributes):
+            return False  # would swap between properties and attributes
+    elif not all(key in declared for key in op.properties):
         return False
     if op.has_trait(FunctionLike):
         fn_type = op.properties.get("function_type")
