@@ -98,6 +98,9 @@ class CallOp(Operation):
     arguments = variadic_operand()
     results_ = variadic_result()
 
+    def memory_effects(self):
+        return None  # whatever the callee does: passes must not drop or reorder calls
+
     def verify_(self):
         from palimpsest.ir.verifier import lookup_symbol
 

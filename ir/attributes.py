@@ -356,8 +356,8 @@ class DenseElementsAttr(Attribute):
             body = '"0x' + self.raw.hex().upper() + '"'
         elif self.is_splat:
             body = _format_element(self.values[0], self.type.element_type)
-        elif not self.values and self.type.num_elements() != 0:
-            body = ""
+        elif not self.values:
+            body = ""  # MLIR's spelling of a tensor with no elements
         else:
             body = _nest(self.values, self.type.shape, self.type.element_type)
         return f"dense<{body}> : {self.type}"

@@ -697,7 +697,7 @@ class _Builder:
                 self._check_int(v, element, token)
         if len(flat) == 1 and not shape:
             return A.DenseElementsAttr(type_, (flat[0],))
-        if tuple(shape) != tuple(type_.shape) and not (len(flat) == n and len(shape) == 1 and n == 0):
+        if tuple(shape) != tuple(type_.shape) and not (n == 0 and not flat):
             self.fail(f"dense literal of shape {list(shape)} does not match type '{type_}'", token)
         return A.DenseElementsAttr(type_, tuple(flat))
 

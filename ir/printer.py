@@ -10,6 +10,7 @@ import os
 
 from palimpsest.ir import attributes as A
 from palimpsest.ir.core import Block, Operation, Region
+from palimpsest.ir.diagnostics import DiagnosticError
 from palimpsest.ir.opdef import FunctionLike, IsolatedFromAbove
 from palimpsest.ir.types import FunctionType
 
@@ -103,7 +104,10 @@ class Printer:
 
     def _collect_blobs(self, attr) -> None:
         if isinstance(attr, A.DenseResourceAttr):
-            self.blobs.setdefault(attr.blob.key, attr.blob)
+            known = self.blobs.setdefault(attr.blob.key, attr.blob)
+            if known is not attr.blob and known.identity() != attr.blob.identity():
+                raise DiagnosticError(f"two different resources are named '{attr.blob.key}'; "
+                                      f"resource keys must be unique in a module")
         elif isinstance(attr, A.ArrayAttr):
             for item in attr.value:
                 self._collect_blobs(item)
