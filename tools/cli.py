@@ -3,6 +3,7 @@ traceback, and the exit codes (0 ok, 1 user error, 2 usage, 3 internal error).""
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import traceback
@@ -42,6 +43,30 @@ def write_text(path: str, text: str) -> None:
 
 def output_dir(path: str) -> str:
     return os.getcwd() if path == "-" else os.path.dirname(os.path.abspath(path))
+
+
+def console_entry(main):
+    """The console-script entry for `main`: run it, flush, and leave without tearing
+    down the interpreter — freeing a large IR object by object took longer than
+    printing it (benchmarks/README.md). Cyclic GC stays off: a tool run is short and
+    its garbage is not worth the collector's passes over the IR."""
+
+    def entry() -> None:
+        gc.disable()
+        try:
+            code = main()
+        except SystemExit as exit_:  # argparse errors and --help
+            code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 2)
+            if not isinstance(exit_.code, int) and exit_.code is not None:
+                print(exit_.code, file=sys.stderr)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BrokenPipeError:
+            code = code or 1
+        os._exit(code or 0)
+
+    return entry
 
 
 class UserError(Exception):

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from palimpsest.tools.cli import UserError, run_main, write_text
+from palimpsest.tools.cli import console_entry, UserError, run_main, write_text
 
 
 def build_argument_parser() -> argparse.ArgumentParser:
@@ -53,6 +53,8 @@ def _run(args) -> int:
     write_text(args.output, print_ir(module, generic=args.print_op_generic, resource_base=base))
     return 0
 
+
+entry = console_entry(main)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -7,7 +7,7 @@ import sys
 import time
 
 from palimpsest.ir.diagnostics import DiagnosticError, SourceManager, split_source
-from palimpsest.tools.cli import UserError, output_dir, read_text, run_main, write_text
+from palimpsest.tools.cli import console_entry, UserError, output_dir, read_text, run_main, write_text
 
 
 def build_argument_parser() -> argparse.ArgumentParser:
@@ -144,6 +144,8 @@ def _report_times(timings) -> None:
     lines.append(f"  {total:8.4f} (100.0%)  Total")
     print("\n".join(lines), file=sys.stderr)
 
+
+entry = console_entry(main)
 
 if __name__ == "__main__":
     sys.exit(main())

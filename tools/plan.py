@@ -29,6 +29,7 @@ import argparse
 import sys
 from typing import Sequence, TextIO
 
+from palimpsest.tools.cli import console_entry
 from palimpsest.passes.planners import (
     ALGORITHMS,
     PlanError,
@@ -224,6 +225,8 @@ def _export_main(args) -> int:
 
     return run_main(PROG, body, sources)
 
+
+entry = console_entry(main)
 
 if __name__ == "__main__":
     sys.exit(main())

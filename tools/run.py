@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from palimpsest.tools.cli import UserError, read_text, run_main
+from palimpsest.tools.cli import console_entry, UserError, read_text, run_main
 
 
 def build_argument_parser() -> argparse.ArgumentParser:
@@ -23,11 +23,12 @@ def build_argument_parser() -> argparse.ArgumentParser:
                         help="shape for a random input with dynamic dims (repeatable)")
     parser.add_argument("--output-dir", help="write each output as NAME.npy into this directory")
     parser.add_argument("--function", help="function to run (default: main, or the only one)")
-    parser.add_argument("--level", choices=["graph", "buffer"], default="buffer",
-                        help="the level to execute at: graph (reference executor) or buffer "
-                             "(lowered with infer-shapes,bufferize,insert-deallocs; default)")
+    parser.add_argument("--level", choices=["graph", "buffer", "kernel"], default="buffer",
+                        help="the level to execute at: graph (reference executor), buffer "
+                             "(lowered with infer-shapes,bufferize,insert-deallocs; default) or "
+                             "kernel (infer-shapes,bufferize,lower-to-kernels,insert-deallocs)")
     parser.add_argument("--backend", choices=["numpy"], default="numpy",
-                        help="the backend for --level buffer (default: numpy)")
+                        help="the backend for --level buffer or kernel (default: numpy)")
     parser.add_argument("--poison", action="store_true",
                         help="poison buffers when their lifetime ends (NaN / 0x5A bytes)")
     parser.add_argument("--stats", action="store_true",
@@ -106,10 +107,10 @@ def _run(args, sources) -> int:
     shapes = _parse_assignments(args.shape, "--shape")
     module = _load_module(args, sources)
     stats = None
-    if args.level == "buffer":
-        run, stats = _lower_to_buffers(module, args.poison)
+    if args.level in ("buffer", "kernel"):
+        run, stats = _lower_to_buffers(module, args.poison, args.level == "kernel")
     elif args.stats or args.poison:
-        raise UserError("--stats and --poison need --level buffer")
+        raise UserError("--stats and --poison need --level buffer or kernel")
     try:
         func = find_function(module, args.function)
         names = input_names(func)
@@ -146,19 +147,24 @@ def _run(args, sources) -> int:
     return 0
 
 
-def _lower_to_buffers(module, poison: bool):
-    """Lower with infer-shapes,bufferize,insert-deallocs; the numpy backend's `run`
-    (bound to a RunStats it fills) and that RunStats."""
+def _lower_to_buffers(module, poison: bool, kernels: bool = False):
+    """Lower with infer-shapes,bufferize,insert-deallocs (with lower-to-kernels before
+    insert-deallocs when `kernels`); the numpy backend's `run` (bound to a RunStats it
+    fills) and that RunStats."""
     import functools
 
     from palimpsest.backends.numpy import RunStats
     from palimpsest.backends.numpy import run as run_numpy
     from palimpsest.passes.pass_manager import PassManager, parse_pipeline
 
-    PassManager(parse_pipeline("infer-shapes,bufferize,insert-deallocs")).run(module)
+    pipeline = "infer-shapes,bufferize,lower-to-kernels,insert-deallocs" if kernels else \
+        "infer-shapes,bufferize,insert-deallocs"
+    PassManager(parse_pipeline(pipeline)).run(module)
     stats = RunStats()
     return functools.partial(run_numpy, poison=poison, stats=stats), stats
 
+
+entry = console_entry(main)
 
 if __name__ == "__main__":
     sys.exit(main())
