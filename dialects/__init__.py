@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib
 
-DIALECT_MODULES = ("builtin", "func", "test", "graph", "buffer", "memory")
+DIALECT_MODULES = ("builtin", "func", "test", "graph", "buffer", "memory", "kernel")
 TYPE_KEYWORDS = {"buffer": "buffer"}  # parametric type keyword -> dialect module
 
 

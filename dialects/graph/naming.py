@@ -1,8 +1,9 @@
 """The single table of graph-dialect op names (see CONVENTIONS.md).
 
 `ONNX_TO_GRAPH` maps an ONNX op type (default domain) to its graph-dialect op name:
-`graph.` + snake_case of the ONNX op type, with the two normalization abbreviations
-BatchNormalization -> `graph.batch_norm` and LayerNormalization -> `graph.layer_norm`, and
+`graph.` + snake_case of the ONNX op type, with the three normalization abbreviations
+BatchNormalization -> `graph.batch_norm`, LayerNormalization -> `graph.layer_norm` and
+InstanceNormalization -> `graph.instance_norm`, and
 MatMul -> `graph.matmul` (one word, as in MLIR's linalg). `GRAPH_TO_ONNX` is its inverse.
 
 This module is import-light on purpose (no numpy): palimpsest-opt imports it at startup.
@@ -19,6 +20,9 @@ ONNX_TO_GRAPH: dict[str, str] = {
     "Pow": "graph.pow",
     "Max": "graph.max",
     "Min": "graph.min",
+    "Sum": "graph.sum",
+    "Mean": "graph.mean",
+    "Mod": "graph.mod",
     # activations and unary math
     "Relu": "graph.relu",
     "LeakyRelu": "graph.leaky_relu",
@@ -33,12 +37,31 @@ ONNX_TO_GRAPH: dict[str, str] = {
     "Sqrt": "graph.sqrt",
     "Neg": "graph.neg",
     "Abs": "graph.abs",
+    "Sign": "graph.sign",
+    "Reciprocal": "graph.reciprocal",
+    "Floor": "graph.floor",
+    "Ceil": "graph.ceil",
+    "Round": "graph.round",
+    "Sin": "graph.sin",
+    "Cos": "graph.cos",
+    "Softplus": "graph.softplus",
+    "Softsign": "graph.softsign",
+    "Elu": "graph.elu",
+    "Selu": "graph.selu",
+    "Gelu": "graph.gelu",
     # selection, conversion, comparison
     "Where": "graph.where",
     "Cast": "graph.cast",
     "Equal": "graph.equal",
     "Less": "graph.less",
     "Greater": "graph.greater",
+    "LessOrEqual": "graph.less_or_equal",
+    "GreaterOrEqual": "graph.greater_or_equal",
+    # logical (bool operands)
+    "Not": "graph.not",
+    "And": "graph.and",
+    "Or": "graph.or",
+    "Xor": "graph.xor",
     # linear algebra
     "MatMul": "graph.matmul",
     "Gemm": "graph.gemm",
@@ -52,11 +75,21 @@ ONNX_TO_GRAPH: dict[str, str] = {
     # normalization
     "BatchNormalization": "graph.batch_norm",
     "LayerNormalization": "graph.layer_norm",
+    "InstanceNormalization": "graph.instance_norm",
     "Softmax": "graph.softmax",
+    "LogSoftmax": "graph.log_softmax",
     # reductions
     "ReduceMean": "graph.reduce_mean",
     "ReduceSum": "graph.reduce_sum",
     "ReduceMax": "graph.reduce_max",
+    "ReduceMin": "graph.reduce_min",
+    "ReduceProd": "graph.reduce_prod",
+    "ReduceL1": "graph.reduce_l1",
+    "ReduceL2": "graph.reduce_l2",
+    "ReduceSumSquare": "graph.reduce_sum_square",
+    "ReduceLogSumExp": "graph.reduce_log_sum_exp",
+    "ArgMax": "graph.arg_max",
+    "ArgMin": "graph.arg_min",
     # shape and data movement
     "Reshape": "graph.reshape",
     "Flatten": "graph.flatten",
@@ -65,14 +98,17 @@ ONNX_TO_GRAPH: dict[str, str] = {
     "Split": "graph.split",
     "Slice": "graph.slice",
     "Gather": "graph.gather",
+    "GatherElements": "graph.gather_elements",
     "Pad": "graph.pad",
     "Resize": "graph.resize",
     "Squeeze": "graph.squeeze",
     "Unsqueeze": "graph.unsqueeze",
     "Expand": "graph.expand",
+    "Tile": "graph.tile",
     # constants and shape computations
     "Constant": "graph.constant",
     "Shape": "graph.shape",
+    "Size": "graph.size",
     "Range": "graph.range",
     "ConstantOfShape": "graph.constant_of_shape",
     "Identity": "graph.identity",

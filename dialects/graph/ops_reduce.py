@@ -24,6 +24,10 @@ class ReduceOp(GraphOp):
     reduced = result_def(AnyTensor)
     keepdims = int_prop(1, values=(0, 1))
     noop_with_empty_axes = int_prop(0, values=(0, 1))
+    # whether reducing over no axes (noop_with_empty_axes) returns the input unchanged; the
+    # composite reductions still apply their elementwise step (ReduceL1 -> |x|,
+    # ReduceSumSquare -> x * x, ...): those are not folded to the input
+    noop_is_identity = True
 
     @staticmethod
     def combine(values):
@@ -63,7 +67,7 @@ class ReduceOp(GraphOp):
         if args.has("axes") and axes is None:
             return None
         if axes == [] and args["noop_with_empty_axes"]:
-            return [list(values)]
+            return [list(values)] if cls.noop_is_identity else None
         if axes not in (None, [], [0], [-1]) or any(v is None for v in values):
             return None
         result = cls.combine(values)
@@ -119,21 +123,25 @@ class ReduceProdOp(ReduceOp):
 @register_op
 class ReduceL1Op(ReduceOp):
     name = "graph.reduce_l1"
+    noop_is_identity = False
 
 
 @register_op
 class ReduceL2Op(ReduceOp):
     name = "graph.reduce_l2"
+    noop_is_identity = False
 
 
 @register_op
 class ReduceSumSquareOp(ReduceOp):
     name = "graph.reduce_sum_square"
+    noop_is_identity = False
 
 
 @register_op
 class ReduceLogSumExpOp(ReduceOp):
     name = "graph.reduce_log_sum_exp"
+    noop_is_identity = False
 
 
 class ArgReduceOp(GraphOp):

@@ -16,10 +16,10 @@
 Semantics follow the latest ONNX opset of each op (Softmax: along one axis, opset 13; Resize:
 X, roi, scales, sizes); inputs that older opsets had as attributes (Reduce* axes, Split's split,
 Slice's starts/ends/axes, Pad's pads/value, Squeeze/Unsqueeze axes, Clip's min/max) are also
-accepted from `attrs`. Semantics that changed between opsets are NOT guessed: Softmax below
-opset 13 (coerce to 2-D at `axis`, default 1) and Resize-10 (operands X, scales; no roi) must
-be rewritten by an importer. Results keep ONNX's element types (int64 shapes, bool
-comparisons).
+accepted from `attrs`. Semantics that changed between opsets are NOT guessed: Softmax and
+LogSoftmax below opset 13 (coerce to 2-D at `axis`, default 1) and Resize-10 (operands X,
+scales; no roi) must be rewritten by an importer. Results keep ONNX's element types (int64
+shapes, indices and sizes, bool comparisons and logical ops).
 Unsupported attribute values raise ValueError naming the op and the attribute.
 
 Pure numpy; importing this module imports numpy (palimpsest-opt must not import it at startup).
@@ -27,7 +27,8 @@ Pure numpy; importing this module imports numpy (palimpsest-opt must not import 
 
 from __future__ import annotations
 
-from . import elementwise, nn, resize, tensor  # noqa: F401  (register kernels)
+# importing the modules registers their kernels
+from . import elementwise, nn, normalization, reduce, resize, tensor  # noqa: F401
 from ._common import KERNELS, ONNX_DTYPES
 
 __all__ = ["KERNELS", "ONNX_DTYPES", "evaluate"]

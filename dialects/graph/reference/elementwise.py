@@ -1,4 +1,5 @@
-"""Elementwise kernels: arithmetic, activations, unary math, comparisons, Where, Cast."""
+"""Elementwise kernels: arithmetic, activations, unary math, comparisons, logical ops,
+Where, Cast."""
 
 from __future__ import annotations
 
@@ -7,7 +8,18 @@ import math
 
 import numpy as np
 
-from ._common import f_attr, i_attr, kernel, onnx_dtype, op_error, opt, req
+from ._common import (
+    f_attr,
+    float_compute_dtype,
+    i_attr,
+    kernel,
+    onnx_dtype,
+    op_error,
+    opt,
+    req,
+    s_attr,
+    unsupported,
+)
 
 # -- binary arithmetic (multidirectional numpy broadcasting, result dtype = operand dtype) ----
 
@@ -71,6 +83,21 @@ def pow_(inputs, attrs):
     return [np.asarray(out).astype(a.dtype)]
 
 
+@kernel("Mod")
+def mod(inputs, attrs):
+    """Mod: fmod=0 takes the sign of the divisor (numpy's mod, Python's %), fmod=1 the sign
+    of the dividend (C fmod). Integer division by zero gives 0."""
+    a = req("Mod", inputs, 0, "A")
+    b = req("Mod", inputs, 1, "B")
+    _same_dtype("Mod", a, b)
+    fmod = i_attr(attrs, "fmod", 0)
+    if fmod not in (0, 1):
+        raise unsupported("Mod", "fmod", fmod, (0, 1))
+    with np.errstate(all="ignore"):
+        out = np.fmod(a, b) if fmod else np.mod(a, b)
+    return [np.asarray(out, dtype=a.dtype)]
+
+
 def _variadic(onnx_op: str, ufunc):
     def fn(inputs, attrs):
         xs = [np.asarray(x) for x in inputs if x is not None]
@@ -87,6 +114,22 @@ def _variadic(onnx_op: str, ufunc):
 
 kernel("Max")(_variadic("Max", np.maximum))
 kernel("Min")(_variadic("Min", np.minimum))
+kernel("Sum")(_variadic("Sum", np.add))
+
+
+@kernel("Mean")
+def mean(inputs, attrs):
+    """Mean: the broadcast sum divided by the operand count (float16 sums in float32)."""
+    xs = [np.asarray(x) for x in inputs if x is not None]
+    if not xs:
+        raise op_error("Mean", "needs at least one operand")
+    for x in xs[1:]:
+        _same_dtype("Mean", xs[0], x)
+    cdt = float_compute_dtype(xs[0].dtype)
+    with np.errstate(all="ignore"):
+        total = functools.reduce(np.add, [x.astype(cdt, copy=False) for x in xs])
+        out = np.asarray(total / np.asarray(len(xs), dtype=cdt))
+    return [out.astype(xs[0].dtype)]
 
 # -- activations -------------------------------------------------------------------------
 
@@ -152,6 +195,72 @@ def hard_swish(inputs, attrs):
     return [(x * gate).astype(x.dtype, copy=False)]
 
 
+def _float_input(onnx_op: str, inputs) -> tuple[np.ndarray, np.ndarray]:
+    """The float operand X and X in its compute dtype (float16 computes in float32)."""
+    x = req(onnx_op, inputs, 0, "X")
+    if x.dtype.kind != "f":
+        raise op_error(onnx_op, f"unsupported element type {x.dtype}")
+    return x, x.astype(float_compute_dtype(x.dtype), copy=False)
+
+
+@kernel("Elu")
+def elu(inputs, attrs):
+    """Elu: x for x >= 0, alpha * (exp(x) - 1) below."""
+    x, xc = _float_input("Elu", inputs)
+    alpha = _scalar(xc, f_attr(attrs, "alpha", 1.0))
+    with np.errstate(all="ignore"):
+        out = np.where(xc < 0, np.expm1(np.minimum(xc, 0)) * alpha, xc)
+    return [out.astype(x.dtype, copy=False)]
+
+
+@kernel("Selu")
+def selu(inputs, attrs):
+    """Selu: gamma * x for x > 0, gamma * alpha * (exp(x) - 1) otherwise."""
+    x, xc = _float_input("Selu", inputs)
+    alpha = _scalar(xc, f_attr(attrs, "alpha", 1.67326319217681884765625))
+    gamma = _scalar(xc, f_attr(attrs, "gamma", 1.05070102214813232421875))
+    with np.errstate(all="ignore"):
+        out = np.where(xc > 0, xc, np.expm1(np.minimum(xc, 0)) * alpha) * gamma
+    return [out.astype(x.dtype, copy=False)]
+
+
+@kernel("Softplus")
+def softplus(inputs, attrs):
+    """Softplus: log(1 + exp(x)), as logaddexp(0, x) (no overflow for large x)."""
+    x, xc = _float_input("Softplus", inputs)
+    return [np.logaddexp(_scalar(xc, 0), xc).astype(x.dtype, copy=False)]
+
+
+@kernel("Softsign")
+def softsign(inputs, attrs):
+    x, xc = _float_input("Softsign", inputs)
+    with np.errstate(all="ignore"):
+        out = xc / (_scalar(xc, 1) + np.abs(xc))
+    return [out.astype(x.dtype, copy=False)]
+
+
+_GELU_APPROXIMATIONS = ("none", "tanh")
+
+
+@kernel("Gelu")
+def gelu(inputs, attrs):
+    """Gelu: x * Phi(x) = 0.5 * x * (1 + erf(x / sqrt(2))) (approximate="none", libm's erf
+    in double precision), or 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))
+    (approximate="tanh")."""
+    x, _ = _float_input("Gelu", inputs)
+    approximate = s_attr(attrs, "approximate", "none")
+    if approximate not in _GELU_APPROXIMATIONS:
+        raise unsupported("Gelu", "approximate", approximate, _GELU_APPROXIMATIONS)
+    xd = x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        if approximate == "tanh":
+            inner = math.sqrt(2 / math.pi) * (xd + 0.044715 * xd * xd * xd)
+            out = 0.5 * xd * (1 + np.tanh(inner))
+        else:
+            out = 0.5 * xd * (1 + _erf_f64(xd / math.sqrt(2)).astype(np.float64))
+    return [np.asarray(out).astype(x.dtype)]
+
+
 # -- unary math --------------------------------------------------------------------------
 
 
@@ -172,6 +281,20 @@ kernel("Log")(_unary("Log", np.log))
 kernel("Sqrt")(_unary("Sqrt", np.sqrt))
 kernel("Neg")(_unary("Neg", np.negative))
 kernel("Abs")(_unary("Abs", np.abs))
+kernel("Sign")(_unary("Sign", np.sign))
+kernel("Floor")(_unary("Floor", np.floor))
+kernel("Ceil")(_unary("Ceil", np.ceil))
+kernel("Round")(_unary("Round", np.round))  # half to even, as ONNX says
+kernel("Sin")(_unary("Sin", np.sin))
+kernel("Cos")(_unary("Cos", np.cos))
+
+
+@kernel("Reciprocal")
+def reciprocal(inputs, attrs):
+    x, xc = _float_input("Reciprocal", inputs)
+    with np.errstate(all="ignore"):
+        out = _scalar(xc, 1) / xc
+    return [out.astype(x.dtype, copy=False)]
 
 _erf_f64 = np.frompyfunc(math.erf, 1, 1)
 
@@ -203,6 +326,35 @@ def _compare(onnx_op: str, ufunc):
 kernel("Equal")(_compare("Equal", np.equal))
 kernel("Less")(_compare("Less", np.less))
 kernel("Greater")(_compare("Greater", np.greater))
+kernel("LessOrEqual")(_compare("LessOrEqual", np.less_equal))
+kernel("GreaterOrEqual")(_compare("GreaterOrEqual", np.greater_equal))
+
+
+def _bool_operand(onnx_op: str, inputs, i: int, what: str) -> np.ndarray:
+    x = req(onnx_op, inputs, i, what)
+    if x.dtype != np.bool_:
+        raise op_error(onnx_op, f"operand {what} must be bool, got {x.dtype}")
+    return x
+
+
+def _logical(onnx_op: str, ufunc):
+    def fn(inputs, attrs):
+        a = _bool_operand(onnx_op, inputs, 0, "A")
+        b = _bool_operand(onnx_op, inputs, 1, "B")
+        return [np.asarray(ufunc(a, b), dtype=np.bool_)]
+
+    fn.__name__ = onnx_op.lower()
+    return fn
+
+
+kernel("And")(_logical("And", np.logical_and))
+kernel("Or")(_logical("Or", np.logical_or))
+kernel("Xor")(_logical("Xor", np.logical_xor))
+
+
+@kernel("Not")
+def not_(inputs, attrs):
+    return [np.logical_not(_bool_operand("Not", inputs, 0, "X"))]
 
 
 @kernel("Where")

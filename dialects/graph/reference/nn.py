@@ -1,5 +1,5 @@
-"""Neural-network kernels: MatMul, Gemm, Conv, ConvTranspose, pooling, normalization, Softmax,
-Dropout.
+"""Neural-network kernels: MatMul, Gemm, Conv, ConvTranspose, pooling (normalization, Softmax
+and Dropout are in normalization.py).
 
 Conv is an im2col (one strided slice copy per kernel offset, into a reused buffer covering a
 block of output rows) followed by a grouped matmul; pooling and ConvTranspose loop over the
@@ -20,8 +20,6 @@ from ._common import (
     i_attr,
     ints_attr,
     kernel,
-    norm_axis,
-    onnx_dtype,
     op_error,
     opt,
     req,
@@ -398,96 +396,3 @@ def global_average_pool(inputs, attrs):
 def global_max_pool(inputs, attrs):
     x = req("GlobalMaxPool", inputs, 0, "X")
     return [x.max(axis=tuple(range(2, x.ndim)), keepdims=True)]
-
-
-# -- normalization ---------------------------------------------------------------------------
-
-
-@kernel("BatchNormalization", multi=True)
-def batch_norm(inputs, attrs, num_results=None):
-    """Inference: Y = (X - mean) / sqrt(var + epsilon) * scale + B over channel axis 1.
-    training_mode=1 normalizes with the batch statistics (population variance) and returns
-    Y, running_mean, running_var (momentum-blended)."""
-    x = req("BatchNormalization", inputs, 0, "X")
-    scale = req("BatchNormalization", inputs, 1, "scale")
-    bias = req("BatchNormalization", inputs, 2, "B")
-    mean = req("BatchNormalization", inputs, 3, "input_mean")
-    var = req("BatchNormalization", inputs, 4, "input_var")
-    eps = f_attr(attrs, "epsilon", 1e-5)
-    cdt = float_compute_dtype(x.dtype)
-    shape = (1, x.shape[1]) + (1,) * (x.ndim - 2) if x.ndim >= 2 else (-1,)
-
-    def bc(t):
-        return np.asarray(t).astype(cdt, copy=False).reshape(shape)
-
-    xc = x.astype(cdt, copy=False)
-    training = i_attr(attrs, "training_mode", 0)
-    if training:
-        axes = (0,) + tuple(range(2, x.ndim))
-        cur_mean = xc.mean(axis=axes)
-        cur_var = xc.var(axis=axes)
-        y = (xc - bc(cur_mean)) / np.sqrt(bc(cur_var) + np.asarray(eps, cdt)) * bc(scale) + bc(bias)
-        mom = np.asarray(f_attr(attrs, "momentum", 0.9), cdt)
-        run_mean = mean.astype(cdt) * mom + cur_mean * (1 - mom)
-        run_var = var.astype(cdt) * mom + cur_var * (1 - mom)
-        res = [y.astype(x.dtype, copy=False), run_mean.astype(mean.dtype), run_var.astype(var.dtype)]
-        return res[: num_results or 1]
-    y = (xc - bc(mean)) / np.sqrt(bc(var) + np.asarray(eps, cdt)) * bc(scale) + bc(bias)
-    if (num_results or 1) > 1:
-        raise op_error("BatchNormalization", "running_mean/running_var results need training_mode=1")
-    return [y.astype(x.dtype, copy=False)]
-
-
-@kernel("LayerNormalization", multi=True)
-def layer_norm(inputs, attrs, num_results=None):
-    """Normalize over axes [axis, rank); results Y, Mean, InvStdDev (the last two in the
-    stash_type precision, with the normalized axes kept as size 1)."""
-    x = req("LayerNormalization", inputs, 0, "X")
-    scale = req("LayerNormalization", inputs, 1, "Scale")
-    bias = opt(inputs, 2)
-    axis = norm_axis("LayerNormalization", i_attr(attrs, "axis", -1), x.ndim)
-    eps = f_attr(attrs, "epsilon", 1e-5)
-    sdt = onnx_dtype("LayerNormalization", i_attr(attrs, "stash_type", 1), "stash_type")
-    if sdt.kind != "f":
-        raise unsupported("LayerNormalization", "stash_type", attrs.get("stash_type"))
-    axes = tuple(range(axis, x.ndim))
-    xc = x.astype(sdt, copy=False)
-    mean = xc.mean(axis=axes, keepdims=True)
-    d = xc - mean
-    var = (d * d).mean(axis=axes, keepdims=True)
-    inv = 1 / np.sqrt(var + np.asarray(eps, sdt))
-    y = d * inv * scale.astype(sdt, copy=False)
-    if bias is not None:
-        y = y + bias.astype(sdt, copy=False)
-    res = [y.astype(x.dtype, copy=False), mean, inv]
-    return res[: num_results or 1]
-
-
-@kernel("Softmax")
-def softmax(inputs, attrs):
-    """Softmax along one axis (opset-13 semantics; default axis -1)."""
-    x = req("Softmax", inputs, 0, "input")
-    axis = norm_axis("Softmax", i_attr(attrs, "axis", -1), x.ndim)
-    xc = x.astype(float_compute_dtype(x.dtype), copy=False)
-    e = np.exp(xc - xc.max(axis=axis, keepdims=True))
-    y = e / e.sum(axis=axis, keepdims=True)
-    return [y.astype(x.dtype, copy=False)]
-
-
-@kernel("Dropout", multi=True)
-def dropout(inputs, attrs, num_results=None):
-    """Inference Dropout: the identity; the optional mask result is all True. training_mode
-    (an operand since opset 12) with a non-zero ratio is random and is rejected."""
-    x = req("Dropout", inputs, 0, "data")
-    ratio = opt(inputs, 1)
-    training = opt(inputs, 2)
-    if training is not None and bool(np.asarray(training).reshape(-1)[0]):
-        r = float(np.asarray(ratio).reshape(-1)[0]) if ratio is not None else 0.5
-        if r != 0.0:
-            raise op_error(
-                "Dropout",
-                f"training_mode=True with ratio={r} draws a random mask; only inference "
-                "(or ratio=0) is supported",
-            )
-    res = [x, np.ones(x.shape, dtype=np.bool_)]
-    return res[: num_results or 1]

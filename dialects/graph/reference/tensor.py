@@ -1,8 +1,8 @@
-"""Reductions, shape and data-movement kernels, constants.
+"""Shape and data-movement kernels, constants (reductions are in reduce.py).
 
-Operands that ONNX made inputs in later opsets (Reduce* axes, Split's split, Slice's starts/
-ends/axes/steps, Pad's pads/value, Squeeze/Unsqueeze axes, Clip's min/max) are read from the
-operand when present and otherwise from the attribute of the same name (older opsets).
+Operands that ONNX made inputs in later opsets (Split's split, Slice's starts/ends/axes/steps,
+Pad's pads/value, Squeeze/Unsqueeze axes) are read from the operand when present and
+otherwise from the attribute of the same name (older opsets).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import numpy as np
 
 from ._common import (
     f_attr,
-    float_compute_dtype,
     i_attr,
     ints_attr,
     ints_of,
@@ -25,62 +24,6 @@ from ._common import (
     s_attr,
     unsupported,
 )
-
-# -- reductions ------------------------------------------------------------------------------
-
-
-def _reduce_axes(onnx_op, x, inputs, attrs):
-    """The normalized axes to reduce, or None for the noop case."""
-    axes = ints_of(opt(inputs, 1))
-    if axes is None:
-        axes = ints_attr(attrs, "axes")
-    if not axes:
-        if i_attr(attrs, "noop_with_empty_axes", 0):
-            return None
-        return tuple(range(x.ndim))
-    return tuple(sorted({norm_axis(onnx_op, a, x.ndim, "axes entry") for a in axes}))
-
-
-def _reduction(onnx_op, compute):
-    def fn(inputs, attrs):
-        x = req(onnx_op, inputs, 0, "data")
-        axes = _reduce_axes(onnx_op, x, inputs, attrs)
-        if axes is None:
-            return [x]
-        keep = bool(i_attr(attrs, "keepdims", 1))
-        with np.errstate(all="ignore"):
-            y = compute(x, axes, keep)
-        return [np.asarray(y).astype(x.dtype, copy=False)]
-
-    fn.__name__ = onnx_op.lower()
-    return fn
-
-
-def _sum(x, axes, keep):
-    dt = float_compute_dtype(x.dtype) if x.dtype.kind == "f" else x.dtype
-    return np.sum(x, axis=axes, keepdims=keep, dtype=dt)
-
-
-def _mean(x, axes, keep):
-    if x.dtype.kind == "f":
-        return np.mean(x, axis=axes, keepdims=keep, dtype=float_compute_dtype(x.dtype))
-    return np.trunc(np.mean(x, axis=axes, keepdims=keep, dtype=np.float64))
-
-
-def _max(x, axes, keep):
-    # `initial` gives the ONNX identity for an empty reduction: -inf, the type minimum, False
-    if x.dtype.kind == "f":
-        init = -np.inf
-    elif x.dtype.kind in "iu":
-        init = np.iinfo(x.dtype).min
-    else:
-        init = False
-    return np.max(x, axis=axes, keepdims=keep, initial=init)
-
-
-kernel("ReduceSum")(_reduction("ReduceSum", _sum))
-kernel("ReduceMean")(_reduction("ReduceMean", _mean))
-kernel("ReduceMax")(_reduction("ReduceMax", _max))
 
 # -- shape manipulation ----------------------------------------------------------------------
 
@@ -239,6 +182,32 @@ def gather(inputs, attrs):
 _PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
 
 
+@kernel("GatherElements")
+def gather_elements(inputs, attrs):
+    """out[i][j][k] = data[index[i][j][k]][j][k] (axis 0); indices have data's rank, may
+    be negative (counted from the end) and must lie in [-dim, dim - 1]."""
+    x = req("GatherElements", inputs, 0, "data")
+    idx = req("GatherElements", inputs, 1, "indices")
+    if idx.dtype.kind not in "iu":
+        raise op_error("GatherElements", f"indices must be integers, got {idx.dtype}")
+    if x.ndim == 0 or idx.ndim != x.ndim:
+        raise op_error("GatherElements",
+                       f"indices {idx.shape} must have the rank of data {x.shape} (>= 1)")
+    axis = norm_axis("GatherElements", i_attr(attrs, "axis", 0), x.ndim)
+    for a in range(x.ndim):
+        if a != axis and idx.shape[a] > x.shape[a]:
+            raise op_error("GatherElements",
+                           f"indices {idx.shape} exceed data {x.shape} on axis {a}")
+    dim = x.shape[axis]
+    if idx.size and (idx.min() < -dim or idx.max() >= dim):
+        raise op_error("GatherElements", f"indices out of range [-{dim}, {dim - 1}]")
+    idx = idx.astype(np.intp, copy=False)
+    idx = np.where(idx < 0, idx + dim, idx)
+    # take_along_axis needs equal extents off the axis: cut data down to the indices' extents
+    sl = tuple(slice(None) if a == axis else slice(0, idx.shape[a]) for a in range(x.ndim))
+    return [np.take_along_axis(x[sl], idx, axis=axis)]
+
+
 @kernel("Pad")
 def pad(inputs, attrs):
     """Pad (constant/reflect/edge/wrap) with optional axes; negative pads crop."""
@@ -324,6 +293,18 @@ def expand(inputs, attrs):
     return [np.array(np.broadcast_to(x, out))]
 
 
+@kernel("Tile")
+def tile(inputs, attrs):
+    """Tile: repeat the input repeats[i] times along axis i (one non-negative count per axis)."""
+    x = req("Tile", inputs, 0, "input")
+    repeats = ints_of(req("Tile", inputs, 1, "repeats"))
+    if len(repeats) != x.ndim:
+        raise op_error("Tile", f"repeats {repeats} must have one entry per axis of {x.shape}")
+    if any(r < 0 for r in repeats):
+        raise op_error("Tile", f"repeats {repeats} must not be negative")
+    return [np.tile(x, repeats) if x.ndim else x.copy()]
+
+
 # -- constants and shape computations -------------------------------------------------------
 
 
@@ -358,6 +339,12 @@ def shape(inputs, attrs):
     start = min(max(start + r if start < 0 else start, 0), r)
     end = min(max(end + r if end < 0 else end, 0), r)
     return [np.array(x.shape[start:end], dtype=np.int64)]
+
+
+@kernel("Size")
+def size(inputs, attrs):
+    """Size: the element count of the input, an int64 scalar."""
+    return [np.array(req("Size", inputs, 0, "data").size, dtype=np.int64)]
 
 
 @kernel("Range")
