@@ -558,10 +558,33 @@ class _Builder:
 
     # -- attributes ----------------------------------------------------------
     def attr_entry(self, children):
+        if len(children) == 1:  # ENTRY: `key = scalar` in one token
+            return self._entry(children[0])
         key, value = children
         if isinstance(key, Token) and key.type == "ATTR_KEY":
             key = key[:-1].rstrip()
         return (key, A.UnitAttr() if value is None else value)
+
+    def _entry(self, token):
+        key, _, rest = token.partition("=")
+        text = rest.strip()
+        piece = _SubToken(text)
+        piece.line = token.line
+        piece.column = token.column + len(token) - len(rest.lstrip())
+        if text[0] == '"':
+            piece.type = "STRING"
+            return key.rstrip(), self.string_attr([piece, None])
+        if text in ("true", "false"):
+            return key.rstrip(), A.BoolAttr(text == "true")
+        number, _, type_text = text.partition(":")
+        is_float = "." in number
+        if type_text:
+            piece.type = "TYPED_FLOAT" if is_float else "TYPED_INT"
+            value = self.float_attr([piece]) if is_float else self.int_attr([piece])
+        else:
+            piece.type = "FLOAT" if is_float else "INT"
+            value = self.float_attr([piece, None]) if is_float else self.int_attr([piece, None])
+        return key.rstrip(), value
 
     def dict_key(self, children):
         token = children[0]
