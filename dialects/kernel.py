@@ -21,13 +21,13 @@ config)` sizes a workspace whose type has `?` dims. The rules:
 
 | op | workspaces |
 |---|---|
-| `kernel.conv2d` | `padded` C x (H+pt+pb) x (W+pl+pr) when a pad is non-zero; `im2col` (C*kh*kw) x (Ho*Wo) unless the kernel is 1x1 with stride 1 and no pads (then the input is the matrix). Per image: a batch reuses them |
+| `kernel.conv2d` | `padded` C x (H+pt+pb) x (W+pl+pr) when a pad is non-zero; `im2col` (C*kh*kw) x (Ho*Wo) unless the kernel is 1x1 with stride 1 and no pads (then the input is the matrix); depthwise (one input channel per group, several groups): no im2col but `product` M x Ho x Wo (kernels larger than 1x1). Per image: a batch reuses them |
 | `kernel.matmul` | none (transposes are strided views; bias/alpha/beta are applied in the out buffer) |
 | `kernel.pool2d` | `padded` C x Eh x Ew (E = (O-1)*stride + dilated kernel) when windows reach into padding (pads, or a ceil_mode overhang); `divisor` Ho x Wo (avg) when windows count different numbers of cells |
 | `kernel.softmax` | `stats`: the input's shape with the axis dim 1 (row max, then row sums) |
 | `kernel.layer_norm` | `mean`, `var`: the input's leading dims, 1 for each normalized dim |
 | `kernel.reduce` | `acc` (the out's shape) when the accumulation type differs from the element type: f16 sum/mean in f32, integer mean in f64 |
-| `kernel.elementwise` | `scratch` (the out's shape and type) when a step needs one (leaky_relu, hard_swish) |
+| `kernel.elementwise` | `scratch` (the out's shape and type) when a step needs one (leaky_relu, hard_swish, softsign, elu, selu) |
 | `kernel.resize` | `stage<i>`: the result after each resized axis but the last; `taps` (linear/cubic): one tap, flat, sized for the largest stage |
 | `kernel.transpose`, `kernel.concat`, `kernel.gather`, `kernel.pad` | none |
 | `kernel.generic` | none: any other graph op, by name (`op`), run with its reference kernel |
@@ -255,9 +255,9 @@ def segment_sizes_attr(ins: int, outs: int, workspaces: int) -> A.DenseArrayAttr
 
 @register_op
 class Conv2dOp(KernelOp):
-    """2-D grouped convolution (cross-correlation) as im2col + matmul. ins: X
-    (N x C x H x W), W (M x C/group x kh x kw), optional B (M); out N x M x Ho x Wo.
-    `pads` = top, left, bottom, right."""
+    """2-D grouped convolution (cross-correlation) as im2col + matmul (depthwise: a
+    multiply-accumulate per kernel offset). ins: X (N x C x H x W), W (M x C/group x kh
+    x kw), optional B (M); out N x M x Ho x Wo. `pads` = top, left, bottom, right."""
 
     name = "kernel.conv2d"
     arity = (2, 3)
@@ -286,14 +286,20 @@ class Conv2dOp(KernelOp):
                        config["dilations"], config["group"])]
 
     @classmethod
-    def needs_im2col(cls, w_shape, config) -> bool:
-        return not (tuple(w_shape[2:]) == (1, 1) and tuple(config["strides"]) == (1, 1)
-                    and not any(config["pads"]))
+    def is_depthwise(cls, w_shape, config) -> bool:
+        """One input channel per group (and more than one group): computed directly,
+        one multiply-accumulate over the image per kernel offset, no im2col."""
+        return w_shape[1] == 1 and config["group"] > 1
 
     @classmethod
     def workspace_roles(cls, in_types, config):
+        w_shape = tuple(in_types[1].shape)
         roles = ["padded"] if any(config["pads"]) else []
-        if cls.needs_im2col(in_types[1].shape, config):
+        if cls.is_depthwise(w_shape, config):
+            if w_shape[2:] != (1, 1):
+                roles.append("product")
+        elif not (w_shape[2:] == (1, 1) and tuple(config["strides"]) == (1, 1)
+                  and not any(config["pads"])):
             roles.append("im2col")
         return roles
 
@@ -304,6 +310,8 @@ class Conv2dOp(KernelOp):
         if role == "padded":
             return (x[1], _plus(x[2], top + bottom), _plus(x[3], left + right))
         out = cls.result_shapes(in_shapes, config)[0]
+        if role == "product":
+            return (w[0], out[2], out[3])
         return (_times(x[1], w[2], w[3]), _times(out[2], out[3]))
 
 
@@ -588,6 +596,17 @@ STEPS = {
     "graph.sigmoid": ("unary", "float", False),
     "graph.erf": ("unary", "float", False),
     "graph.hard_sigmoid": ("unary", "float", False),
+    "graph.sign": ("unary", "numeric", False),
+    "graph.floor": ("unary", "float", False),
+    "graph.ceil": ("unary", "float", False),
+    "graph.round": ("unary", "float", False),
+    "graph.sin": ("unary", "float", False),
+    "graph.cos": ("unary", "float", False),
+    "graph.reciprocal": ("unary", "float", False),
+    "graph.softplus": ("unary", "float", False),
+    "graph.softsign": ("unary", "float", True),
+    "graph.elu": ("unary", "float", True),
+    "graph.selu": ("unary", "float", True),
     "graph.hard_swish": ("unary", "float", True),
     "graph.leaky_relu": ("unary", "float", True),
     "graph.add": ("binary", "numeric", False),

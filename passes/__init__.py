@@ -13,6 +13,7 @@ PASSES = {
     "fold-constants": "fold_constants",
     "bufferize": "bufferize",
     "insert-deallocs": "insert_deallocs",
+    "lower-to-kernels": "lower_to_kernels",
     "test-print-liveness": "liveness",
     "plan-memory": "plan_memory",
 }

@@ -161,6 +161,9 @@ class Executor:
             results = self.run_function(callee, [values[v] for v in op.operands], depth + 1)
             for result, array in zip(op.results, results, strict=True):
                 values[result] = array
+        elif name.startswith("kernel."):  # kernel level: backends/numpy/kernel_ops.py
+            from palimpsest.backends.numpy.kernel_ops import execute_kernel
+            execute_kernel(self, op, values)
         else:
             raise DiagnosticError(f"the numpy backend cannot run '{name}' (buffer-level IR: "
                                   f"the buffer, memory and func dialects)", op.loc)

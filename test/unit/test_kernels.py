@@ -180,15 +180,35 @@ def _conv_case(seed):
         ins.append("b")
     attrs = {"group": group, "strides": strides, "dilations": dilations, "pads": pads,
              "kernel_shape": k}
-    return model_of([node("Conv", ins, attrs)], {"x": x}, consts), {"x": x}, pads, k, strides
+    model = model_of([node("Conv", ins, attrs)], {"x": x}, consts)
+    return model, {"x": x}, pads, k, strides, cg == 1 and group > 1
 
 
 @pytest.mark.parametrize("seed", range(12))
 def test_conv2d_random(seed):
-    model, feeds, pads, k, strides = _conv_case(seed)
-    roles = (["padded"] if any(pads) else []) + (
-        [] if k == [1, 1] and strides == [1, 1] and not any(pads) else ["im2col"])
+    model, feeds, pads, k, strides, depthwise = _conv_case(seed)
+    roles = ["padded"] if any(pads) else []
+    if depthwise:
+        roles += [] if k == [1, 1] else ["product"]
+    elif not (k == [1, 1] and strides == [1, 1] and not any(pads)):
+        roles.append("im2col")
     check(model, feeds, "kernel.conv2d", roles)
+
+
+@pytest.mark.parametrize("multiplier, kernel", [(1, [3, 3]), (2, [2, 3]), (1, [1, 1])])
+def test_conv2d_depthwise_needs_no_im2col(multiplier, kernel):
+    rng = np.random.default_rng(3)
+    x = rand(rng, (2, 4, 7, 6))
+    attrs = {"group": 4, "pads": [1, 0, 1, 2], "strides": [2, 1]}
+    model = model_of([node("Conv", ["x", "w", "b"], attrs)], {"x": x},
+                     {"w": rand(rng, (4 * multiplier, 1) + tuple(kernel)),
+                      "b": rand(rng, (4 * multiplier,))})
+    module, _ = check(model, {"x": x}, "kernel.conv2d",
+                      ["padded"] + ([] if kernel == [1, 1] else ["product"]))
+    op = kernel_ops(module, "kernel.conv2d")[0]
+    if kernel != [1, 1]:
+        product = list(op.workspaces[1].type.shape)
+        assert product == [4 * multiplier] + list(op.outs[0].type.shape[2:])
 
 
 @pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
@@ -328,7 +348,9 @@ def test_reduce(op, axes, keepdims, dtype, roles):
 
 
 UNARY = ["Relu", "Neg", "Abs", "Exp", "Log", "Sqrt", "Tanh", "Sigmoid", "Erf", "HardSigmoid",
-         "HardSwish", "LeakyRelu"]
+         "HardSwish", "LeakyRelu", "Sign", "Floor", "Ceil", "Round", "Sin", "Cos", "Reciprocal",
+         "Softplus", "Softsign", "Elu", "Selu"]
+SCRATCH = ("HardSwish", "LeakyRelu", "Softsign", "Elu", "Selu")
 
 
 @pytest.mark.parametrize("op", UNARY)
@@ -337,8 +359,8 @@ def test_elementwise_unary_steps(op):
     x = rand(rng, (3, 7)) * 3
     if op in ("Log", "Sqrt"):
         x = np.abs(x) + 0.1
-    attrs = {"alpha": 0.3} if op in ("LeakyRelu", "HardSigmoid") else {}
-    roles = ["scratch"] if op in ("HardSwish", "LeakyRelu") else []
+    attrs = {"alpha": 0.3} if op in ("LeakyRelu", "HardSigmoid", "Elu") else {}
+    roles = ["scratch"] if op in SCRATCH else []
     check(model_of([node(op, ["x"], attrs)], {"x": x}), {"x": x}, "kernel.elementwise", roles)
 
 
@@ -795,3 +817,83 @@ def test_palimpsest_run_level_kernel(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "peak bytes" in printed and "from kernel temporaries 0" in printed
     np.testing.assert_allclose(outputs["kernel"], outputs["graph"], rtol=1e-5, atol=1e-6)
+
+
+def test_kernels_make_no_hidden_full_size_temporaries(monkeypatch):
+    """Each kernel on ~1 MiB tensors, traced with tracemalloc (numpy reports its
+    allocations to it): beyond its outs and workspaces a kernel allocates only numpy's
+    fixed-size iteration buffers and O(axis) index vectors, never a tensor-sized array."""
+    import tracemalloc
+
+    import palimpsest.backends.numpy.kernel_ops as kernel_ops_module
+
+    peaks = {}
+
+    def traced(name, fn):
+        def run(op, inputs, outputs, workspaces):
+            tracemalloc.reset_peak()
+            before = tracemalloc.get_traced_memory()[0]
+            fn(op, inputs, outputs, workspaces)
+            peak = tracemalloc.get_traced_memory()[1] - before
+            peaks[name] = max(peaks.get(name, 0), peak)
+        return run
+
+    for name, fn in kernel_ops_module.KERNEL_IMPLS.items():
+        monkeypatch.setitem(kernel_ops_module.KERNEL_IMPLS, name, traced(name, fn))
+    rng = np.random.default_rng(22)
+    x = rand(rng, (1, 16, 128, 128))  # 1 MiB
+    rows = rand(rng, (256, 1024))     # 1 MiB
+    consts = {
+        "w": rand(rng, (16, 16, 3, 3)), "dw": rand(rng, (16, 1, 3, 3)), "s": rand(rng, (16,)),
+        "bb": rand(rng, (16,)), "m": rand(rng, (16,)), "v": np.abs(rand(rng, (16,))) + 1,
+        "lo": np.array(-1, np.float32), "hi": np.array(1, np.float32),
+        "g": rand(rng, (1024,)), "k": rand(rng, (1024, 1024)) / 32, "c": rand(rng, (1024,)),
+        "pads": np.array([0, 0, 2, 1, 0, 0, 1, 2], np.int64),
+        "roi": np.array([], np.float32), "scales": np.array([1, 1, 1.5, 0.75], np.float32),
+    }
+    nodes = [
+        node("Conv", ["x", "w"], {"pads": [1, 1, 1, 1]}, outs=["c0"]),
+        node("Conv", ["c0", "dw"], {"pads": [1, 1, 1, 1], "group": 16}, outs=["c1"]),
+        node("BatchNormalization", ["c1", "s", "bb", "m", "v"], outs=["e0"]),
+        node("HardSwish", ["e0"], outs=["e1"]), node("LeakyRelu", ["e1"], outs=["e2"]),
+        node("Sigmoid", ["e2"], outs=["e3"]), node("Clip", ["e3", "lo", "hi"], outs=["e4"]),
+        node("MaxPool", ["e4"], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, outs=["p0"]),
+        node("AveragePool", ["p0"], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1],
+                                     "ceil_mode": 1, "strides": [1, 1]}, outs=["p1"]),
+        node("Pad", ["p1", "pads"], {"mode": "reflect"}, outs=["y0"]),
+        node("Resize", ["y0", "roi", "scales"], {"mode": "linear"}, outs=["y1"]),
+        node("Softmax", ["rows"], outs=["r0"]),
+        node("LayerNormalization", ["r0", "g", "c"], outs=["r1"]),
+        node("Gemm", ["r1", "k", "c"], {"beta": 0.5, "transB": 1}, outs=["r2"]),
+        node("ReduceMean", ["r2"], {"axes": [1]}, outs=["r3"]),
+    ]
+    feeds = {"x": x, "rows": rows}
+    model = model_of(nodes, feeds, consts, outputs=("y1", "r2", "r3"), opset=17)
+    module = lower(import_onnx(model))
+    assert not kernel_ops(module, "kernel.generic")
+    func = find_function(module, None)
+    tracemalloc.start()
+    try:
+        run_with_stats(func, feeds)  # warm: first-call imports
+        peaks.clear()
+        _, stats = run_with_stats(func, feeds, poison=True)
+    finally:
+        tracemalloc.stop()
+    assert stats.temporary_bytes == 0
+    assert set(peaks) >= {"kernel.conv2d", "kernel.elementwise", "kernel.pool2d",
+                          "kernel.pad", "kernel.resize", "kernel.softmax",
+                          "kernel.layer_norm", "kernel.matmul", "kernel.reduce"}
+    for name, peak in peaks.items():
+        assert peak < 256 * 1024, (name, peak)  # tensors here are 1 MiB or more
+
+
+def test_erf_step_without_scipy(monkeypatch):
+    """Without scipy, an erf step copies the reference kernel's result into the out."""
+    monkeypatch.setitem(sys.modules, "scipy", None)
+    monkeypatch.setitem(sys.modules, "scipy.special", None)
+    rng = np.random.default_rng(23)
+    x = rand(rng, (4, 6))
+    nodes = [node("Mul", ["x", "h"], outs=["t0"]), node("Erf", ["t0"], outs=["t1"]),
+             node("Add", ["t1", "x"])]
+    check(model_of(nodes, {"x": x}, {"h": np.array(0.7, np.float32)}), {"x": x},
+          "kernel.elementwise", count=1)
