@@ -197,10 +197,10 @@ func.func @main(%x: buffer<256xf32>) -> buffer<16xf32> {{
   %big = buffer.alloc : buffer<256xf32>
   buffer.compute %x, %big {{{RELU}}} : buffer<256xf32>, buffer<256xf32>
   %mid = buffer.alloc : buffer<128xf32>
-  "kernel.split"(%big, %mid) : (buffer<256xf32>, buffer<128xf32>) -> ()
+  "test.op"(%big, %mid) : (buffer<256xf32>, buffer<128xf32>) -> ()
   buffer.dealloc %big : buffer<256xf32>
   %small = buffer.alloc : buffer<16xf32>
-  "kernel.reduce"(%mid, %small) : (buffer<128xf32>, buffer<16xf32>) -> ()
+  "test.op"(%mid, %small) : (buffer<128xf32>, buffer<16xf32>) -> ()
   %out = buffer.alloc {{kind = "output"}} : buffer<16xf32>
   buffer.compute %small, %out {{{RELU}}} : buffer<16xf32>, buffer<16xf32>
   func.return %out : buffer<16xf32>
