@@ -987,7 +987,9 @@ def parse(text: str, filename: str = "<input>", *, allow_unregistered: bool = Fa
         name, (_, loc) = next(iter(builder.block_scopes[0].items()))
         raise DiagnosticError(f"reference to block '^{name}' outside any region", loc)
     _attach_resources(builder, metadata)
-    return _wrap_in_module(ops)
+    module = _wrap_in_module(ops)
+    builder.reset("<input>", 0, False, None)  # hold no reference to the parsed IR
+    return module
 
 
 def _syntax_error(parser, error, filename, line_offset) -> DiagnosticError:
