@@ -85,12 +85,27 @@ def _convert(pass_name: str, option: str, text: str, kind):
                             f"got '{text}'") from None
 
 
+# Named pipelines: a name in a pipeline expands to these passes.
+PIPELINES = {
+    "default": "infer-shapes,canonicalize,bufferize,lower-to-kernels,insert-deallocs,plan-memory",
+    "to-buffers": "infer-shapes,bufferize,insert-deallocs",
+    "to-kernels": "infer-shapes,bufferize,lower-to-kernels,insert-deallocs",
+}
+
+
 def parse_pipeline(text: str) -> list[ModulePass]:
-    """Parse `a,b{opt=1},c` into pass instances."""
+    """Parse `a,b{opt=1},c` into pass instances; a named pipeline (`default`) expands
+    to its passes."""
     from palimpsest.passes import load_pass
 
     result = []
     for name, options_text in _split_pipeline(text):
+        if name in PIPELINES:
+            if options_text.strip():
+                raise PipelineError(f"pipeline '{name}' takes no options; spell out its "
+                                    f"passes: {PIPELINES[name]}")
+            result.extend(parse_pipeline(PIPELINES[name]))
+            continue
         load_pass(name)
         cls = _PASSES.get(name)
         if cls is None:

@@ -46,12 +46,17 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args, sources: SourceManager) -> int:
     from palimpsest.dialects import load_all
-    from palimpsest.passes.pass_manager import PipelineError, parse_pipeline, registered_passes
+    from palimpsest.passes.pass_manager import (
+        PIPELINES, PipelineError, parse_pipeline, registered_passes,
+    )
 
     load_all()
     if args.list_passes:
         for name, cls in sorted(registered_passes().items()):
             print(f"  {name:28} {cls.summary}")
+        print("pipelines:")
+        for name, passes in PIPELINES.items():
+            print(f"  {name:28} {passes}")
         return 0
     try:
         passes = parse_pipeline(args.pass_pipeline)

@@ -9,6 +9,10 @@ import sys
 from palimpsest.tools.cli import console_entry, UserError, read_text, run_main
 
 
+# --level -> the named pipeline (passes/pass_manager.py PIPELINES) that lowers to it
+LEVELS = {"graph": None, "buffer": "to-buffers", "kernel": "to-kernels", "planned": "default"}
+
+
 def build_argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="palimpsest-run",
@@ -23,10 +27,11 @@ def build_argument_parser() -> argparse.ArgumentParser:
                         help="shape for a random input with dynamic dims (repeatable)")
     parser.add_argument("--output-dir", help="write each output as NAME.npy into this directory")
     parser.add_argument("--function", help="function to run (default: main, or the only one)")
-    parser.add_argument("--level", choices=["graph", "buffer", "kernel"], default="buffer",
-                        help="the level to execute at: graph (reference executor), buffer "
-                             "(lowered with infer-shapes,bufferize,insert-deallocs; default) or "
-                             "kernel (infer-shapes,bufferize,lower-to-kernels,insert-deallocs)")
+    parser.add_argument("--level", choices=list(LEVELS), default="planned",
+                        help="the level to execute at: graph (the numpy reference), buffer "
+                             "(pipeline to-buffers), kernel (to-kernels), or planned (the default "
+                             "pipeline: kernels with every static buffer in a planned pool; "
+                             "default)")
     parser.add_argument("--backend", choices=["numpy"], default="numpy",
                         help="the backend for --level buffer or kernel (default: numpy)")
     parser.add_argument("--poison", action="store_true",
@@ -107,10 +112,10 @@ def _run(args, sources) -> int:
     shapes = _parse_assignments(args.shape, "--shape")
     module = _load_module(args, sources)
     stats = None
-    if args.level in ("buffer", "kernel"):
-        run, stats = _lower_to_buffers(module, args.poison, args.level == "kernel")
+    if LEVELS[args.level] is not None:
+        run, stats = _lower(module, args.poison, LEVELS[args.level])
     elif args.stats or args.poison:
-        raise UserError("--stats and --poison need --level buffer or kernel")
+        raise UserError("--stats and --poison need a lowered level (buffer, kernel or planned)")
     try:
         func = find_function(module, args.function)
         names = input_names(func)
@@ -147,18 +152,15 @@ def _run(args, sources) -> int:
     return 0
 
 
-def _lower_to_buffers(module, poison: bool, kernels: bool = False):
-    """Lower with infer-shapes,bufferize,insert-deallocs (with lower-to-kernels before
-    insert-deallocs when `kernels`); the numpy backend's `run` (bound to a RunStats it
-    fills) and that RunStats."""
+def _lower(module, poison: bool, pipeline: str):
+    """Lower `module` with the named pipeline (IR already at that level passes through
+    unchanged); the numpy backend's `run` (bound to a RunStats it fills) and that RunStats."""
     import functools
 
     from palimpsest.backends.numpy import RunStats
     from palimpsest.backends.numpy import run as run_numpy
     from palimpsest.passes.pass_manager import PassManager, parse_pipeline
 
-    pipeline = "infer-shapes,bufferize,lower-to-kernels,insert-deallocs" if kernels else \
-        "infer-shapes,bufferize,insert-deallocs"
     PassManager(parse_pipeline(pipeline)).run(module)
     stats = RunStats()
     return functools.partial(run_numpy, poison=poison, stats=stats), stats
