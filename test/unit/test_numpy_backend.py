@@ -420,24 +420,25 @@ def test_palimpsest_run_levels_stats_and_poison(tmp_path, capsys):
     np.save(tmp_path / "x.npy", x)
     model = str(ROOT / "examples" / "tiny_cnn.onnx")
     outs = {}
-    for level in ("graph", "buffer"):
+    for level in ("graph", "buffer", "kernel", "planned"):
         out_dir = tmp_path / level
         argv = [model, "--input", f"x={tmp_path / 'x.npy'}", "--output-dir", str(out_dir),
                 "--level", level]
-        if level == "buffer":
+        if level != "graph":
             argv += ["--stats", "--poison"]
         assert run_tool.main(argv) == 0
         outs[level] = np.load(out_dir / "logits.npy")
         printed = capsys.readouterr().out.splitlines()
         assert printed[0] == "logits: float32 [1, 4]"
-        if level == "buffer":
+        if level != "graph":
             keys = [line.split(":")[0] for line in printed[1:]]
             assert keys == ["allocations", "bytes allocated", "peak bytes", "bytes copied"]
             numbers = {k: int(line.split(":")[1].split()[0]) for k, line in zip(keys, printed[1:])}
             assert 0 < numbers["peak bytes"] <= numbers["bytes allocated"]
-    np.testing.assert_allclose(outs["buffer"], outs["graph"], rtol=1e-6)
+    for level in ("buffer", "kernel", "planned"):
+        np.testing.assert_allclose(outs[level], outs["graph"], rtol=1e-5, atol=1e-6)
     assert run_tool.main([model, "--random-inputs", "--level", "graph", "--stats"]) == 1
-    assert "--level buffer" in capsys.readouterr().err
+    assert "need a lowered level" in capsys.readouterr().err
 
 
 def test_run_stats_summary():
