@@ -4,7 +4,7 @@ per problem, naming the input, the expected type and what was given."""
 from __future__ import annotations
 
 from palimpsest.ir.attributes import ArrayAttr, DictionaryAttr, StringAttr, numpy_dtype_name
-from palimpsest.ir.types import TensorType, format_dims
+from palimpsest.ir.types import ShapedType, TensorType, format_dims
 
 
 class BindingError(ValueError):
@@ -76,6 +76,9 @@ def bind_inputs(func, inputs: dict) -> list:
                            f"{', '.join(names) or 'no inputs'})")
     arrays = []
     for name, type_ in zip(names, func.type.inputs):
+        # a buffer argument holds the tensor users think in: check and name it as one
+        if isinstance(type_, ShapedType) and not isinstance(type_, TensorType):
+            type_ = TensorType(tuple(type_.shape), type_.element_type)
         if name not in inputs:
             raise BindingError(f"missing input '{name}' (expected {type_})")
         arrays.append(check_input(name, type_, inputs[name]))

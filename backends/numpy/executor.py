@@ -25,14 +25,12 @@ import weakref
 
 import numpy as np
 
-from palimpsest.backends.binding import (
-    BindingError, check_input, input_names, output_names,
-)
+from palimpsest.backends.binding import bind_inputs, output_names
 from palimpsest.backends.numpy.arena import (
     Arena, RunStats, byte_view, dtype_of, poison as poison_array,
 )
 from palimpsest.backends.numpy.kernels import FAST, ComputeInfo, infer_out_shapes
-from palimpsest.dialects.buffer import BufferType, tensor_of
+from palimpsest.dialects.buffer import BufferType
 from palimpsest.ir.diagnostics import DiagnosticError
 from palimpsest.ir.opdef import WRITE, IsTerminator
 from palimpsest.ir.verifier import lookup_symbol
@@ -50,24 +48,6 @@ class _Pending:
         self.value = value
 
 
-def bind_buffer_inputs(func, inputs: dict) -> list:
-    """Arrays in argument order, checked as the reference executor checks them
-    (backends/binding.py), for arguments of buffer or tensor type; messages spell a
-    `buffer<...>` argument as the tensor it holds, as the graph level does."""
-    names = input_names(func)
-    unknown = [n for n in inputs if n not in names]
-    if unknown:
-        raise BindingError(f"unknown input '{unknown[0]}' (the function takes: "
-                           f"{', '.join(names) or 'no inputs'})")
-    arrays = []
-    for name, type_ in zip(names, func.type.inputs):
-        tensor = tensor_of(type_) if isinstance(type_, BufferType) else type_
-        if name not in inputs:
-            raise BindingError(f"missing input '{name}' (expected {tensor})")
-        arrays.append(check_input(name, tensor, inputs[name]))
-    return arrays
-
-
 class Executor:
     """One run: arenas, stats, and the values of the functions it executes."""
 
@@ -81,7 +61,7 @@ class Executor:
 
     # -- entry points --------------------------------------------------------------------------
     def run(self, func, inputs: dict) -> dict:
-        arrays = bind_buffer_inputs(func, inputs)
+        arrays = bind_inputs(func, inputs)
         plan = self._plan(func)
         bound = []
         for index, array in enumerate(arrays):
@@ -392,4 +372,4 @@ def run_with_stats(func, inputs: dict, *, poison: bool = False) -> tuple[dict, R
     return outputs, stats
 
 
-__all__ = ["Executor", "RunStats", "bind_buffer_inputs", "run", "run_with_stats"]
+__all__ = ["Executor", "RunStats", "run", "run_with_stats"]

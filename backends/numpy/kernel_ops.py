@@ -9,13 +9,13 @@ as `buffer.compute` does (executor.py).
 
 | op | how |
 |---|---|
-| conv2d | per image: the padded workspace gets zero borders and the image copied in; the im2col workspace is filled with one strided-slice copy per kernel offset; one grouped `np.matmul(W, cols, out=Y[n])`; depthwise: per kernel offset, window * weight into the product workspace, added to Y; bias with `np.add(..., out=)` |
+| conv2d | per image: the padded workspace gets zero borders and the image copied in; the im2col workspace is filled with one `np.copyto` from an `as_strided` (C, kh, kw, Ho, Wo) view; one grouped `np.matmul(W, cols, out=Y[n])`; depthwise: per kernel offset, window * weight into the product workspace, added to Y; bias with `np.add(..., out=)` |
 | matmul | `np.matmul(op(A), op(B), out=Y)` (transposes are strided views); alpha, beta*C in Y: `Y *= alpha/beta; Y += C; Y *= beta` |
 | pool2d | per image: borders of the padded workspace filled (-inf / the integer minimum / 0), image copied in; one `np.maximum` / `np.add` with `out=` per kernel offset over strided window views; avg divides by kh*kw or by the divisor workspace |
 | softmax | max into the stats workspace, subtract and exp into Y, sum into stats, divide |
 | layer_norm | mean into the mean workspace, Y = X - mean, `np.einsum` sum of squares into var, Y *= 1/sqrt(var + eps), *= scale, += B |
 | reduce | `np.mean` / `np.sum` / `np.max` with `out=` (the acc workspace when accumulating in another type) |
-| elementwise | every step computed into Y (steps after the first read Y) with ufuncs and `out=`; leaky_relu, hard_swish, softsign, elu and selu use the scratch workspace |
+| elementwise | every step computed into Y (steps after the first read Y) with ufuncs and `out=`; leaky_relu, hard_swish, softsign, elu and selu use the scratch workspace; relu and two-bound clip are one `np.clip` (SIMD, 2-8x faster than maximum/minimum); f32/f16 erf is a rational approximation evaluated in float64 chunks |
 | transpose, concat, gather | `np.copyto` of a transposed view, `np.concatenate(out=)`, `np.take(out=, mode="wrap")` |
 | pad | interior copied, then borders: constant fills, or edge/reflect/wrap slab copies within Y |
 | resize | per axis, `np.take(out=)` into the next stage (a workspace, or Y for the last), linear/cubic taps weighted in place and summed through the taps workspace |
@@ -29,7 +29,8 @@ Temporaries numpy still makes (documented, all small or rare):
   lowered IR passes contiguous buffers): conv weights and inputs, layer_norm input.
 - `np.matmul` copies operands it cannot hand to BLAS as they are (e.g. a transposed
   operand in some layouts) and outs that overlap an operand.
-- erf steps without scipy: the reference kernel's result, copied into Y.
+- erf steps: four float64 vectors of 16384 elements (512 KiB) per step; a non-contiguous
+  or non-float erf without scipy: the reference kernel's result, copied into Y.
 - an elementwise in that overlaps Y but is not Y itself (never in lowered IR) is copied
   first.
 """
@@ -141,6 +142,17 @@ def _window(src, p, q, dh, dw, sh, sw, ho, wo):
     return src[:, p * dh:p * dh + (ho - 1) * sh + 1:sh, q * dw:q * dw + (wo - 1) * sw + 1:sw]
 
 
+def _im2col_view(src, kh, kw, dh, dw, sh, sw, ho, wo):
+    """The read-only (C, kh, kw, ho, wo) view of `src` (C, H, W): [c, p, q] is the window
+    of kernel offset (p, q) (what `_window` gives), without a copy."""
+    from numpy.lib.stride_tricks import as_strided
+
+    c = src.shape[0]
+    s0, s1, s2 = src.strides
+    return as_strided(src, (c, kh, kw, ho, wo), (s0, s1 * dh, s2 * dw, s1 * sh, s2 * sw),
+                      writeable=False)
+
+
 def _fill_border(canvas, top, left, height, width, value) -> None:
     """Fill everything of `canvas` (C, Eh, Ew) outside [top, top+height) x [left,
     left+width) with `value`."""
@@ -184,10 +196,8 @@ def conv2d(op, inputs, outputs, workspaces):
         if padded is not None:
             np.copyto(padded[:, top:top + h, left:left + wd], src)
             src = padded
-        if cols is not None:
-            for p in range(kh):
-                for q in range(kw):
-                    np.copyto(cols5[:, p, q], _window(src, p, q, dh, dw, sh, sw, ho, wo))
+        if cols is not None:  # all kernel offsets in one strided copy
+            np.copyto(cols5, _im2col_view(src, kh, kw, dh, dw, sh, sw, ho, wo))
             mat = matrix
         else:  # 1x1, stride 1, no pads: the image is the matrix
             mat = src.reshape(group, cg, h * wd)
@@ -415,7 +425,10 @@ def _unary(name, args, out, props, scratch):
 
 @step("graph.relu")
 def _relu(name, args, out, props, scratch):
-    np.maximum(args[0], _scalar(0, out.dtype), out=out)
+    if out.dtype.kind == "f":  # np.clip is 2x faster than np.maximum (NaN propagates alike)
+        np.clip(args[0], _scalar(0, out.dtype), _scalar(np.inf, out.dtype), out=out)
+    else:
+        np.maximum(args[0], _scalar(0, out.dtype), out=out)
 
 
 @step("graph.sigmoid")
@@ -428,6 +441,11 @@ def _sigmoid(name, args, out, props, scratch):
 
 @step("graph.erf")
 def _erf(name, args, out, props, scratch):
+    x = args[0]
+    if (out.dtype in (np.float32, np.float16) and x.dtype == out.dtype and x.shape == out.shape
+            and x.flags.c_contiguous and out.flags.c_contiguous):
+        _erf_rational(x.reshape(-1), out.reshape(-1))
+        return
     try:
         from scipy.special import erf
     except ImportError:  # the reference kernel (a temporary), copied in
@@ -436,6 +454,48 @@ def _erf(name, args, out, props, scratch):
         np.copyto(out, KERNELS["graph.erf"]([args[0]], {})[0])
         return
     erf(args[0], out=out)
+
+
+# erf(x) = x * P(x^2) / Q(x^2) on x clamped to [-4, 4] (Eigen's float erf), evaluated in
+# float64 in chunks of 16384 elements: max abs error 9.5e-8 after rounding to f32, 2-4x
+# faster than scipy's erf on f32. Temporaries: four chunk-sized float64 vectors (512 KiB).
+_ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
+          -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
+          -1.60960333262415e-02)
+_ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
+          -7.37332916720468e-03, -1.42647390514189e-02)
+_ERF_CHUNK = 16384
+
+
+def _erf_rational(x: np.ndarray, out: np.ndarray) -> None:
+    """erf of flat `x` into flat `out` (may be the same memory)."""
+    size = x.shape[0]
+    chunk = min(size, _ERF_CHUNK)
+    v = np.empty(chunk, np.float64)
+    x2 = np.empty(chunk, np.float64)
+    p = np.empty(chunk, np.float64)
+    q = np.empty(chunk, np.float64)
+    p0, q0 = _ERF_P[0], _ERF_Q[0]
+    for start in range(0, size, chunk):
+        stop = min(start + chunk, size)
+        n = stop - start
+        if n != v.shape[0]:
+            v, x2, p, q = v[:n], x2[:n], p[:n], q[:n]
+        np.clip(x[start:stop], -4.0, 4.0, out=v)
+        np.multiply(v, v, out=x2)
+        np.multiply(x2, p0, out=p)
+        np.add(p, _ERF_P[1], out=p)
+        for c in _ERF_P[2:]:
+            np.multiply(p, x2, out=p)
+            np.add(p, c, out=p)
+        np.multiply(x2, q0, out=q)
+        np.add(q, _ERF_Q[1], out=q)
+        for c in _ERF_Q[2:]:
+            np.multiply(q, x2, out=q)
+            np.add(q, c, out=q)
+        np.divide(p, q, out=p)
+        np.multiply(p, v, out=p)
+        np.copyto(out[start:stop], p, casting="same_kind")
 
 
 @step("graph.softplus")
@@ -532,6 +592,9 @@ def _clip(name, args, out, props, scratch):
         lo = bounds[0] if bounds else None
         hi = bounds[1] if len(bounds) > 1 else None
     source = args[0]
+    if lo is not None and hi is not None and out.dtype.kind == "f":
+        np.clip(source, lo.reshape(()), hi.reshape(()), out=out)  # one pass, SIMD
+        return
     if lo is not None:
         np.maximum(source, lo.reshape(()), out=out)
         source = out

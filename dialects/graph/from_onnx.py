@@ -22,9 +22,8 @@ from palimpsest.dialects.func import FuncOp, ReturnOp
 from palimpsest.dialects.graph.naming import ONNX_TO_GRAPH
 from palimpsest.dialects.graph.ops_base import ONNX_DTYPES
 from palimpsest.ir import attributes as A
-from palimpsest.ir.core import Operation
 from palimpsest.ir.diagnostics import DiagnosticError, NameLoc
-from palimpsest.ir.opdef import OPTIONAL, SINGLE, VARIADIC, lookup_op
+from palimpsest.ir.opdef import SINGLE, VARIADIC, lookup_op
 from palimpsest.ir.types import FloatType, TensorType, i32, i64
 
 INLINE_LIMIT = 64  # bytes; larger constants become resources

@@ -374,6 +374,18 @@ class ResizeOp(GraphOp):
         return [tensor(shape, args.element("x"))]
 
 
+def _axes_rule(args, shape_rule):
+    """Squeeze/unsqueeze: the result type from the `axes` operand's values, or from its
+    length alone (each axis unknown) when they are not known."""
+    x, axes = args.shape("data"), args.ints("axes")
+    if args.has("axes") and axes is None:
+        count = args.length("axes")
+        if count is None or x is None:
+            return tensor(None, args.element("data"))
+        axes = [None] * count
+    return tensor(shape_rule(x, axes), args.element("data"))
+
+
 @register_op
 class SqueezeOp(GraphOp):
     """Removes the `axes` dims (each must be 1), or every dim of size 1."""
@@ -386,14 +398,7 @@ class SqueezeOp(GraphOp):
 
     @classmethod
     def rule(cls, args):
-        x = args.shape("data")
-        axes = args.ints("axes")
-        if args.has("axes") and axes is None:
-            count = args.length("axes")
-            if count is None or x is None:
-                return [tensor(None, args.element("data"))]
-            axes = [None] * count
-        return [tensor(S.squeeze(x, axes), args.element("data"))]
+        return [_axes_rule(args, S.squeeze)]
 
     @classmethod
     def fold_values(cls, args, result_types):
@@ -412,14 +417,7 @@ class UnsqueezeOp(GraphOp):
 
     @classmethod
     def rule(cls, args):
-        x = args.shape("data")
-        axes = args.ints("axes")
-        if axes is None:
-            count = args.length("axes")
-            if count is None or x is None:
-                return [tensor(None, args.element("data"))]
-            axes = [None] * count
-        return [tensor(S.unsqueeze(x, axes), args.element("data"))]
+        return [_axes_rule(args, S.unsqueeze)]
 
     @classmethod
     def fold_values(cls, args, result_types):
