@@ -4,7 +4,8 @@ saving, against the lower bound and onnxruntime's memory.
 
 Per model (examples/onnx_models.py at full size: ResNet-18-style and MobileNetV2-style
 CNNs at 1x3x224x224, the MiniLM-L6-style encoder at batch 1, sequence 128, made static
-with `dynamic=False`), the pipeline `infer-shapes,bufferize,insert-deallocs,plan-memory`
+with `dynamic=False`), the default pipeline
+`infer-shapes,canonicalize,bufferize,lower-to-kernels,insert-deallocs,plan-memory`
 and:
 
 - the lower bound (the most bytes live at one moment, for the IR's op order) of the
@@ -16,8 +17,8 @@ and:
 - **in-place reuse**: the same with `bufferize{in-place=false}` (every op result gets
   its own buffer); the saving is the difference of the @activations arenas;
 - **workspace sharing**: workspaces (kind = "workspace") planned with the activations
-  versus each kept to itself for the whole run; at the buffer level there are none yet
-  (kernel-level workspaces come with `lower-to-kernels`), so this reads 0 until then;
+  versus each kept to itself for the whole run (the kernels' im2col matrices, padded
+  inputs, softmax and norm statistics, made explicit by `lower-to-kernels`);
 - **inputs as activations** (Glow #5011): `bufferize{inputs-as-activations}` and
   `plan-memory{inputs-as-activations}`: the input is copied once into the arena, inputs
   and outputs get their real lifetimes, no @io pool; the saving is the difference of the
@@ -87,7 +88,9 @@ def plan(model, bufferize_options: str = "", **plan_options):
 
     module = import_onnx(model)
     bufferize = "bufferize" + (f"{{{bufferize_options}}}" if bufferize_options else "")
-    PassManager(parse_pipeline(f"infer-shapes,{bufferize},insert-deallocs")).run(module)
+    # the default pipeline up to plan-memory: kernels make their scratch explicit
+    PassManager(parse_pipeline(
+        f"infer-shapes,canonicalize,{bufferize},lower-to-kernels,insert-deallocs")).run(module)
     counts = _counts(module)
     start = time.perf_counter()
     report = plan_memory(module, **plan_options)
@@ -240,7 +243,8 @@ def report(rows, quick: bool, overhead=None) -> str:
         f"{platform.platform()}; load average {load}",
         f"- Python {platform.python_version()}; numpy {numpy.__version__}, onnx "
         f"{onnx.__version__}, onnxruntime {ort_version}",
-        "- Pipeline: `infer-shapes,bufferize,insert-deallocs,plan-memory` (algorithm auto, "
+        "- Pipeline: `infer-shapes,canonicalize,bufferize,lower-to-kernels,insert-deallocs,"
+        "plan-memory` (algorithm auto, "
         "time budget 1 s, default pools, alignment 64)",
         "",
         "#### The plan against the lower bound (target: arena <= 1.01 x lower bound)",
