@@ -381,3 +381,41 @@ def test_tool_errors(case, error_files):
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
     assert not (error_files / "unsupported.pal").exists()
+
+
+def test_external_data_and_constant_nodes_import(tmp_path):
+    """Weights in an `.onnx.data` file (ONNX external data) and in Constant nodes load,
+    through palimpsest-import into the side file, and the model still matches onnxruntime."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    weight = rng.standard_normal((16, 32)).astype(np.float32)
+    bias = rng.standard_normal(16).astype(np.float32)
+    nodes = [
+        helper.make_node("Constant", [], ["scale"], value=numpy_helper.from_array(
+            np.float32(0.5).reshape(()), "scale")),
+        helper.make_node("Constant", [], ["shift"], value_floats=[0.25] * 16),
+        helper.make_node("Gemm", ["x", "w", "b"], ["g"], transB=1),
+        helper.make_node("Mul", ["g", "scale"], ["m"]),
+        helper.make_node("Add", ["m", "shift"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "external", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 32])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 16])],
+        [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    path = tmp_path / "ext.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="ext.onnx.data", size_threshold=0)
+    assert (tmp_path / "ext.onnx.data").stat().st_size >= weight.nbytes
+    out = tmp_path / "out" / "ext.pal"
+    out.parent.mkdir()
+    assert onnx_import.main([str(path), "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "dense_resource<w>" in text and "ext.pal.weights.bin" in text
+    module = parse(text, str(out))
+    verify(module)
+    x = rng.standard_normal((2, 32)).astype(np.float32)
+    expected = ort_run(onnx.load(str(path)), {"x": x})
+    assert_matches(run(find_function(module, None), {"x": x}), expected, "external data")
