@@ -38,6 +38,10 @@ def build_argument_parser() -> argparse.ArgumentParser:
                         help="poison buffers when their lifetime ends (NaN / 0x5A bytes)")
     parser.add_argument("--stats", action="store_true",
                         help="print allocations, bytes allocated, peak bytes and bytes copied")
+    parser.add_argument("--repeat", type=int, metavar="N",
+                        help="run N times (through one session at the planned level: plans "
+                             "specialized to the input shapes are cached); --stats then "
+                             "reports the last run, with the plan cache's hits and misses")
     parser.add_argument("--allow-unregistered-dialect", action="store_true")
     return parser
 
@@ -102,7 +106,13 @@ def _random_array(rng, name, type_, shape_text):
     return rng.integers(0, 10, shape).astype(dtype)
 
 
+def _run_session(session, func, inputs):
+    return session.run(inputs)
+
+
 def _run(args, sources) -> int:
+    import functools
+
     import numpy as np
 
     from palimpsest.backends.binding import BindingError, find_function, input_names
@@ -111,13 +121,22 @@ def _run(args, sources) -> int:
     files = _parse_assignments(args.input, "--input")
     shapes = _parse_assignments(args.shape, "--shape")
     module = _load_module(args, sources)
-    stats = None
-    if LEVELS[args.level] is not None:
+    if args.repeat is not None and args.repeat < 1:
+        raise UserError(f"--repeat {args.repeat}: expected a count of at least 1")
+    stats = session = None
+    if args.level == "planned":
+        pass  # through a Session (backends/numpy/session.py), made once the function is found
+    elif LEVELS[args.level] is not None:
         run, stats = _lower(module, args.poison, LEVELS[args.level])
     elif args.stats or args.poison:
         raise UserError("--stats and --poison need a lowered level (buffer, kernel or planned)")
     try:
         func = find_function(module, args.function)
+        if args.level == "planned":
+            from palimpsest.backends.numpy.session import Session
+
+            session = Session(module, function=args.function, poison=args.poison)
+            run = functools.partial(_run_session, session)
         names = input_names(func)
         for name in list(files) + list(shapes):
             if name not in names:
@@ -136,7 +155,19 @@ def _run(args, sources) -> int:
             for name, type_ in zip(names, func.type.inputs):
                 if name not in inputs:
                     inputs[name] = _random_array(rng, name, type_, shapes.get(name))
-        outputs = run(func, inputs)
+        if session is not None:
+            for name, text in shapes.items():
+                try:
+                    dims = [int(d) for d in text.lower().split("x")] if text else []
+                except ValueError:
+                    raise UserError(f"--shape {name}={text}: expected dims like "
+                                    f"1x3x224x224") from None
+                session.set_input_shape(name, dims)
+            session.prepare()
+        for _ in range(args.repeat or 1):
+            if stats is not None:
+                stats.__init__()  # report the last run
+            outputs = run(func, inputs)
     except BindingError as error:
         raise UserError(str(error)) from None
     if args.output_dir:
@@ -147,7 +178,11 @@ def _run(args, sources) -> int:
         if args.output_dir:
             safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
             np.save(os.path.join(args.output_dir, safe + ".npy"), array)
-    if stats is not None and args.stats:
+    if session is not None and args.stats:
+        print(session.last_stats.run_stats.summary())
+        if args.repeat is not None or shapes:
+            print(session.last_stats.summary())
+    elif stats is not None and args.stats:
         print(stats.summary())
     return 0
 

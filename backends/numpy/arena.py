@@ -38,6 +38,9 @@ class RunStats:
     view_copy_bytes: int = 0   # copied into an out buffer from a view of an operand
     io_bytes: int = 0          # inputs copied in, outputs copied out
     deallocations: int = 0
+    static_bytes: int = 0         # of bytes_allocated: pool arenas (the static plan)
+    dynamic_allocations: int = 0  # of allocations: per-alloc arenas made at run time
+    dynamic_bytes: int = 0        # their bytes (inputs copied in are io, not dynamic)
     temporary_ops: dict = field(default_factory=dict)  # graph op -> times it made one
 
     @property

@@ -10,8 +10,10 @@ read-only array; `buffer.compute` writes the graph op's results into its out vie
 
 Inputs are bound without a copy when they are C-contiguous arrays of the right dtype
 (read-only: an op that writes one fails loudly), and copied into an arena only when the
-IR writes an input (`bufferize{inputs-as-activations}`). Outputs are copied out of their
-arenas. With `poison=True` an arena is filled with poison when it is allocated and when
+IR writes an input (`bufferize{inputs-as-activations}`), or when it is misaligned. Outputs
+are copied out of their arenas, except into the caller's arrays given as `outputs=`: those
+become the memory of the returned buffers when they can (no copy; session.py uses this),
+else get one counted copy. With `poison=True` an arena is filled with poison when it is allocated and when
 its `buffer.dealloc` runs, and a view of a pool when its liveness ends (its last use,
 through aliases), so a buffer used past its end reads NaN (floats) or 0x5A bytes.
 Two views of a pool are two buffers even where their bytes overlap: data never flows
@@ -58,14 +60,25 @@ class Executor:
         self.arenas: dict = {}        # alloc value -> Arena
         self.infos: dict = {}         # buffer.compute -> ComputeInfo
         self.plans: dict = {}         # func -> _FunctionPlan
+        self.bound: dict = {}         # output buffer value -> the caller's array (run(outputs=))
 
     # -- entry points --------------------------------------------------------------------------
-    def run(self, func, inputs: dict) -> dict:
+    def run(self, func, inputs: dict, outputs: dict | None = None,
+            copy_outputs: bool = True) -> dict:
+        """`outputs` (name -> array): the caller's arrays to write the results into; each
+        one that is C-contiguous, aligned, writeable, of the result's dtype and size and
+        overlaps no input becomes the memory of the buffer the function returns (no copy),
+        any other is filled with one counted copy. `copy_outputs=False` returns the other
+        results as they are (views of this run's arenas, which no later run reuses)."""
         arrays = bind_inputs(func, inputs)
         plan = self._plan(func)
+        self.bound = {}
+        if outputs:
+            self._bind_outputs(func, plan, arrays, outputs)
         bound = []
         for index, array in enumerate(arrays):
-            if index in plan.written_args or not array.flags.c_contiguous:
+            if index in plan.written_args or not array.flags.c_contiguous \
+                    or not array.flags.aligned:
                 arena = Arena(array.nbytes, self.stats, poison=False)
                 copy = arena.typed(array.shape, array.dtype)
                 np.copyto(copy, array)
@@ -76,14 +89,54 @@ class Executor:
                 view.flags.writeable = False
                 bound.append(view)
         results = self.run_function(func, bound)
-        outputs = {}
+        self.bound = {}
+        named = {}
         for name, array in zip(output_names(func), results):
-            if isinstance(array, np.ndarray):
-                outputs[name] = np.array(array, copy=True)
+            user = outputs.get(name) if outputs else None
+            if user is not None and isinstance(array, np.ndarray):
+                if not (array.size == user.size and array.size and
+                        array.__array_interface__["data"][0] == user.ctypes.data
+                        and array.dtype == user.dtype and array.flags.c_contiguous):
+                    if array.shape != user.shape:
+                        raise ValueError(f"output '{name}': the result has shape "
+                                         f"{array.shape}, the given array {user.shape}")
+                    np.copyto(user, array)
+                    self.stats.io_bytes += array.nbytes
+                named[name] = user
+            elif isinstance(array, np.ndarray) and copy_outputs:
+                named[name] = np.array(array, copy=True)
                 self.stats.io_bytes += array.nbytes
             else:
-                outputs[name] = array
-        return outputs
+                named[name] = array
+        return named
+
+    def _bind_outputs(self, func, plan, inputs: list, outputs: dict) -> None:
+        names = output_names(func)
+        unknown = [n for n in outputs if n not in names]
+        if unknown:
+            raise ValueError(f"unknown output '{unknown[0]}' (the function returns: "
+                             f"{', '.join(names)})")
+        for name, root in zip(names, plan.output_roots):
+            user = outputs.get(name)
+            if root is None or user is None:
+                continue
+            if not isinstance(user, np.ndarray):
+                raise ValueError(f"output '{name}': expected a numpy array, got "
+                                 f"{type(user).__name__}")
+            dtype = dtype_of(root.type.element_type)
+            if (user.dtype != dtype or not user.flags.c_contiguous or not user.flags.aligned
+                    or not user.flags.writeable
+                    or any(np.may_share_memory(user, a) for a in inputs)):
+                continue  # filled with one copy after the run
+            self.bound[root] = user
+
+    def _bound_as(self, value, shape):
+        """The caller's output array bound to `value`, viewed at `shape`; None when there
+        is none or its size does not fit."""
+        user = self.bound.get(value)
+        if user is None or user.size != int(np.prod(shape, dtype=np.int64)):
+            return None
+        return user.reshape(tuple(shape))
 
     def run_function(self, func, arrays: list, depth: int = 0) -> list:
         if depth > 64:
@@ -160,6 +213,8 @@ class Executor:
         for d in shape:
             count *= d
         arena = Arena(count * dtype.itemsize, self.stats, self.poison)
+        self.stats.dynamic_allocations += 1
+        self.stats.dynamic_bytes += arena.nbytes
         return arena, arena.typed(tuple(shape), dtype)
 
     def _alloc(self, op, values) -> None:
@@ -171,11 +226,21 @@ class Executor:
         shape = tuple(d if d is not None else int(next(sizes)) for d in type_.shape)
         if any(d < 0 for d in shape):
             raise op.error(f"has a negative size: {shape}")
+        if self.bound:
+            user = self._bound_as(op.results[0], shape)
+            if user is not None:
+                values[op.results[0]] = user
+                return
         arena, array = self._new_arena(shape, type_)
         self.arenas[op.results[0]] = arena
         values[op.results[0]] = array
 
     def _materialize(self, pending: _Pending, shape, values) -> np.ndarray:
+        if self.bound:
+            user = self._bound_as(pending.value, shape)
+            if user is not None:
+                values[pending.value] = user
+                return user
         arena, array = self._new_arena(shape, pending.type)
         self.arenas[pending.value] = arena
         values[pending.value] = array
@@ -185,6 +250,8 @@ class Executor:
         value = op.operands[0]
         arena = self.arenas.get(value)
         if arena is None:
+            if value in self.bound:
+                return  # the caller's output array
             if isinstance(values.get(value), _Pending):
                 values.pop(value)  # never written: nothing was allocated
                 return
@@ -230,6 +297,10 @@ class Executor:
         type_ = op.results[0].type
         if None in type_.shape:
             raise op.error(f"views with '?' dims are not supported ({type_})")
+        if self.bound:
+            user = self._bound_as(op.results[0], type_.shape)
+            if user is not None:
+                return user
         offset = op.properties["offset"].value if "offset" in op.properties \
             else int(values[op.operands[1]])
         try:
@@ -261,6 +332,7 @@ class Executor:
                     raise op.error(f"pool @{pool_name} has no size (plan the memory first)")
                 size = size_attr.value
             arena = self.pools[pool_name] = Arena(size, self.stats, self.poison)
+            self.stats.static_bytes += size
         dtype = dtype_of(op.results[0].type.element_type)
         return arena.data.view(dtype)
 
@@ -328,9 +400,11 @@ class _FunctionPlan:
 
         self.written_args: set = set()
         self.poison_after: dict = {}
+        self.output_roots: list = []  # per result: the buffer a caller's array can replace
         if func.is_declaration:
             return
         block = func.entry_block
+        self.output_roots = _output_roots(block)
         for index, arg in enumerate(block.args):
             if not isinstance(arg.type, BufferType):
                 continue
@@ -354,6 +428,31 @@ class _FunctionPlan:
             self.poison_after.setdefault(last, []).append(op.results[0])
 
 
+def _output_roots(block) -> list:
+    """Per returned value, the buffer it is (through `buffer.reshape`s) when that buffer
+    is a `buffer.alloc` or a `buffer.view` of a `memory.arena` of this block, returned once
+    and written by no other returned value's chain; else None."""
+    ret = block.last
+    if ret is None or ret.name != "func.return":
+        return []
+    roots = []
+    for value in ret.operands:
+        owner = getattr(value, "op", None)
+        while owner is not None and owner.name == "buffer.reshape":
+            value = owner.operands[0]
+            owner = getattr(value, "op", None)
+        ok = owner is not None and owner.parent is block and isinstance(
+            value.type, BufferType) and (owner.name == "buffer.alloc" or (
+                owner.name == "buffer.view" and _from_pool(value)
+                and getattr(owner.operands[0], "op", None) is not None
+                and owner.operands[0].op.name == "memory.arena"))
+        roots.append(value if ok else None)
+    for index, root in enumerate(roots):
+        if root is not None and roots.count(root) > 1:
+            roots[index] = None
+    return roots
+
+
 def _from_pool(value) -> bool:
     owner = getattr(value, "op", None)
     while owner is not None and owner.name in ("buffer.view", "buffer.reshape"):
@@ -361,9 +460,11 @@ def _from_pool(value) -> bool:
     return owner is not None and owner.name == "memory.arena"
 
 
-def run(func, inputs: dict, *, poison: bool = False, stats: RunStats | None = None) -> dict:
-    """Run buffer-level `func` on named inputs; named output arrays (copies)."""
-    return Executor(poison, stats).run(func, inputs)
+def run(func, inputs: dict, *, poison: bool = False, stats: RunStats | None = None,
+        outputs: dict | None = None) -> dict:
+    """Run buffer-level `func` on named inputs; named output arrays (copies, or the
+    caller's `outputs` arrays written in place)."""
+    return Executor(poison, stats).run(func, inputs, outputs)
 
 
 def run_with_stats(func, inputs: dict, *, poison: bool = False) -> tuple[dict, RunStats]:

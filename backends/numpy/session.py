@@ -1,0 +1,363 @@
+"""Sessions: graph-level IR compiled for the shapes it runs at, and run without copies.
+
+    session = Session("model.onnx")             # or a .pal path, or a module op
+    session.set_input_shape("image", (1, 1, 32, 160))   # optional, before or after prepare
+    session.prepare()                           # compiles what it can now
+    outputs = session.run({"image": x})         # or run(inputs, outputs={"probabilities": y})
+    print(session.last_stats.summary())
+
+Plans. With `specialize=True` (the default) every run's input shapes (set with
+`set_input_shape`, else taken from the arrays) form a signature; the first run at a
+signature clones the graph-level module (`clone_op`: the ops, not the weights), makes the function's arguments static at those
+shapes and runs the pipeline (`default`: infer-shapes ... plan-memory), so every buffer
+whose size follows from the input shapes is planned statically in the pools; the plan is
+kept in a bounded LRU cache (`cache_size`) and later runs at that signature reuse it (a
+hit). With `specialize=False` (or IR already lowered, whose arguments are buffers) the
+module is compiled once with its dynamic shapes: buffers with `?` dims are allocated at run
+time and freed after their last use (the `buffer.dealloc`s insert-deallocs wrote), the
+static ones stay in the pools. `prepare()` compiles the specialized plan when all input
+shapes are known, else the dynamic one; `run` compiles what it needs if prepare did not.
+
+Memory per run (`last_stats`, a `RunReport`): the pools of the plan used (static bytes)
+are one arena each; run-time allocations are counted apart (dynamic bytes, allocations,
+frees); nothing is both. Inputs are read in place (read-only views) when they have the
+argument's dtype and are C-contiguous and aligned, and are written only when the plan was
+made with `bufferize{inputs-as-activations}` (a `pipeline` that asks for it): otherwise
+one copy, counted in `io_copy_bytes`. An input of another dtype is an error, unless
+`cast_inputs=True`: then a same-kind one (float64 for f32) is converted, one counted copy. Arrays given in `run(outputs=...)` become the memory of the
+buffers the function returns when their dtype, size, contiguity and alignment allow (the
+kernels write into them; no copy), else they are filled with one counted copy. Results
+with no array given are returned as they are: views of that run's arenas, which no later
+run reuses, so they can be handed to another session as inputs with no copy at all.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from palimpsest.backends.binding import (
+    BindingError, check_input, find_function, input_names, output_names,
+)
+from palimpsest.backends.numpy.arena import RunStats
+from palimpsest.backends.numpy.executor import Executor
+from palimpsest.ir.attributes import TypeAttr, numpy_dtype_name
+from palimpsest.ir.types import FunctionType, TensorType
+
+
+@dataclass
+class RunReport:
+    """What one `Session.run` did."""
+
+    plan: str = ""                   # "specialized" or "dynamic"
+    signature: tuple | None = None   # the input shapes the plan was made for (None: dynamic)
+    cache_hit: bool | None = None    # this run's plan-cache lookup (None: dynamic plan)
+    plan_cache_hits: int = 0         # the session's totals after this run
+    plan_cache_misses: int = 0
+    plan_cache_evictions: int = 0
+    static_bytes: int = 0            # the pools of the plan used (planned, one arena each)
+    dynamic_bytes: int = 0           # allocated at run time (buffers with sizes unknown)
+    allocations: int = 0             # run-time allocations
+    frees: int = 0                   # run-time frees (buffer.dealloc)
+    io_copy_bytes: int = 0           # inputs and outputs copied (0 when used in place)
+    compile_seconds: float = 0.0     # spent compiling a plan for this run (0 on a hit)
+    run_seconds: float = 0.0
+    run_stats: RunStats = field(default_factory=RunStats)
+
+    def summary(self) -> str:
+        cache = ("" if self.cache_hit is None else
+                 f" (plan cache: {'hit' if self.cache_hit else 'miss'})")
+        return (f"plan: {self.plan}{cache}\n"
+                f"plan cache: {self.plan_cache_hits} hits, {self.plan_cache_misses} misses, "
+                f"{self.plan_cache_evictions} evictions\n"
+                f"static bytes planned: {self.static_bytes}\n"
+                f"dynamic bytes: {self.dynamic_bytes} ({self.allocations} allocations, "
+                f"{self.frees} frees)\n"
+                f"I/O bytes copied: {self.io_copy_bytes}")
+
+
+@dataclass
+class SessionStats:
+    """Totals over a session's life."""
+
+    runs: int = 0
+    plan_cache_hits: int = 0
+    plan_cache_misses: int = 0
+    plan_cache_evictions: int = 0
+    compiles: int = 0
+    compile_seconds: float = 0.0
+    io_copy_bytes: int = 0
+
+
+def clone_op(op, mapping: dict | None = None):
+    """A deep copy of `op` (its regions, blocks and ops; values remapped through
+    `mapping`, which it fills) sharing the attributes, which are immutable: weights are not
+    copied, so cloning a model costs its op count, not its bytes."""
+    from palimpsest.ir.core import Block, Operation, Region, UnregisteredOp
+
+    mapping = {} if mapping is None else mapping
+    cls = type(op)
+    new = cls.__new__(cls)
+    if isinstance(op, UnregisteredOp):
+        new.__dict__["name"] = op.name
+    regions = []
+    blocks = {}
+    for region in op.regions:
+        copy = Region()
+        for block in region.blocks:
+            twin = Block([a.type for a in block.args], [a.name_hint for a in block.args])
+            for old, arg in zip(block.args, twin.args):
+                mapping[old] = arg
+            blocks[block] = twin
+            copy.add_block(twin)
+        regions.append(copy)
+    Operation.__init__(new, [mapping.get(v, v) for v in op.operands],
+                       [r.type for r in op.results], op.properties, op.attributes,
+                       regions, [blocks.get(b, b) for b in op.successors], op.location,
+                       [r.name_hint for r in op.results])
+    new.source_loc = op.source_loc
+    for old, result in zip(op.results, new.results):
+        mapping[old] = result
+    for region, copy in zip(op.regions, regions):
+        for block, twin in zip(region.blocks, copy.blocks):
+            inner = block.first
+            while inner is not None:
+                twin.append(clone_op(inner, mapping))
+                inner = inner.next
+    return new
+
+
+class CompiledPlan:
+    """One lowered module and the executor that runs it (kept across runs)."""
+
+    def __init__(self, module, func, signature, poison: bool, compile_seconds: float):
+        self.module = module
+        self.func = func
+        self.signature = signature      # None: the dynamic plan
+        self.compile_seconds = compile_seconds
+        self.executor = Executor(poison)
+
+    @property
+    def pool_sizes(self) -> dict:
+        sizes = {}
+        for op in self.module.regions[0].block.ops:
+            if op.name == "memory.pool" and "size" in op.properties:
+                sizes[op.properties["sym_name"].value] = op.properties["size"].value
+        return sizes
+
+    def run(self, inputs: dict, outputs: dict | None) -> tuple[dict, RunStats]:
+        executor = self.executor   # fresh memory per run; op and function info kept
+        executor.stats = RunStats()
+        executor.pools = {}
+        executor.arenas = {}
+        results = executor.run(self.func, inputs, outputs, copy_outputs=False)
+        stats = executor.stats
+        executor.pools, executor.arenas = {}, {}
+        return results, stats
+
+
+class Session:
+    """Graph-level IR (a module op, a .pal path or an .onnx path) run on the numpy backend
+    through plans specialized to the input shapes (see the module docstring)."""
+
+    def __init__(self, module_or_path, *, function: str | None = None,
+                 specialize: bool = True, cache_size: int = 8, poison: bool = False,
+                 pipeline: str = "default", cast_inputs: bool = False):
+        from palimpsest.dialects import load_all
+        from palimpsest.ir.verifier import verify
+
+        load_all()
+        if isinstance(module_or_path, (str, os.PathLike)):
+            path = os.fspath(module_or_path)
+            if path.endswith(".onnx"):
+                from palimpsest.dialects.graph.from_onnx import import_onnx
+                module = import_onnx(path)
+            else:
+                from palimpsest.ir.parser import parse
+                with open(path, encoding="utf-8") as file:
+                    module = parse(file.read(), path)
+        else:
+            module = module_or_path
+        verify(module)
+        self._module = module
+        func = find_function(module, function)
+        self.function = func.properties["sym_name"].value
+        self.input_names = input_names(func)
+        self.output_names = output_names(func)
+        self.input_types = list(func.type.inputs)
+        self.graph_level = all(isinstance(t, TensorType) for t in self.input_types)
+        self.specialize = specialize and self.graph_level
+        self.cache_size = cache_size
+        self.poison = poison
+        self.pipeline = pipeline
+        self.cast_inputs = cast_inputs
+        self._shapes: dict = {}
+        self._cache: OrderedDict = OrderedDict()
+        self._dynamic: CompiledPlan | None = None
+        self.prepared = False
+        self.stats = SessionStats()
+        self.last_stats: RunReport | None = None
+        self.last_plan: CompiledPlan | None = None   # the plan the last run used
+
+    # -- shapes ------------------------------------------------------------------------------
+    def set_input_shape(self, name: str, shape) -> None:
+        """Fix input `name`'s shape for the next runs (before or after `prepare`)."""
+        index = self._index(name)
+        shape = tuple(int(d) for d in shape)
+        declared = self.input_types[index].shape
+        if declared is not None and (len(declared) != len(shape) or any(
+                d is not None and d != s for d, s in zip(declared, shape))):
+            raise BindingError(f"input '{name}': shape {list(shape)} does not fit "
+                               f"{self.input_types[index]}")
+        if any(s < 0 for s in shape):
+            raise BindingError(f"input '{name}': negative dim in {list(shape)}")
+        self._shapes[name] = shape
+
+    def input_shape(self, name: str):
+        """The shape set for `name`, else its declared one (None dims where dynamic)."""
+        if name in self._shapes:
+            return self._shapes[name]
+        shape = self.input_types[self._index(name)].shape
+        return None if shape is None else tuple(shape)
+
+    def _index(self, name: str) -> int:
+        if name not in self.input_names:
+            raise BindingError(f"unknown input '{name}' (the function takes: "
+                               f"{', '.join(self.input_names) or 'no inputs'})")
+        return self.input_names.index(name)
+
+    def _known_signature(self):
+        shapes = [self.input_shape(n) for n in self.input_names]
+        if any(s is None or None in s for s in shapes):
+            return None
+        return tuple(shapes)
+
+    # -- compiling -----------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Compile: the specialized plan when every input shape is known, else the dynamic
+        one (a later run at known shapes still specializes)."""
+        signature = self._known_signature() if self.specialize else None
+        if signature is not None:
+            self._lookup(signature)
+        else:
+            self._dynamic_plan()
+        self.prepared = True
+
+    @property
+    def cached_signatures(self) -> list:
+        return list(self._cache)
+
+    def _clone(self):
+        return clone_op(self._module)
+
+    def _compile(self, signature):
+        from palimpsest.passes.pass_manager import PassManager, parse_pipeline
+
+        start = time.perf_counter()
+        module = self._clone()
+        func = find_function(module, self.function)
+        if signature is not None:
+            args = func.entry_block.args
+            types = []
+            for arg, type_, shape in zip(args, self.input_types, signature):
+                arg.type = TensorType(tuple(shape), type_.element_type)
+                types.append(arg.type)
+            func.properties["function_type"] = TypeAttr(
+                FunctionType(tuple(types), func.type.results))
+        if not any(op.name == "memory.pool" for op in module.regions[0].block.ops):
+            PassManager(parse_pipeline(self.pipeline)).run(module)  # (planned IR runs as is)
+        seconds = time.perf_counter() - start
+        self.stats.compiles += 1
+        self.stats.compile_seconds += seconds
+        return CompiledPlan(module, find_function(module, self.function), signature,
+                            self.poison, seconds)
+
+    def _lookup(self, signature) -> tuple[CompiledPlan, bool]:
+        plan = self._cache.get(signature)
+        if plan is not None:
+            self._cache.move_to_end(signature)
+            self.stats.plan_cache_hits += 1
+            return plan, True
+        self.stats.plan_cache_misses += 1
+        plan = self._compile(signature)
+        if self.cache_size > 0:
+            self._cache[signature] = plan
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+                self.stats.plan_cache_evictions += 1
+        return plan, False
+
+    def _dynamic_plan(self) -> CompiledPlan:
+        if self._dynamic is None:
+            self._dynamic = self._compile(None)
+        return self._dynamic
+
+    # -- running -------------------------------------------------------------------------------
+    def run(self, inputs: dict, outputs: dict | None = None) -> dict:
+        """Run on named input arrays; named results (the `outputs` arrays where given)."""
+        unknown = [n for n in inputs if n not in self.input_names]
+        if unknown:
+            self._index(unknown[0])
+        arrays, copied = {}, 0
+        for name, type_ in zip(self.input_names, self.input_types):
+            if name not in inputs:
+                raise BindingError(f"missing input '{name}' (expected {type_})")
+            array = inputs[name]
+            if not isinstance(array, np.ndarray):
+                array = np.asarray(array)
+                copied += array.nbytes
+            if isinstance(type_, TensorType):
+                want = np.dtype(numpy_dtype_name(type_.element_type))
+                if self.cast_inputs and array.dtype != want and np.can_cast(
+                        array.dtype, want, "same_kind"):
+                    array = array.astype(want)    # the one copy, counted
+                    copied += array.nbytes
+                check_input(name, type_, array)
+            if name in self._shapes and tuple(array.shape) != self._shapes[name]:
+                raise BindingError(f"input '{name}': its shape was set to "
+                                   f"{list(self._shapes[name])}, got an array of shape "
+                                   f"{list(array.shape)}")
+            arrays[name] = array
+        if outputs:
+            for name in outputs:
+                if name not in self.output_names:
+                    raise BindingError(f"unknown output '{name}' (the function returns: "
+                                       f"{', '.join(self.output_names)})")
+        hit = None
+        compile_seconds = 0.0
+        if self.specialize:
+            signature = tuple(tuple(arrays[n].shape) for n in self.input_names)
+            plan, hit = self._lookup(signature)
+            if not hit:
+                compile_seconds = plan.compile_seconds
+        else:
+            fresh = self._dynamic is None
+            plan = self._dynamic_plan()
+            if fresh:
+                compile_seconds = plan.compile_seconds
+        start = time.perf_counter()
+        results, run_stats = plan.run(arrays, outputs)
+        seconds = time.perf_counter() - start
+        report = RunReport(
+            plan="specialized" if plan.signature is not None else "dynamic",
+            signature=plan.signature, cache_hit=hit,
+            plan_cache_hits=self.stats.plan_cache_hits,
+            plan_cache_misses=self.stats.plan_cache_misses,
+            plan_cache_evictions=self.stats.plan_cache_evictions,
+            static_bytes=run_stats.static_bytes, dynamic_bytes=run_stats.dynamic_bytes,
+            allocations=run_stats.dynamic_allocations, frees=run_stats.deallocations,
+            io_copy_bytes=run_stats.io_bytes + copied, compile_seconds=compile_seconds,
+            run_seconds=seconds, run_stats=run_stats)
+        self.last_stats = report
+        self.last_plan = plan
+        self.stats.runs += 1
+        self.stats.io_copy_bytes += report.io_copy_bytes
+        self.prepared = True
+        return results
+
+
+__all__ = ["CompiledPlan", "clone_op", "RunReport", "Session", "SessionStats"]
