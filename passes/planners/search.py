@@ -14,6 +14,9 @@ search only has to choose the order. Two strategies share the state and pruning:
   with the fewest choices; branch on the buffer that covers that byte (candidates sit
   exactly there), or on leaving it empty when the section has slack. Buffers with the
   same lifetime stacked on each other, or identical ones, are taken in rank order only.
+  The candidates are tried in *skyline* order (best fit, as in strip packing): first
+  those that fill the width of the valley around the hole exactly, then those that
+  touch a wall of it and come level with that wall, then the rest (by rank).
 
 Both prune with *section inference*: time is cut into sections (the set of live
 buffers is constant in each), and in each section the bytes still unplaced must fit
@@ -48,6 +51,9 @@ class NodeLimit(Exception):
 
 class Search:
     """One decision problem: do the active buffers fit in ``capacity`` bytes?"""
+
+    #: Order the candidates of a hole by how well they fit it (see _skyline_order).
+    skyline = True
 
     def __init__(self, problem: Problem, capacity: int, deadline: float):
         self.problem = problem
@@ -225,16 +231,29 @@ class Search:
         floor, total, sec_bufs, C = self.floor, self.total, self.sec_bufs, self.capacity
         lift = self._lift
         while raised:
-            j = raised.pop()
-            sj = seat[j]
-            for t in range(lo[j], hi[j]):
-                if floor[t] >= sj:
-                    continue
-                low = min([seat[k] for k in sec_bufs[t] if off[k] < 0])
-                if low > floor[t]:
-                    if low + total[t] > C:
-                        return False
-                    lift(t, low, raised)
+            # the sections where some raised seat is above the floor (each once)
+            todo = set()
+            for j in raised:
+                sj = seat[j]
+                for t in range(lo[j], hi[j]):
+                    if floor[t] < sj:
+                        todo.add(t)
+            raised = []
+            for t in todo:
+                f = floor[t]
+                low = -1
+                for k in sec_bufs[t]:
+                    if off[k] < 0:
+                        sk = seat[k]
+                        if sk <= f:
+                            break  # the floor stays
+                        if low < 0 or sk < low:
+                            low = sk
+                else:
+                    if low > f:
+                        if low + total[t] > C:
+                            return False
+                        lift(t, low, raised)
         return True
 
     def _symmetry_ok(self, k: int, level: int) -> bool:
@@ -250,6 +269,37 @@ class Search:
             elif off[j] + size[j] == level and rank[j] > rk:
                 return False
         return True
+
+    def _skyline_order(self, cands: list[int], s: int, L: int, slo: int, shi: int) -> list[int]:
+        """Skyline value ordering (best fit, as in strip packing): the hole at level
+        ``L`` is the valley of sections around ``s`` whose floor is ``L``. Try first
+        the candidates that fill the valley's width exactly, then those that touch one
+        of its walls with a top level with that wall (the skyline stays flat), then
+        the others; ties by the static rank (candidates come in rank order)."""
+        floor, total, lo, hi, size = self.floor, self.total, self.lo, self.hi, self.size
+        va = s
+        while va > slo and floor[va - 1] == L and total[va - 1]:
+            va -= 1
+        vb = s + 1
+        while vb < shi and floor[vb] == L and total[vb]:
+            vb += 1
+        left = floor[va - 1] if va > slo and total[va - 1] else -1
+        right = floor[vb] if vb < shi and total[vb] else -1
+        scored = []
+        for r, k in enumerate(cands):
+            top = L + size[k]
+            a, b = lo[k] == va, hi[k] == vb
+            score = 0
+            if a and b:
+                score = 6
+            else:
+                if a:
+                    score += 2 if top == left or left < 0 else 1
+                if b:
+                    score += 2 if top == right or right < 0 else 1
+            scored.append((-score, r, k))
+        scored.sort()
+        return [k for _, _, k in scored]
 
     def _search_holes(self, bufs: list[int], slo: int, shi: int) -> bool:
         """Fill the lowest hole: a section at the lowest floor, and the buffer that
@@ -290,6 +340,8 @@ class Search:
                 if count == 1 and slack == 0:
                     break
         s = hole
+        if self.skyline and len(hole_cands) > 1:
+            hole_cands = self._skyline_order(hole_cands, s, L, slo, shi)
         trail, cuts, lift = self.trail, self.cuts, self._lift
         for k in hole_cands:
             z = size[k]
@@ -443,13 +495,20 @@ class Search:
         return False
 
     def run(
-        self, rank: list[int], node_limit: int, holes: bool, fixed: dict[int, int] | None = None
+        self,
+        rank: list[int],
+        node_limit: int,
+        holes: bool,
+        fixed: dict[int, int] | None = None,
+        skyline: bool = True,
     ) -> list[int] | None:
         """One restart: offsets (local) if the buffers fit, None if proven not to.
 
         ``fixed`` (local index -> offset) pre-places buffers that must form the bottom
         of the plan: everything else goes above their tops (hole strategy only).
+        ``skyline`` orders the candidates of a hole by fit (else by rank alone).
         """
+        self.skyline = skyline
         self._reset(rank, node_limit, holes)
         if fixed:
             self._fix(fixed)

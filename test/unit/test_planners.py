@@ -30,9 +30,10 @@ from palimpsest.passes.planners import (
     read_csv_offsets,
     write_csv,
 )
-from palimpsest.passes.planners.exact import decide, improve
+from palimpsest.passes.planners.exact import decide, granule, improve
 from palimpsest.passes.planners.hill_climb import hill_climb
 from palimpsest.passes.planners.problem import Problem
+from palimpsest.passes.planners.search import Search
 from palimpsest.passes.planners.synthetic import perfect_packing, random_program
 from palimpsest.tools import plan as plan_tool
 
@@ -251,6 +252,54 @@ def test_each_search_strategy_alone_decides_correctly(strategies):
         offsets, status = decide(problem, best, deadline, strategies=strategies)
         assert status == "feasible"
         assert check_plan(ivs, problem.offsets_dict(offsets), capacity=best) == []
+
+
+@pytest.mark.parametrize("skyline", [True, False])
+def test_hole_search_decides_correctly_with_either_candidate_order(skyline):
+    rng = random.Random(5 + skyline)
+    for _ in range(40):
+        n = rng.randint(2, 6)
+        ivs = []
+        for i in range(n):
+            s = rng.randint(0, 4)
+            ivs.append(Interval(f"b{i}", s, s + rng.randint(1, 3), rng.choice([2, 3, 3, 5])))
+        best = brute_force_peak(ivs)
+        problem = Problem(ivs)
+        far = time.perf_counter() + 30
+        for capacity, fits in ((best - 1, False), (best, True)):
+            search = Search(problem, capacity, far)
+            local = search.run(search.ranks[0], 10**6, True, skyline=skyline)
+            assert (local is not None) == fits, ivs
+            if fits:
+                offsets = [0] * problem.n
+                for k, g in enumerate(search.glob):
+                    offsets[g] = local[k]
+                assert check_plan(ivs, problem.offsets_dict(offsets), capacity=best) == []
+
+
+def test_granule_is_the_size_gcd_when_alignments_divide_it():
+    ivs = [Interval("a", 0, 2, 24), Interval("b", 1, 3, 16), Interval("c", 0, 1, 0)]
+    assert granule(Problem(ivs)) == 8
+    assert granule(Problem(ivs, alignment=4)) == 8
+    assert granule(Problem(ivs, alignment=16)) == 1  # 16 does not divide 8
+    assert granule(Problem([Interval("a", 0, 2, 24), Interval("b", 1, 3, 25)])) == 1
+    assert granule(Problem([])) == 1
+
+
+@pytest.mark.parametrize("alignment", [1, 2, 4])
+def test_exact_is_optimal_on_coarse_sizes(alignment):
+    # sizes with a common factor: the search rounds capacities to it; proofs must hold
+    rng = random.Random(alignment)
+    for _ in range(25):
+        ivs = []
+        for i in range(rng.randint(2, 6)):
+            s = rng.randint(0, 3)
+            ivs.append(Interval(f"b{i}", s, s + rng.randint(1, 3), 6 * rng.randint(1, 4)))
+        plan = plan_intervals(ivs, "exact", alignment=alignment, time_budget=10.0)
+        assert check_plan(ivs, plan.offsets, alignment=alignment) == []
+        if alignment == 1 or 6 % alignment == 0:
+            assert plan.peak == brute_force_peak(ivs), ivs
+        assert plan.optimal
 
 
 # ----------------------------------------------------------------- tight synthetic
