@@ -4,6 +4,7 @@
     python benchmarks/bench_planners.py            # everything (a few minutes)
     python benchmarks/bench_planners.py --quick    # smaller synthetic set, no 10 s runs
     python benchmarks/bench_planners.py --markdown benchmarks/results-planners.md
+    python benchmarks/bench_planners.py --synthetic 500 --budgets 1,10 --first-seed 10
 
 Three parts:
 
@@ -111,12 +112,12 @@ def bench_glow(time_budget: float) -> list[list[str]]:
 # ---------------------------------------------------------------------------- synthetic
 
 
-def bench_synthetic(sizes, seeds, budgets) -> list[list[str]]:
+def bench_synthetic(sizes, seeds, budgets, first_seed: int = 0) -> list[list[str]]:
     rows = []
     for pieces in sizes:
         instances = [
             perfect_packing(pieces, capacity=CAPACITY, horizon=100, seed=s, granule=8)[0]
-            for s in range(seeds)
+            for s in range(first_seed, first_seed + seeds)
         ]
         greedy = [verified(ivs, plan_intervals(ivs, "greedy-by-size")) for ivs in instances]
         row = [
@@ -199,11 +200,32 @@ def main(argv=None) -> int:
         "--time-budget", type=float, default=1.0, help="budget per glow plan (default 1.0 s)"
     )
     parser.add_argument("--seeds", type=int, default=None, help="synthetic instances per size")
+    parser.add_argument("--first-seed", type=int, default=0, help="first synthetic seed")
+    parser.add_argument(
+        "--synthetic",
+        metavar="SIZES",
+        help="run only the synthetic part, at these sizes (comma-separated, e.g. 500)",
+    )
+    parser.add_argument(
+        "--budgets", metavar="SECONDS", help="synthetic budgets (comma-separated, e.g. 1,10)"
+    )
     args = parser.parse_args(argv)
 
     sizes = (20, 50, 100) if args.quick else (20, 50, 100, 200, 500)
     seeds = args.seeds or (5 if args.quick else 10)
     budgets = (1.0,) if args.quick else (1.0, 10.0)
+    if args.budgets:
+        budgets = tuple(float(b) for b in args.budgets.split(","))
+    if args.synthetic:
+        sizes = tuple(int(n) for n in args.synthetic.split(","))
+        title = f"Tight synthetic instances, seeds {args.first_seed}-{args.first_seed + seeds - 1}"
+        headers = ["pieces", "instances", "greedy-by-size exact", "greedy-by-size worst"]
+        for b in budgets:
+            headers += [f"auto {b:g} s exact", f"auto {b:g} s worst", f"auto {b:g} s mean s"]
+        print(f"# {machine()}\n", flush=True)
+        rows = bench_synthetic(sizes, seeds, budgets, args.first_seed)
+        print(title, table(headers, rows), f"# {machine()}", sep="\n", flush=True)
+        return 0
     counts = (10_000,) if args.quick else (10_000, 60_000)
     started = time.perf_counter()
     print(f"# {machine()}\n", flush=True)

@@ -22,8 +22,10 @@ Both prune with *section inference*: time is cut into sections (the set of live
 buffers is constant in each), and in each section the bytes still unplaced must fit
 above its floor; the floor is raised to the lowest seat of the unplaced buffers live
 there (MiniMalloc's unallocated floor), and in the canonical strategy to the current
-offset too. Where no unplaced buffer crosses a section boundary the two sides are
-solved as independent subproblems (dynamic decomposition). All changes go on a trail
+offset too. The hole strategy also checks *energy*: in a section, the unplaced buffers
+seated at or above any level v must fit between v and the capacity. Where no unplaced
+buffer crosses a section boundary the two sides are solved as independent subproblems
+(dynamic decomposition). All changes go on a trail
 and are undone on backtracking.
 """
 
@@ -54,6 +56,9 @@ class Search:
 
     #: Order the candidates of a hole by how well they fit it (see _skyline_order).
     skyline = True
+    #: Energy check in the propagation: the unplaced buffers live in a section whose
+    #: seats are at or above a level v must fit between v and the capacity.
+    energy = True
 
     def __init__(self, problem: Problem, capacity: int, deadline: float):
         self.problem = problem
@@ -226,7 +231,9 @@ class Search:
     def _propagate(self, raised: list[int]) -> bool:
         """Unallocated floor, with seats: nothing unplaced in a section can start below
         the lowest seat of the unplaced buffers live there. Lift such floors (which
-        may raise more seats) until nothing changes; False if a section overflows."""
+        may raise more seats) until nothing changes; False if a section overflows, or
+        if the buffers of a section seated at or above some level v do not fit
+        between v and the capacity (energy)."""
         lo, hi, off, seat = self.lo, self.hi, self.off, self.seat
         floor, total, sec_bufs, C = self.floor, self.total, self.sec_bufs, self.capacity
         lift = self._lift
@@ -239,6 +246,20 @@ class Search:
                     if floor[t] < sj:
                         todo.add(t)
             raised = []
+            if self.energy:
+                # Energy: the buffers whose seats are at or above v occupy disjoint
+                # bytes of [v, C) in section t, so their sizes sum to at most C - v
+                # (a stronger form of floor + total <= C, for every v at once).
+                size = self.size
+                for t in todo:
+                    pend = [(seat[k], size[k]) for k in sec_bufs[t] if off[k] < 0]
+                    if len(pend) > 1:
+                        pend.sort(reverse=True)
+                        acc = 0
+                        for sk, z in pend:
+                            acc += z
+                            if sk + acc > C:
+                                return False
             for t in todo:
                 f = floor[t]
                 low = -1

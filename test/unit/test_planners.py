@@ -277,6 +277,43 @@ def test_hole_search_decides_correctly_with_either_candidate_order(skyline):
                 assert check_plan(ivs, problem.offsets_dict(offsets), capacity=best) == []
 
 
+@pytest.mark.parametrize("energy", [True, False])
+def test_hole_search_decides_correctly_with_and_without_energy_check(energy, monkeypatch):
+    monkeypatch.setattr(Search, "energy", energy)
+    rng = random.Random(11 + energy)
+    for _ in range(40):
+        n = rng.randint(3, 7)
+        ivs = []
+        for i in range(n):
+            s = rng.randint(0, 4)
+            ivs.append(Interval(f"b{i}", s, s + rng.randint(1, 3), rng.choice([1, 2, 3, 5])))
+        best = brute_force_peak(ivs)
+        problem = Problem(ivs)
+        far = time.perf_counter() + 30
+        for capacity, fits in ((best - 1, False), (best, True)):
+            search = Search(problem, capacity, far)
+            local = search.run(search.ranks[0], 10**6, True)
+            assert (local is not None) == fits, ivs
+            if fits:
+                offsets = [0] * problem.n
+                for k, g in enumerate(search.glob):
+                    offsets[g] = local[k]
+                assert check_plan(ivs, problem.offsets_dict(offsets), capacity=best) == []
+
+
+def test_energy_check_prunes_on_tight_instances(monkeypatch):
+    # Same answer, fewer nodes: the check only cuts branches that cannot succeed.
+    ivs, _ = perfect_packing(120, capacity=256, horizon=30, seed=1, granule=8)
+    problem = Problem(ivs)
+    nodes = {}
+    for energy in (False, True):
+        monkeypatch.setattr(Search, "energy", energy)
+        search = Search(problem, 256, time.perf_counter() + 60)
+        assert search.run(search.ranks[0], 10**6, True) is not None
+        nodes[energy] = search.nodes_total
+    assert nodes[True] < nodes[False]
+
+
 def test_granule_is_the_size_gcd_when_alignments_divide_it():
     ivs = [Interval("a", 0, 2, 24), Interval("b", 1, 3, 16), Interval("c", 0, 1, 0)]
     assert granule(Problem(ivs)) == 8
