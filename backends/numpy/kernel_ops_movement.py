@@ -1,0 +1,137 @@
+"""Data-movement kernels on numpy: transpose, concat, gather, pad, resize. Registered in
+`KERNEL_IMPLS` (kernel_ops.py, which imports this module); the table there says how each
+works."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from palimpsest.backends.numpy.kernel_ops import (
+    _scalar, _view_as, config_of, impl, workspaces_by_role)
+
+
+# -- data movement --------------------------------------------------------------------------------
+
+@impl("kernel.transpose")
+def transpose(op, inputs, outputs, workspaces):
+    np.copyto(outputs[0], inputs[0].transpose(config_of(op)["perm"]))
+
+
+@impl("kernel.concat")
+def concat(op, inputs, outputs, workspaces):
+    np.concatenate(inputs, axis=config_of(op)["axis"], out=outputs[0])
+
+
+@impl("kernel.gather")
+def gather(op, inputs, outputs, workspaces):
+    axis = config_of(op)["axis"]
+    x, indices = inputs
+    dim = x.shape[axis]
+    if indices.size and (dim == 0 or indices.min() < -dim or indices.max() >= dim):
+        raise ValueError(f"gather indices out of range [-{dim}, {dim - 1}]")
+    np.take(x, indices.astype(np.intp, copy=False), axis=axis, out=outputs[0], mode="wrap")
+
+
+@impl("kernel.pad")
+def pad(op, inputs, outputs, workspaces):
+    config = config_of(op)
+    x, y = inputs[0], outputs[0]
+    rank = x.ndim
+    pads = config["pads"]
+    begins, ends = pads[:rank], pads[rank:]
+    crop = tuple(slice(-min(b, 0), x.shape[a] + min(e, 0))
+                 for a, (b, e) in enumerate(zip(begins, ends)))
+    src = x[crop]
+    lead = [max(b, 0) for b in begins]
+    interior = tuple(slice(b, b + n) for b, n in zip(lead, src.shape))
+    np.copyto(y[interior], src)
+    mode = config["mode"]
+    if mode == "constant":
+        value = inputs[1].reshape(-1)[0] if len(inputs) > 1 else 0
+        for a in range(rank):
+            before = (slice(None),) * a + (slice(0, lead[a]),)
+            after = (slice(None),) * a + (slice(lead[a] + src.shape[a], None),)
+            y[before] = value
+            y[after] = value
+        return
+    for a in range(rank):  # axis by axis, over the already padded extent of earlier axes
+        size = src.shape[a]
+        b = lead[a]
+        region = [slice(None)] * a + [None] + list(interior[a + 1:])
+
+        def copy(target, source, _region=region, _a=a):
+            _region[_a] = target
+            dst = tuple(_region)
+            _region[_a] = source
+            np.copyto(y[dst], y[tuple(_region)])
+
+        for j in range(b):
+            offset = b - j  # distance before the first interior cell
+            source = {"edge": b, "reflect": b + offset, "wrap": b + size - offset}[mode]
+            copy(slice(j, j + 1), slice(source, source + 1))
+        for j in range(b + size, y.shape[a]):
+            offset = j - (b + size - 1)  # distance after the last interior cell
+            source = {"edge": b + size - 1, "reflect": b + size - 1 - offset,
+                      "wrap": b + offset - 1}[mode]
+            copy(slice(j, j + 1), slice(source, source + 1))
+
+
+@impl("kernel.resize")
+def resize(op, inputs, outputs, workspaces):
+    from palimpsest.dialects.graph.reference.resize import _source_coords, _taps
+
+    config = config_of(op)
+    ws = workspaces_by_role(op, workspaces)
+    x, y = inputs[0], outputs[0]
+    mode = config["mode"]
+    ctm = config["coordinate_transformation_mode"]
+    axes, sizes, scales = config["axes"], config["sizes"], config["scales"]
+    roi = config["roi"]
+    count = len(axes)
+    data = x
+    for i, (axis, size, scale) in enumerate(zip(axes, sizes, scales)):
+        target = y if i == count - 1 else ws[f"stage{i}"]
+        in_len = data.shape[axis]
+        if size == 0:
+            data = target
+            continue
+        axis_roi = (roi[i], roi[i + count]) if roi is not None else None
+        coords, outside = _source_coords(ctm, size, scale, in_len, axis_roi)
+        shape = (1,) * axis + (size,) + (1,) * (data.ndim - axis - 1)
+        if mode == "nearest":
+            floor = np.floor(coords)
+            frac = coords - floor
+            nearest = config["nearest_mode"]
+            if nearest == "round_prefer_floor":
+                up = frac > 0.5
+            elif nearest == "round_prefer_ceil":
+                up = frac >= 0.5
+            elif nearest == "floor":
+                up = np.zeros_like(frac, dtype=bool)
+            else:
+                up = frac > 0
+            index = np.clip(floor + up, 0, in_len - 1).astype(np.intp)
+            np.take(data, index, axis=axis, out=target, mode="clip")
+        else:
+            base = np.ceil(coords) - 1
+            start, weights = _taps(mode, coords - base, scale, bool(config["antialias"]),
+                                   config["cubic_coeff_a"])
+            taps = weights.shape[1]
+            neighbours = base[:, None].astype(np.int64) + start + np.arange(taps)[None, :]
+            if config["exclude_outside"]:
+                weights = np.where((neighbours < 0) | (neighbours >= in_len), 0.0, weights)
+                total = weights.sum(axis=1, keepdims=True)
+                weights = weights / np.where(total == 0, 1.0, total)
+            index = np.clip(neighbours, 0, in_len - 1).astype(np.intp)
+            weights = weights.astype(y.dtype)
+            tap = _view_as(ws["taps"][:target.size], target.shape)
+            for j in range(taps):
+                term = target if j == 0 else tap
+                np.take(data, index[:, j], axis=axis, out=term, mode="clip")
+                np.multiply(term, weights[:, j].reshape(shape), out=term)
+                if j:
+                    np.add(target, tap, out=target)
+        if outside is not None and outside.any():
+            np.copyto(target, _scalar(config["extrapolation_value"], target.dtype),
+                      where=outside.reshape(shape))
+        data = target

@@ -1,0 +1,109 @@
+"""Kernels that reduce along an axis, on numpy: matmul (over K), softmax and layer_norm
+(through their stats workspaces), reduce. Registered in `KERNEL_IMPLS` (kernel_ops.py,
+which imports this module); the table there says how each works."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from palimpsest.backends.numpy.kernel_ops import (
+    _scalar, _view_as, config_of, impl, workspaces_by_role)
+
+
+# -- matmul -------------------------------------------------------------------------------------
+
+@impl("kernel.matmul")
+def matmul(op, inputs, outputs, workspaces):
+    config = config_of(op)
+    a, b = inputs[0], inputs[1]
+    c = inputs[2] if len(inputs) > 2 else None
+    y = outputs[0]
+    if config["transA"]:
+        a = np.swapaxes(a, -1, -2)
+    if config["transB"]:
+        b = np.swapaxes(b, -1, -2)
+    np.matmul(a, b, out=y)
+    alpha, beta = config["alpha"], config["beta"]
+    if c is None or beta == 0.0:
+        if alpha != 1.0:
+            np.multiply(y, _scalar(alpha, y.dtype), out=y)
+        return
+    if beta == 1.0:
+        if alpha != 1.0:
+            np.multiply(y, _scalar(alpha, y.dtype), out=y)
+        np.add(y, c, out=y)
+        return
+    # alpha*AB + beta*C = beta * (alpha/beta * AB + C): no C-sized temporary
+    np.multiply(y, _scalar(alpha / beta, y.dtype), out=y)
+    np.add(y, c, out=y)
+    np.multiply(y, _scalar(beta, y.dtype), out=y)
+
+
+# -- normalization ------------------------------------------------------------------------------
+
+@impl("kernel.softmax")
+def softmax(op, inputs, outputs, workspaces):
+    axis = config_of(op)["axis"]
+    x, y = inputs[0], outputs[0]
+    stats = workspaces[0]
+    np.max(x, axis=axis, keepdims=True, out=stats)
+    np.subtract(x, stats, out=y)
+    np.exp(y, out=y)
+    np.sum(y, axis=axis, keepdims=True, out=stats)
+    np.divide(y, stats, out=y)
+
+
+@impl("kernel.layer_norm")
+def layer_norm(op, inputs, outputs, workspaces):
+    config = config_of(op)
+    ws = workspaces_by_role(op, workspaces)
+    x, scale = inputs[0], inputs[1]
+    bias = inputs[2] if len(inputs) > 2 else None
+    y = outputs[0]
+    axis = config["axis"]
+    rows = math.prod(x.shape[:axis])
+    width = math.prod(x.shape[axis:])
+    x2 = x.reshape(rows, width)
+    y2 = _view_as(y, (rows, width))
+    mean = _view_as(ws["mean"], (rows,))
+    var = _view_as(ws["var"], (rows,))
+    np.mean(x2, axis=1, out=mean)
+    np.subtract(x2, mean[:, None], out=y2)
+    np.einsum("ij,ij->i", y2, y2, out=var)
+    np.divide(var, _scalar(width, y.dtype), out=var)
+    np.add(var, _scalar(config["epsilon"], y.dtype), out=var)
+    np.sqrt(var, out=var)
+    np.reciprocal(var, out=var)
+    np.multiply(y2, var[:, None], out=y2)
+    np.multiply(y, scale, out=y)
+    if bias is not None:
+        np.add(y, bias, out=y)
+
+
+# -- reduce ---------------------------------------------------------------------------------------
+
+@impl("kernel.reduce")
+def reduce(op, inputs, outputs, workspaces):
+    config = config_of(op)
+    x, y = inputs[0], outputs[0]
+    axes = tuple(config["axes"])
+    keep = bool(config["keepdims"])
+    acc = workspaces[0] if workspaces else None
+    target = acc if acc is not None else y
+    mode = config["mode"]
+    if mode == "mean":
+        np.mean(x, axis=axes, keepdims=keep, dtype=target.dtype, out=target)
+        if acc is not None and y.dtype.kind in "iu":
+            np.trunc(acc, out=acc)
+    elif mode == "sum":
+        np.sum(x, axis=axes, keepdims=keep, dtype=target.dtype, out=target)
+    else:
+        if x.dtype.kind == "f":
+            initial = -np.inf
+        else:
+            initial = np.iinfo(x.dtype).min
+        np.max(x, axis=axes, keepdims=keep, out=target, initial=initial)
+    if acc is not None:
+        np.copyto(y, acc, casting="unsafe")
