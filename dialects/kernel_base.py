@@ -1,0 +1,228 @@
+"""The kernel dialect's shared base: `KernelOp` (operand groups, memory effects, the
+workspace rule interface and the verifier), the property declarations and element-type
+predicates the kernel ops use. The ops themselves are in kernel_nn.py,
+kernel_elementwise.py and kernel_data.py; dialects/kernel.py (the dialect's module,
+with the workspace rules) imports them all."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from palimpsest.dialects.buffer import AnyBuffer, BufferType
+from palimpsest.dialects.graph import shapes as S
+from palimpsest.ir import attributes as A
+from palimpsest.ir.core import Operation
+from palimpsest.ir.opdef import (
+    READ, WRITE, MemoryEffect, PropDef, variadic_operand,
+)
+from palimpsest.ir.types import FloatType, IntegerType, f32, f64, i32, i64
+
+# ---------------------------------------------------------------------------
+# Property declarations
+
+
+def _int(default=None, values=None) -> PropDef:
+    def check(attr):
+        if attr.type != i64:
+            return f"must be an i64 integer, got {attr}"
+        if values is not None and attr.value not in values:
+            return f"must be one of {', '.join(map(str, values))}, got {attr.value}"
+        return None
+    return PropDef(A.IntegerAttr, default=A.IntegerAttr(default) if default is not None else None,
+                   check=check, description="an i64 integer")
+
+
+def _ints(default=None, length=None, minimum=None) -> PropDef:
+    def check(attr):
+        if attr.element_type != i64:
+            return f"must be an array of i64, got {attr}"
+        if length is not None and len(attr.values) != length:
+            return f"must have {length} values, got {attr}"
+        if minimum is not None and any(v < minimum for v in attr.values):
+            return f"must have values >= {minimum}, got {attr}"
+        return None
+    return PropDef(A.DenseArrayAttr,
+                   default=A.DenseArrayAttr(i64, tuple(default)) if default is not None else None,
+                   check=check, description="an array of i64")
+
+
+def _floats(optional=True) -> PropDef:
+    def check(attr):
+        if attr.element_type != f64:
+            return f"must be an array of f64, got {attr}"
+        return None
+    return PropDef(A.DenseArrayAttr, optional=optional, check=check,
+                   description="an array of f64")
+
+
+def _float(default) -> PropDef:
+    def check(attr):
+        if attr.type != f32:
+            return f"must be an f32 float, got {attr}"
+        return None
+    return PropDef(A.FloatAttr, default=A.FloatAttr(float(default), f32), check=check,
+                   description="an f32 float")
+
+
+def _str(default=None, choices=None) -> PropDef:
+    def check(attr):
+        if choices is not None and attr.value not in choices:
+            return f"must be one of {', '.join(repr(c) for c in choices)}, got {attr.value!r}"
+        return None
+    return PropDef(A.StringAttr, default=A.StringAttr(default) if default is not None else None,
+                   check=check, description="a string")
+
+
+def int_array(values) -> A.DenseArrayAttr:
+    return A.DenseArrayAttr(i64, tuple(int(v) for v in values))
+
+
+def f64_array(values) -> A.DenseArrayAttr:
+    return A.DenseArrayAttr(f64, tuple(float(v) for v in values))
+
+
+# ---------------------------------------------------------------------------
+# Element types
+
+
+def is_float(t) -> bool:
+    """f32 or f64: the float types the kernels compute in directly."""
+    return isinstance(t, FloatType) and t.name in ("f32", "f64")
+
+
+def is_numeric(t) -> bool:
+    """f32, f64, or an integer type other than i1."""
+    return is_float(t) or (isinstance(t, IntegerType) and t.width > 1)
+
+
+def _shape(type_):
+    return tuple(type_.shape) if type_ is not None else None
+
+
+def _compatible(expected, actual) -> bool:
+    return len(expected) == len(actual) and all(
+        e is None or a is None or e == a for e, a in zip(expected, actual))
+
+
+# ---------------------------------------------------------------------------
+# The ops
+
+
+class KernelOp(Operation):
+    """A kernel: reads `ins`, writes `outs`, uses `workspaces` as scratch during the op.
+
+    Subclasses declare `arity` (min, max ins; max None: any), their properties, and
+    the rules: `check` (operand types and properties), `result_shapes`,
+    `workspace_roles` and `workspace_shape` (and `workspace_element` when a workspace's
+    element type is not the first in's)."""
+
+    ins = variadic_operand(AnyBuffer)
+    outs = variadic_operand(AnyBuffer)
+    workspaces = variadic_operand(AnyBuffer)
+    effects = (MemoryEffect(READ, "ins"), MemoryEffect(WRITE, "outs"),
+               MemoryEffect(READ, "workspaces"), MemoryEffect(WRITE, "workspaces"))
+    arity: ClassVar[tuple] = (1, 1)
+
+    # -- properties as Python values -------------------------------------------------------
+    @classmethod
+    def config_of(cls, properties: dict) -> dict:
+        """Every declared property (defaults filled in) as a plain Python value."""
+        config = {}
+        for name, definition in cls.prop_defs.items():
+            if name == "operandSegmentSizes":
+                continue
+            attr = properties.get(name, definition.default)
+            config[name] = None if attr is None else A.to_python(attr)
+        return config
+
+    def config(self) -> dict:
+        return self.config_of(self.properties)
+
+    # -- rules (subclasses) -------------------------------------------------------------------
+    @classmethod
+    def check(cls, in_types: list, config: dict) -> str | None:
+        """A message when the operand types or properties do not fit the kernel."""
+        return None
+
+    @classmethod
+    def result_shapes(cls, in_shapes: list, config: dict) -> list:
+        return [in_shapes[0]]
+
+    @classmethod
+    def result_elements(cls, in_types: list, config: dict) -> list:
+        return [in_types[0].element_type]
+
+    @classmethod
+    def workspace_roles(cls, in_types: list, config: dict) -> list:
+        return []
+
+    @classmethod
+    def workspace_shape(cls, role: str, in_shapes: list, config: dict) -> tuple:
+        raise KeyError(role)
+
+    @classmethod
+    def workspace_element(cls, role: str, in_types: list, config: dict):
+        return in_types[0].element_type
+
+    @classmethod
+    def workspace_types(cls, in_types: list, config: dict) -> list:
+        """The workspace buffer types, in operand order (`?` where a dim is dynamic)."""
+        shapes = [_shape(t) for t in in_types]
+        return [BufferType(tuple(cls.workspace_shape(role, shapes, config)),
+                           cls.workspace_element(role, in_types, config))
+                for role in cls.workspace_roles(in_types, config)]
+
+    # -- verification ----------------------------------------------------------------------------
+    def verify_(self):
+        ins, outs, workspaces = self.ins, self.outs, self.workspaces
+        low, high = self.arity
+        if len(ins) < low or (high is not None and len(ins) > high):
+            expected = f"{low}" if low == high else (
+                f"at least {low}" if high is None else f"{low} to {high}")
+            raise self.error(f"takes {expected} ins, got {len(ins)}")
+        if len(outs) != 1:
+            raise self.error(f"writes one out, got {len(outs)}")
+        in_types = [v.type for v in ins]
+        config = self.config()
+        try:
+            problem = self.check(in_types, config)
+            if problem:
+                raise self.error(problem)
+            shapes = self.result_shapes([_shape(t) for t in in_types], config)
+            elements = self.result_elements(in_types, config)
+            expected_ws = self.workspace_types(in_types, config)
+        except S.ShapeError as error:
+            raise self.error(str(error)) from None
+        for index, (value, shape, element) in enumerate(zip(outs, shapes, elements)):
+            actual = value.type
+            if actual.element_type != element or (
+                    shape is not None and not _compatible(shape, actual.shape)):
+                raise self.error(f"out #{index} is '{actual}' but the kernel produces "
+                                 f"{S.fmt(shape) if shape is not None else '*'} of {element}")
+        if len(workspaces) != len(expected_ws):
+            roles = self.workspace_roles(in_types, config)
+            raise self.error(f"needs {len(expected_ws)} workspaces "
+                             f"({', '.join(roles) or 'none'}), got {len(workspaces)}")
+        for role, value, expected in zip(self.workspace_roles(in_types, config), workspaces,
+                                         expected_ws):
+            actual = value.type
+            if actual.element_type != expected.element_type or not _compatible(
+                    expected.shape, actual.shape):
+                raise self.error(f"workspace '{role}' is '{actual}' but must be '{expected}'")
+
+
+def segment_sizes_attr(ins: int, outs: int, workspaces: int) -> A.DenseArrayAttr:
+    return A.DenseArrayAttr(i32, (ins, outs, workspaces))
+
+
+def _plus(dim, extra):
+    return None if dim is None else dim + extra
+
+
+def _times(*dims):
+    result = 1
+    for d in dims:
+        if d is None:
+            return None
+        result *= d
+    return result

@@ -1,0 +1,131 @@
+"""`kernel.elementwise`: one kernel for a fused chain of elementwise graph ops, and
+`STEPS`, the graph ops it can run as steps (see dialects/kernel.py)."""
+
+from __future__ import annotations
+
+from palimpsest.dialects.graph import shapes as S
+from palimpsest.dialects.kernel_base import KernelOp, is_float, is_numeric
+from palimpsest.ir import attributes as A
+from palimpsest.ir.opdef import PropDef, register_op
+
+# -- fused elementwise chains ----------------------------------------------------------------------
+
+# graph op -> (operand form, element kinds, needs scratch). Forms: "unary" (x),
+# "binary" (a, b: broadcast), "variadic" (broadcast), "clip" (x, optional scalar min and
+# max), "batch_norm" (x, scale, b, mean, var: per channel, axis 1). Kinds: "float"
+# (f32/f64) or "numeric" (also integers). The chain value may only be the data operand
+# (x) of unary, clip and batch_norm steps.
+STEPS = {
+    "graph.relu": ("unary", "numeric", False),
+    "graph.neg": ("unary", "numeric", False),
+    "graph.abs": ("unary", "numeric", False),
+    "graph.exp": ("unary", "float", False),
+    "graph.log": ("unary", "float", False),
+    "graph.sqrt": ("unary", "float", False),
+    "graph.tanh": ("unary", "float", False),
+    "graph.sigmoid": ("unary", "float", False),
+    "graph.erf": ("unary", "float", False),
+    "graph.hard_sigmoid": ("unary", "float", False),
+    "graph.sign": ("unary", "numeric", False),
+    "graph.floor": ("unary", "float", False),
+    "graph.ceil": ("unary", "float", False),
+    "graph.round": ("unary", "float", False),
+    "graph.sin": ("unary", "float", False),
+    "graph.cos": ("unary", "float", False),
+    "graph.reciprocal": ("unary", "float", False),
+    "graph.softplus": ("unary", "float", False),
+    "graph.softsign": ("unary", "float", True),
+    "graph.elu": ("unary", "float", True),
+    "graph.selu": ("unary", "float", True),
+    "graph.hard_swish": ("unary", "float", True),
+    "graph.leaky_relu": ("unary", "float", True),
+    "graph.add": ("binary", "numeric", False),
+    "graph.sub": ("binary", "numeric", False),
+    "graph.mul": ("binary", "numeric", False),
+    "graph.div": ("binary", "float", False),
+    "graph.pow": ("binary", "float", False),
+    "graph.max": ("variadic", "numeric", False),
+    "graph.min": ("variadic", "numeric", False),
+    "graph.clip": ("clip", "numeric", False),
+    "graph.batch_norm": ("batch_norm", "float", False),
+}
+STEP_ARITY = {"unary": (1, 1), "binary": (2, 2), "variadic": (1, None), "clip": (1, 3),
+              "batch_norm": (5, 5)}
+
+
+def step_shape(name: str, shapes: list):
+    """The result shape of one step from its operand shapes."""
+    form = STEPS[name][0]
+    if form in ("binary", "variadic"):
+        return S.broadcast(*shapes)
+    return shapes[0]
+
+
+@register_op
+class ElementwiseOp(KernelOp):
+    """A chain of elementwise graph ops computed into one out buffer (see the module
+    doc for `steps`, `wiring` and `step_props`)."""
+
+    name = "kernel.elementwise"
+    arity = (1, None)
+    steps = PropDef(A.ArrayAttr, description="an array of graph op names")
+    wiring = PropDef(A.ArrayAttr, description="an array of arrays of value numbers")
+    step_props = PropDef(A.ArrayAttr, optional=True,
+                         description="an array of dictionaries (one per step)")
+
+    @classmethod
+    def check(cls, in_types, config):
+        steps, wiring = config["steps"], config["wiring"]
+        props = config["step_props"]
+        n = len(in_types)
+        if not steps or not all(isinstance(s, str) for s in steps):
+            return "steps must be a non-empty array of graph op names"
+        if not isinstance(wiring, list) or len(wiring) != len(steps) or not all(
+                isinstance(w, list) and all(isinstance(v, int) for v in w) for w in wiring):
+            return f"wiring must hold one array of value numbers per step ({len(steps)})"
+        if props is not None and (len(props) != len(steps)
+                                  or not all(isinstance(p, dict) for p in props)):
+            return f"step_props must hold one dictionary per step ({len(steps)})"
+        element = in_types[0].element_type
+        for index, (name, refs) in enumerate(zip(steps, wiring)):
+            if name not in STEPS:
+                return f"step {index}: '{name}' is not a fusable elementwise op"
+            form, kind, _ = STEPS[name]
+            low, high = STEP_ARITY[form]
+            if len(refs) < low or (high is not None and len(refs) > high):
+                return f"step {index} ('{name}') reads {len(refs)} values"
+            previous = n + index - 1
+            for position, ref in enumerate(refs):
+                if not 0 <= ref < n and not (index and ref == previous):
+                    return (f"step {index} reads value {ref}: steps read the ins (0..{n - 1}) "
+                            f"and the result of the step before")
+                if ref == previous and index and position and form not in ("binary",
+                                                                              "variadic"):
+                    return f"step {index} ('{name}') reads the chain value as operand {position}"
+            if index and refs.count(previous) != 1:
+                return f"step {index} must read the result of step {index - 1} exactly once"
+            if (kind == "float" and not is_float(element)) or not is_numeric(element):
+                return f"step {index} ('{name}') does not compute {element}"
+        if any(t.element_type != element for t in in_types):
+            return "every in must have the element type of the out"
+        return None
+
+    @classmethod
+    def result_shapes(cls, in_shapes, config):
+        values = list(in_shapes)
+        for name, refs in zip(config["steps"], config["wiring"]):
+            args = [values[r] for r in refs]
+            if any(a is None for a in args):
+                values.append(None)
+            else:
+                values.append(step_shape(name, args))
+        return [values[-1]]
+
+    @classmethod
+    def workspace_roles(cls, in_types, config):
+        return ["scratch"] if any(STEPS.get(s, (0, 0, False))[2] for s in config["steps"]) \
+            else []
+
+    @classmethod
+    def workspace_shape(cls, role, in_shapes, config):
+        return cls.result_shapes(in_shapes, config)[0]

@@ -1,0 +1,450 @@
+"""The lowering rules of `lower-to-kernels` (passes/lower_to_kernels.py): how one
+`buffer.compute` reads (`_Compute`), and per graph op the kernel op, ins and properties
+that implement it (`RULES`; None: `kernel.generic`), with `_fits`, whether the kernel
+op would verify."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+from palimpsest.dialects import kernel as K
+from palimpsest.dialects.graph import shapes as S
+from palimpsest.ir import attributes as A
+from palimpsest.ir.core import Operation
+from palimpsest.ir.opdef import OPTIONAL, SINGLE, lookup_op, segment_sizes
+from palimpsest.ir.types import f32
+
+# ---------------------------------------------------------------------------
+# One buffer.compute, as the lowering sees it
+
+
+class _Compute:
+    """A `buffer.compute`: graph op name, properties (as attributes), operand slots."""
+
+    def __init__(self, op: Operation):
+        self.op = op
+        self.name = op.properties["op"].value
+        props = op.graph_properties()
+        for key, value in op.attributes.items():  # undeclared properties parsed as attributes
+            if "." not in key and key not in props:
+                props[key] = value
+        self.props = props
+        self.ins = list(op.ins)
+        self.outs = list(op.outs)
+        self.graph_class = lookup_op(self.name)
+        self.slots: dict = {}
+        if self.graph_class is not None:
+            sizes = segment_sizes(SimpleNamespace(properties=props), self.ins,
+                                  self.graph_class.operand_defs, "operandSegmentSizes")
+            if not isinstance(sizes, str):
+                position = 0
+                for definition, size in zip(self.graph_class.operand_defs, sizes):
+                    group = self.ins[position:position + size]
+                    if definition.kind == SINGLE:
+                        self.slots[definition.field_name] = group[0]
+                    elif definition.kind == OPTIONAL:
+                        self.slots[definition.field_name] = group[0] if group else None
+                    else:
+                        self.slots[definition.field_name] = group
+                    position += size
+
+    def prop(self, name, default=None):
+        attr = self.props.get(name)
+        return default if attr is None else A.to_python(attr)
+
+    def __getitem__(self, slot):
+        return self.slots.get(slot)
+
+
+def _element(value):
+    return value.type.element_type
+
+
+def _shape(value):
+    return tuple(value.type.shape)
+
+
+def _static(shape) -> bool:
+    return None not in shape
+
+
+def _constant_ints(value) -> list | None:
+    """The integer elements of a `buffer.constant` (None when not a known constant)."""
+    values = _constant_values(value)
+    if values is None or not all(isinstance(v, int) and not isinstance(v, bool)
+                                 for v in values):
+        return None
+    return values
+
+
+def _constant_values(value) -> list | None:
+    from palimpsest.dialects.graph.ops_base import dense_values
+
+    owner = getattr(value, "op", None)
+    if owner is None or owner.name != "buffer.constant":
+        return None
+    return dense_values(owner.properties.get("value"))
+
+
+def _i(value) -> A.IntegerAttr:
+    return A.IntegerAttr(int(value))
+
+
+def _f(value) -> A.FloatAttr:
+    return A.FloatAttr(float(value), f32)
+
+
+def _s(value) -> A.StringAttr:
+    return A.StringAttr(value)
+
+
+# ---------------------------------------------------------------------------
+# The rules: compute -> (kernel class, ins, properties) or None (kernel.generic)
+
+
+def _window_pads(c: _Compute, x_shape, kernel, strides, dilations):
+    """Explicit (top, left, bottom, right) pads from pads/auto_pad; None when auto_pad
+    needs sizes that are not static."""
+    auto_pad = c.prop("auto_pad", "NOTSET")
+    if auto_pad == "VALID":
+        return [0, 0, 0, 0]
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        if None in x_shape[2:] or None in kernel:
+            return None
+        begins, ends = [], []
+        for size, k, s, d in zip(x_shape[2:], kernel, strides, dilations):
+            b, e = S.same_pads(size, k, s, d, auto_pad)
+            begins.append(b)
+            ends.append(e)
+        return begins + ends
+    pads = c.prop("pads")
+    return list(pads) if pads is not None else [0, 0, 0, 0]
+
+
+def _lower_conv(c: _Compute):
+    x, w, b = c["x"], c["w"], c["b"]
+    if x is None or w is None or len(_shape(x)) != 4 or len(_shape(w)) != 4:
+        return None
+    if not K.is_float(_element(x)) or any(_element(v) != _element(x)
+                                          for v in (w, b) if v is not None):
+        return None
+    strides = c.prop("strides") or [1, 1]
+    dilations = c.prop("dilations") or [1, 1]
+    pads = _window_pads(c, _shape(x), _shape(w)[2:], strides, dilations)
+    if pads is None:
+        return None
+    props = {"group": _i(c.prop("group", 1)), "strides": K.int_array(strides),
+             "dilations": K.int_array(dilations), "pads": K.int_array(pads)}
+    return K.Conv2dOp, [v for v in (x, w, b) if v is not None], props
+
+
+def _lower_matmul(c: _Compute):
+    a, b = c["a"], c["b"]
+    if a is None or b is None or _element(a) != _element(b) or not K.is_numeric(_element(a)):
+        return None
+    if not _shape(a) or not _shape(b):
+        return None
+    return K.MatmulOp, [a, b], {}
+
+
+def _lower_gemm(c: _Compute):
+    a, b, bias = c["a"], c["b"], c["c"]
+    if a is None or b is None or not K.is_float(_element(a)) or any(
+            _element(v) != _element(a) for v in (b, bias) if v is not None):
+        return None
+    if len(_shape(a)) != 2 or len(_shape(b)) != 2:
+        return None
+    props = {"transA": _i(c.prop("transA", 0)), "transB": _i(c.prop("transB", 0)),
+             "alpha": _f(c.prop("alpha", 1.0)), "beta": _f(c.prop("beta", 1.0))}
+    return K.MatmulOp, [v for v in (a, b, bias) if v is not None], props
+
+
+def _lower_pool(c: _Compute):
+    x = c["x"]
+    if x is None or len(_shape(x)) != 4 or len(c.outs) != 1:
+        return None
+    mode = "max" if c.name == "graph.max_pool" else "avg"
+    kernel = c.prop("kernel_shape")
+    if kernel is None or len(kernel) != 2:
+        return None
+    strides = c.prop("strides") or [1, 1]
+    dilations = c.prop("dilations") or [1, 1]
+    pads = _window_pads(c, _shape(x), kernel, strides, dilations)
+    if pads is None:
+        return None
+    ceil_mode = c.prop("ceil_mode", 0) if c.prop("auto_pad", "NOTSET") in ("NOTSET", "VALID") \
+        else 0
+    props = {"mode": _s(mode), "kernel_shape": K.int_array(kernel),
+             "strides": K.int_array(strides), "dilations": K.int_array(dilations),
+             "pads": K.int_array(pads), "ceil_mode": _i(ceil_mode),
+             "count_include_pad": _i(c.prop("count_include_pad", 0))}
+    return K.Pool2dOp, [x], props
+
+
+def _lower_global_pool(c: _Compute):
+    x = c["x"]
+    if x is None or len(_shape(x)) < 3 or not K.is_float(_element(x)):
+        return None
+    mode = "mean" if c.name == "graph.global_average_pool" else "max"
+    props = {"mode": _s(mode), "axes": K.int_array(range(2, len(_shape(x)))),
+             "keepdims": _i(1)}
+    return K.ReduceOp, [x], props
+
+
+def _normalized_axis(c: _Compute, rank: int, default: int):
+    axis = c.prop("axis", default)
+    if not -rank <= axis < rank:
+        return None
+    return axis + rank if axis < 0 else axis
+
+
+def _lower_softmax(c: _Compute):
+    x = c["input"]
+    if x is None or not K.is_float(_element(x)) or not _shape(x):
+        return None
+    axis = _normalized_axis(c, len(_shape(x)), -1)
+    if axis is None:
+        return None
+    return K.SoftmaxOp, [x], {"axis": _i(axis)}
+
+
+def _lower_layer_norm(c: _Compute):
+    x, scale, b = c["x"], c["scale"], c["b"]
+    if x is None or scale is None or len(c.outs) != 1 or not K.is_float(_element(x)):
+        return None
+    if any(_element(v) != _element(x) for v in (scale, b) if v is not None):
+        return None
+    stash = {"f32": 1, "f64": 11}[_element(x).name]
+    if c.prop("stash_type", 1) != stash or not _shape(x):
+        return None
+    axis = _normalized_axis(c, len(_shape(x)), -1)
+    if axis is None:
+        return None
+    return (K.LayerNormOp, [v for v in (x, scale, b) if v is not None],
+            {"axis": _i(axis), "epsilon": _f(c.prop("epsilon", 1e-5))})
+
+
+def _lower_reduce(c: _Compute):
+    x = c["data"]
+    if x is None:
+        return None
+    rank = len(_shape(x))
+    axes_value = c["axes"]
+    axes = []
+    if axes_value is not None:
+        axes = _constant_ints(axes_value)
+        if axes is None:
+            return None
+    if not axes:
+        if c.prop("noop_with_empty_axes", 0):
+            return None
+        axes = list(range(rank))
+    if not rank or any(not -rank <= a < rank for a in axes):
+        return None
+    axes = sorted({a + rank if a < 0 else a for a in axes})
+    mode = {"graph.reduce_mean": "mean", "graph.reduce_sum": "sum",
+            "graph.reduce_max": "max"}[c.name]
+    props = {"mode": _s(mode), "axes": K.int_array(axes), "keepdims": _i(c.prop("keepdims", 1))}
+    return K.ReduceOp, [x], props
+
+
+def _lower_transpose(c: _Compute):
+    x = c["data"]
+    if x is None:
+        return None
+    perm = c.prop("perm")
+    if perm is None:
+        perm = list(range(len(_shape(x))))[::-1]
+    return K.TransposeOp, [x], {"perm": K.int_array(perm)}
+
+
+def _lower_concat(c: _Compute):
+    xs = [v for v in c.ins]
+    if not xs or not _shape(xs[0]) or any(_element(v) != _element(xs[0]) for v in xs):
+        return None
+    axis = _normalized_axis(c, len(_shape(xs[0])), 0)
+    if axis is None:
+        return None
+    return K.ConcatOp, xs, {"axis": _i(axis)}
+
+
+def _lower_gather(c: _Compute):
+    data, indices = c["data"], c["indices"]
+    if data is None or indices is None or not _shape(data):
+        return None
+    axis = _normalized_axis(c, len(_shape(data)), 0)
+    if axis is None:
+        return None
+    return K.GatherOp, [data, indices], {"axis": _i(axis)}
+
+
+def _lower_pad(c: _Compute):
+    x, pads_value = c["data"], c["pads"]
+    if x is None or pads_value is None:
+        return None
+    pads = _constant_ints(pads_value)
+    shape = _shape(x)
+    rank = len(shape)
+    if pads is None:
+        return None
+    axes_value = c["axes"]
+    axes = list(range(rank))
+    if axes_value is not None:
+        axes = _constant_ints(axes_value)
+        if axes is None or any(not -rank <= a < rank for a in axes):
+            return None
+        axes = [a + rank if a < 0 else a for a in axes]
+    if len(pads) != 2 * len(axes) or len(set(axes)) != len(axes):
+        return None
+    full = [0] * (2 * rank)
+    for j, axis in enumerate(axes):
+        full[axis], full[axis + rank] = pads[j], pads[j + len(axes)]
+    mode = c.prop("mode", "constant")
+    ins = [x]
+    value = c["constant_value"]
+    if value is not None:
+        count = value.type.num_elements()
+        if count is None or _element(value) != _element(x):
+            return None
+        if count and mode == "constant":
+            ins.append(value)
+    if mode != "constant":
+        if not _static(shape):
+            return None
+        for axis in range(rank):
+            begin, end = full[axis], full[axis + rank]
+            size = shape[axis] + min(begin, 0) + min(end, 0)
+            most = max(begin, end, 0)
+            limit = {"edge": size if size > 0 else 0, "reflect": size - 1, "wrap": size}[mode]
+            if most and (most > limit if mode != "edge" else size <= 0):
+                return None
+    return K.PadOp, ins, {"mode": _s(mode), "pads": K.int_array(full)}
+
+
+def _lower_resize(c: _Compute):
+    x = c["x"]
+    if x is None or not _static(_shape(x)) or not _shape(x):
+        return None
+    shape = _shape(x)
+    mode = c.prop("mode", "nearest")
+    ctm = c.prop("coordinate_transformation_mode", "half_pixel")
+    if mode != "nearest" and not K.is_float(_element(x)):
+        return None
+    if c.prop("antialias", 0) and mode == "nearest":
+        return None
+    rank = len(shape)
+    axes = c.prop("axes")
+    axes = list(range(rank)) if axes is None else [a + rank if a < 0 else a for a in axes]
+    scales = c["scales"]
+    sizes = c["sizes"]
+    scale_values = _constant_values(scales) if scales is not None else None
+    size_values = _constant_ints(sizes) if sizes is not None else None
+    has_scales = scales is not None and scales.type.num_elements() != 0
+    has_sizes = sizes is not None and sizes.type.num_elements() != 0
+    if has_scales == has_sizes:
+        return None
+    if has_scales:
+        if scale_values is None or len(scale_values) != len(axes) or any(v <= 0 for v in
+                                                                          scale_values):
+            return None
+        scale_list = [float(v) for v in scale_values]
+        out = [int(math.floor(v * shape[a])) for v, a in zip(scale_list, axes)]
+    else:
+        if size_values is None or len(size_values) != len(axes):
+            return None
+        scale_list = [s / shape[a] for s, a in zip(size_values, axes)]
+        policy = c.prop("keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":
+            s = min(scale_list) if policy == "not_larger" else max(scale_list)
+            scale_list = [s] * len(axes)
+            out = [int(s * shape[a] + 0.5) for a in axes]
+        else:
+            out = list(size_values)
+    roi = None
+    if ctm == "tf_crop_and_resize":
+        roi_value = c["roi"]
+        values = _constant_values(roi_value) if roi_value is not None else None
+        if values is None:
+            return None
+        values = [float(v) for v in values]
+        if len(values) == 2 * len(axes):
+            roi = {a: (values[i], values[i + len(axes)]) for i, a in enumerate(axes)}
+        elif len(values) == 2 * rank:
+            roi = {a: (values[a], values[a + rank]) for a in axes}
+        else:
+            return None
+    kept_axes, kept_sizes, kept_scales, kept_roi = [], [], [], []
+    for a, s, o in zip(axes, scale_list, out):
+        ra = roi[a] if roi is not None else None
+        if o == shape[a] and math.isclose(s, 1.0) and (ra is None or ra == (0.0, 1.0)):
+            continue  # the reference skips this axis
+        kept_axes.append(a)
+        kept_sizes.append(o)
+        kept_scales.append(s)
+        if ra is not None:
+            kept_roi.append(ra)
+    if not kept_axes:
+        return None
+    props = {"axes": K.int_array(kept_axes), "sizes": K.int_array(kept_sizes),
+             "scales": K.f64_array(kept_scales), "mode": _s(mode),
+             "coordinate_transformation_mode": _s(ctm),
+             "nearest_mode": _s(c.prop("nearest_mode", "round_prefer_floor")),
+             "cubic_coeff_a": _f(c.prop("cubic_coeff_a", -0.75)),
+             "exclude_outside": _i(c.prop("exclude_outside", 0)),
+             "extrapolation_value": _f(c.prop("extrapolation_value", 0.0)),
+             "antialias": _i(c.prop("antialias", 0))}
+    if kept_roi:
+        props["roi"] = K.f64_array([r[0] for r in kept_roi] + [r[1] for r in kept_roi])
+    return K.ResizeOp, [x], props
+
+
+RULES = {
+    "graph.conv": _lower_conv,
+    "graph.matmul": _lower_matmul,
+    "graph.gemm": _lower_gemm,
+    "graph.max_pool": _lower_pool,
+    "graph.average_pool": _lower_pool,
+    "graph.global_average_pool": _lower_global_pool,
+    "graph.global_max_pool": _lower_global_pool,
+    "graph.softmax": _lower_softmax,
+    "graph.layer_norm": _lower_layer_norm,
+    "graph.reduce_mean": _lower_reduce,
+    "graph.reduce_sum": _lower_reduce,
+    "graph.reduce_max": _lower_reduce,
+    "graph.transpose": _lower_transpose,
+    "graph.concat": _lower_concat,
+    "graph.gather": _lower_gather,
+    "graph.pad": _lower_pad,
+    "graph.resize": _lower_resize,
+}
+
+
+def _fits(cls, ins, outs, props) -> bool:
+    """Whether the kernel op would verify: operand types, result types, properties."""
+    for name, definition in cls.prop_defs.items():
+        attr = props.get(name)
+        if attr is None:
+            if not definition.optional and name != "operandSegmentSizes":
+                return False
+        elif not isinstance(attr, definition.attr_class) or (
+                definition.check is not None and definition.check(attr)):
+            return False
+    config = cls.config_of(props)
+    in_types = [v.type for v in ins]
+    try:
+        if cls.check(in_types, config):
+            return False
+        shapes = cls.result_shapes([tuple(t.shape) for t in in_types], config)
+        elements = cls.result_elements(in_types, config)
+        cls.workspace_types(in_types, config)
+    except (S.ShapeError, KeyError, TypeError, IndexError, ValueError):
+        return False
+    if len(outs) != len(shapes):
+        return False
+    for value, shape, element in zip(outs, shapes, elements):
+        if value.type.element_type != element:
+            return False
+        if shape is not None and not K._compatible(shape, value.type.shape):
+            return False
+    return True
