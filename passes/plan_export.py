@@ -36,7 +36,10 @@ __all__ = [
 ]
 
 EXPORT_FORMATS = ("json", "c-header", "svg", "png")
-GRAPH_PIPELINE = "infer-shapes,bufferize{{inputs-as-activations={iaa}}},insert-deallocs"
+# the default pipeline up to plan-memory (passes/pass_manager.py PIPELINES["default"]):
+# the plan firmware embeds is the one the kernels, with their workspaces, run in
+GRAPH_PIPELINE = ("infer-shapes,canonicalize,bufferize{{inputs-as-activations={iaa}}},"
+                  "lower-to-kernels,insert-deallocs")
 
 CLASS_COLORS = {
     "activation": "#4e79a7", "workspace": "#f28e2b", "input": "#59a14f",
@@ -55,7 +58,7 @@ def plan_for_export(module: Operation, algorithm: str = "auto", time_budget: flo
                     verify_each: bool = True) -> PlanReport:
     """Bring `module` to planned IR and return its plan.
 
-    Graph-level input runs `infer-shapes,bufferize,insert-deallocs` first; buffer-level
+    Graph-level input runs the default pipeline up to plan-memory first; buffer-level
     input with static allocs is planned with `plan-memory`; planned input is read back.
     """
     from palimpsest.passes.pass_manager import PassManager, parse_pipeline

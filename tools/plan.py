@@ -15,7 +15,7 @@ a file. Errors are one line and exit status 1.
                     [--alignment N]
 
 With a .pal file (or --export), the model is brought to planned IR — graph-level IR
-runs `infer-shapes,bufferize,insert-deallocs,plan-memory`, buffer-level IR
+runs the default pipeline (kernels with their workspaces, then plan-memory), buffer-level IR
 `plan-memory`, planned IR is read as it is — and its plan is exported (default json):
 JSON (pools, and per buffer its pool, offset, size, lifetime and class), a C header of
 offsets for firmware, or a time × address picture (SVG; PNG needs matplotlib).
