@@ -35,7 +35,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -239,27 +238,11 @@ def worker(engine: str, name: str, quick: bool, runs: int, warmup: int, profile:
 # -- driver -----------------------------------------------------------------------------------------
 
 def machine_info() -> dict:
-    import importlib.metadata
+    """The machine and library versions (one helper for every benchmark: bench_graph's)."""
+    sys.path.insert(0, str(HERE))
+    from bench_graph import machine_info as shared_machine_info
 
-    def version(dist):
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            return "?"
-
-    cpu = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-            else os.cpu_count(), "python": platform.python_version(),
-            "versions": ", ".join(f"{d} {version(d)}" for d in
-                                  ("numpy", "scipy", "onnx", "onnxruntime")),
-            "load": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+    return shared_machine_info()
 
 
 def fmt_s(seconds: float) -> str:

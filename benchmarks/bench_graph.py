@@ -141,7 +141,7 @@ def machine_info() -> dict:
         "cpu": cpu, "cpus": usable, "platform": platform.platform(),
         "python": platform.python_version(),
         "versions": ", ".join(f"{d} {version(d)}" for d in
-                              ("numpy", "onnx", "onnxruntime", "palimpsest")),
+                              ("numpy", "scipy", "onnx", "onnxruntime", "palimpsest")),
         "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"),
         "load": " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg")
         else "?",
