@@ -78,7 +78,9 @@ def pad(op, inputs, outputs, workspaces):
 
 @impl("kernel.resize")
 def resize(op, inputs, outputs, workspaces):
-    from palimpsest.dialects.graph.reference.resize import _source_coords, _taps
+    from palimpsest.dialects.graph.reference.resize import (
+        _nearest_indices, _source_coords, _taps,
+    )
 
     config = config_of(op)
     ws = workspaces_by_role(op, workspaces)
@@ -99,18 +101,7 @@ def resize(op, inputs, outputs, workspaces):
         coords, outside = _source_coords(ctm, size, scale, in_len, axis_roi)
         shape = (1,) * axis + (size,) + (1,) * (data.ndim - axis - 1)
         if mode == "nearest":
-            floor = np.floor(coords)
-            frac = coords - floor
-            nearest = config["nearest_mode"]
-            if nearest == "round_prefer_floor":
-                up = frac > 0.5
-            elif nearest == "round_prefer_ceil":
-                up = frac >= 0.5
-            elif nearest == "floor":
-                up = np.zeros_like(frac, dtype=bool)
-            else:
-                up = frac > 0
-            index = np.clip(floor + up, 0, in_len - 1).astype(np.intp)
+            index = _nearest_indices(coords, config["nearest_mode"], in_len)
             np.take(data, index, axis=axis, out=target, mode="clip")
         else:
             base = np.ceil(coords) - 1

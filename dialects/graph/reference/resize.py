@@ -58,6 +58,21 @@ def _source_coords(ctm, out_int, scale, in_len, roi):
     return x, outside
 
 
+def _nearest_indices(coords, nearest_mode, in_len):
+    """Source indices of `nearest` resizing: `coords` rounded as `nearest_mode` says."""
+    floor = np.floor(coords)
+    frac = coords - floor
+    if nearest_mode == "round_prefer_floor":
+        up = frac > 0.5
+    elif nearest_mode == "round_prefer_ceil":
+        up = frac >= 0.5
+    elif nearest_mode == "floor":
+        up = np.zeros_like(frac, dtype=bool)
+    else:  # ceil
+        up = frac > 0
+    return np.clip(floor + up, 0, in_len - 1).astype(np.intp)
+
+
 def _cubic(d, a):
     """Keys cubic convolution weight for distance d (array)."""
     d = np.abs(d)
@@ -96,19 +111,7 @@ def _resize_axis(data, axis, out_int, scale, roi, opts):
         return np.empty(shape, dtype=data.dtype)
     x, outside = _source_coords(ctm, out_int, scale, in_len, roi)
     if mode == "nearest":
-        fl = np.floor(x)
-        frac = x - fl
-        nm = opts["nearest_mode"]
-        if nm == "round_prefer_floor":
-            up = frac > 0.5
-        elif nm == "round_prefer_ceil":
-            up = frac >= 0.5
-        elif nm == "floor":
-            up = np.zeros_like(frac, dtype=bool)
-        else:
-            up = frac > 0
-        idx = np.clip(fl + up, 0, in_len - 1).astype(np.intp)
-        res = np.take(data, idx, axis=axis)
+        res = np.take(data, _nearest_indices(x, opts["nearest_mode"], in_len), axis=axis)
     else:
         # base = ceil(x) - 1, ratio in (0, 1]: an integral x takes ratio 1 on its left tap
         base = np.ceil(x) - 1
