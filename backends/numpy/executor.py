@@ -63,6 +63,15 @@ class Executor:
         self.bound: dict = {}         # output buffer value -> the caller's array (run(outputs=))
 
     # -- entry points --------------------------------------------------------------------------
+    def begin_run(self, stats: RunStats) -> None:
+        """Start a run of a kept executor: fresh memory (results are views of a run's
+        arenas, which no later run reuses) and fresh stats; op and function info kept."""
+        self.stats = stats
+        self.pools, self.arenas = {}, {}
+
+    def end_run(self) -> None:
+        self.pools, self.arenas = {}, {}
+
     def run(self, func, inputs: dict, outputs: dict | None = None,
             copy_outputs: bool = True) -> dict:
         """`outputs` (name -> array): the caller's arrays to write the results into; each

@@ -134,12 +134,12 @@ def clone_op(op, mapping: dict | None = None):
 class CompiledPlan:
     """One lowered module and the executor that runs it (kept across runs)."""
 
-    def __init__(self, module, func, signature, poison: bool, compile_seconds: float):
+    def __init__(self, module, func, signature, executor, compile_seconds: float):
         self.module = module
         self.func = func
         self.signature = signature      # None: the dynamic plan
         self.compile_seconds = compile_seconds
-        self.executor = Executor(poison)
+        self.executor = executor
 
     @property
     def pool_sizes(self) -> dict:
@@ -150,13 +150,11 @@ class CompiledPlan:
         return sizes
 
     def run(self, inputs: dict, outputs: dict | None) -> tuple[dict, RunStats]:
-        executor = self.executor   # fresh memory per run; op and function info kept
-        executor.stats = RunStats()
-        executor.pools = {}
-        executor.arenas = {}
+        executor = self.executor   # op and function info kept across runs
+        executor.begin_run(RunStats())
         results = executor.run(self.func, inputs, outputs, copy_outputs=False)
         stats = executor.stats
-        executor.pools, executor.arenas = {}, {}
+        executor.end_run()
         return results, stats
 
 
@@ -166,7 +164,8 @@ class Session:
 
     def __init__(self, module_or_path, *, function: str | None = None,
                  specialize: bool = True, cache_size: int = 8, poison: bool = False,
-                 pipeline: str = "default", cast_inputs: bool = False):
+                 pipeline: str = "default", cast_inputs: bool = False,
+                 backend: str = "numpy", device: int | None = None):
         from palimpsest.dialects import load_all
         from palimpsest.ir.verifier import verify
 
@@ -195,6 +194,8 @@ class Session:
         self.poison = poison
         self.pipeline = pipeline
         self.cast_inputs = cast_inputs
+        self.backend = backend
+        self._target = _target(backend, poison, device)
         self._shapes: dict = {}
         self._cache: OrderedDict = OrderedDict()
         self._dynamic: CompiledPlan | None = None
@@ -269,12 +270,14 @@ class Session:
             func.properties["function_type"] = TypeAttr(
                 FunctionType(tuple(types), func.type.results))
         if not any(op.name == "memory.pool" for op in module.regions[0].block.ops):
-            PassManager(parse_pipeline(self.pipeline)).run(module)  # (planned IR runs as is)
+            pipeline = parse_pipeline(self.pipeline)  # (planned IR runs as is)
+            self._target.adapt_pipeline(pipeline)
+            PassManager(pipeline).run(module)
         seconds = time.perf_counter() - start
         self.stats.compiles += 1
         self.stats.compile_seconds += seconds
         return CompiledPlan(module, find_function(module, self.function), signature,
-                            self.poison, seconds)
+                            self._target.executor(), seconds)
 
     def _lookup(self, signature) -> tuple[CompiledPlan, bool]:
         plan = self._cache.get(signature)
@@ -358,6 +361,27 @@ class Session:
         self.stats.io_copy_bytes += report.io_copy_bytes
         self.prepared = True
         return results
+
+
+class _NumpyTarget:
+    def __init__(self, poison: bool):
+        self.poison = poison
+
+    def adapt_pipeline(self, pipeline: list) -> None:
+        pass
+
+    def executor(self):
+        return Executor(self.poison)
+
+
+def _target(backend: str, poison: bool, device):
+    """What a backend contributes to a session: pipeline settings and an executor."""
+    if backend == "numpy":
+        return _NumpyTarget(poison)
+    if backend == "opencl":
+        from palimpsest.backends.opencl.executor import OpenCLTarget
+        return OpenCLTarget(poison, device)
+    raise ValueError(f"unknown backend '{backend}' (expected numpy or opencl)")
 
 
 __all__ = ["CompiledPlan", "clone_op", "RunReport", "Session", "SessionStats"]
