@@ -157,7 +157,10 @@ class Operation:
                 op = block.first
                 while op is not None:
                     nxt = op.next
-                    yield from op.walk()
+                    if op.regions:
+                        yield from op.walk()
+                    else:  # most ops are leaves: no nested generator for them
+                        yield op
                     op = nxt
 
     def is_ancestor_of(self, other: "Operation") -> bool:

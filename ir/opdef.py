@@ -89,8 +89,11 @@ class OperandDef(_Field):
     def __get__(self, op, owner=None):
         if op is None:
             return self
-        return _segment(op, op.operands, type(op).operand_defs, self.index,
-                        "operandSegmentSizes")
+        cls = type(op)
+        operands = op.operands
+        if cls.direct_operands and len(operands) == len(cls.operand_defs):
+            return operands[self.index]  # one operand per declaration (the common case)
+        return _segment(op, operands, cls.operand_defs, self.index, "operandSegmentSizes")
 
 
 class ResultDef(_Field):
@@ -101,8 +104,11 @@ class ResultDef(_Field):
     def __get__(self, op, owner=None):
         if op is None:
             return self
-        return _segment(op, op.results, type(op).result_defs, self.index,
-                        "resultSegmentSizes")
+        cls = type(op)
+        results = op.results
+        if cls.direct_results and len(results) == len(cls.result_defs):
+            return results[self.index]
+        return _segment(op, results, cls.result_defs, self.index, "resultSegmentSizes")
 
 
 class PropDef(_Field):
@@ -166,9 +172,21 @@ def variadic_region(single_block=False) -> RegionDef:
     return RegionDef(single_block, VARIADIC)
 
 
+_FLEXIBLE: dict = {}  # id(defs) -> (defs, its optional and variadic groups)
+
+
+def _flexible(defs) -> list:
+    # Passes read op accessors thousands of times per module: compute a declaration
+    # tuple's flexible groups once (the tuple is kept so an id is never reused).
+    found = _FLEXIBLE.get(id(defs))
+    if found is None or found[0] is not defs:
+        found = _FLEXIBLE[id(defs)] = (defs, [d for d in defs if d.kind != SINGLE])
+    return found[1]
+
+
 def segment_sizes(op: Operation, items, defs, segment_prop) -> list[int] | str:
     """Sizes of each declared group, or an error message."""
-    flexible = [d for d in defs if d.kind != SINGLE]
+    flexible = _flexible(defs)
     if not flexible:
         if len(items) != len(defs):
             return f"expected {len(defs)}, got {len(items)}"
@@ -386,6 +404,9 @@ def register_op(cls):
             prop_defs[segment_prop].field_name = segment_prop
     cls.operand_defs = tuple(operand_defs)
     cls.result_defs = tuple(result_defs)
+    # No optional or variadic group: accessor i is item i (OperandDef.__get__'s fast path)
+    cls.direct_operands = all(d.kind == SINGLE for d in operand_defs)
+    cls.direct_results = all(d.kind == SINGLE for d in result_defs)
     cls.prop_defs = prop_defs
     cls.region_defs = tuple(region_defs)
     if not hasattr(cls, "effects"):
@@ -398,14 +419,44 @@ def register_op(cls):
 
 
 def _declared_effects(op):
+    cls = type(op)
     result = []
-    for effect in type(op).effects:
-        target = getattr(op, effect.on) if effect.on else None
+    groups = None
+    for effect in cls.effects:
+        on = effect.on
+        if on is None:
+            target = None
+        elif cls.direct_operands and cls.direct_results:
+            target = getattr(op, on)
+        else:  # segment sizes once per op, not once per effect (liveness asks often)
+            if groups is None:
+                groups = _groups(op)
+            target = groups[on] if on in groups else getattr(op, on)
         if isinstance(target, list):
             result.extend((effect.kind, v) for v in target)
         else:
             result.append((effect.kind, target))
     return result
+
+
+def _groups(op) -> dict:
+    """The op's operand groups by declared name (a value, None or a list)."""
+    cls = type(op)
+    defs = cls.operand_defs
+    sizes = segment_sizes(op, op.operands, defs, "operandSegmentSizes")
+    if isinstance(sizes, str):
+        raise op.error(sizes)
+    groups = {}
+    position = 0
+    for definition, size in zip(defs, sizes):
+        group = op.operands[position:position + size]
+        if definition.kind == SINGLE:
+            group = group[0]
+        elif definition.kind == OPTIONAL:
+            group = group[0] if group else None
+        groups[definition.field_name] = group
+        position += size
+    return groups
 
 
 _DIALECT_LOADERS: dict[str, object] = {}

@@ -42,6 +42,9 @@ class RunStats:
     dynamic_allocations: int = 0  # of allocations: per-alloc arenas made at run time
     dynamic_bytes: int = 0        # their bytes (inputs copied in are io, not dynamic)
     temporary_ops: dict = field(default_factory=dict)  # graph op -> times it made one
+    device_launches: int = 0      # OpenCL: kernels enqueued
+    host_ops: dict = field(default_factory=dict)  # OpenCL: op -> times run on the host
+    transfer_bytes: int = 0       # OpenCL: moved between host and device for host ops
 
     @property
     def bytes_copied(self) -> int:

@@ -85,6 +85,12 @@ def _info(op) -> _Info:
     return info
 
 
+def kernel_info(op) -> _Info:
+    """The op's properties as Python values (`.config`) and workspace roles (`.roles`),
+    computed once per op (the OpenCL backend shares them)."""
+    return _info(op)
+
+
 def config_of(op) -> dict:
     return _info(op).config
 
@@ -166,4 +172,4 @@ def step(*names):
 from palimpsest.backends.numpy import (  # noqa: E402,F401  (registration)
     kernel_ops_conv, kernel_ops_elementwise, kernel_ops_movement, kernel_ops_reduce)
 
-__all__ = ["KERNEL_IMPLS", "STEP_IMPLS", "config_of", "execute_kernel", "workspaces_by_role"]
+__all__ = ["KERNEL_IMPLS", "STEP_IMPLS", "config_of", "kernel_info", "execute_kernel", "workspaces_by_role"]

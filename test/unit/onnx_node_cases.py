@@ -268,7 +268,12 @@ def run_case_through_ir(case: NodeCase, level: str = "graph") -> list:
     PassManager(parse_pipeline("infer-shapes")).run(module)
     module = parse(print_ir(module), f"{case.name}.pal")
     verify(module)
-    if level == "buffer":
+    if level == "opencl":  # the default pipeline (planned kernels) on the OpenCL device
+        from palimpsest.backends.opencl.executor import run as run_opencl
+
+        PassManager(parse_pipeline("default")).run(module)
+        outputs = run_opencl(find_function(module, None), case.feeds)
+    elif level == "buffer":
         from palimpsest.backends.numpy import run as run_numpy
 
         PassManager(parse_pipeline("bufferize,insert-deallocs")).run(module)
@@ -283,7 +288,8 @@ def run_case_through_ir(case: NodeCase, level: str = "graph") -> list:
 def check_case(case: NodeCase, policy: Policy | None = None, through_ir: bool | str = False) -> None:
     """Run the case and compare with ONNX's expected outputs; AssertionError on mismatch.
     `through_ir`: False runs the kernel alone, True (or "graph") the graph level, "buffer"
-    the buffer level on the numpy backend (run_case_through_ir).
+    the buffer level on the numpy backend, "opencl" the planned kernels on the OpenCL
+    device (run_case_through_ir).
     Floats: rtol 1e-4 / atol 1e-5 (float16 results: rtol 1e-3), unless the policy says
     otherwise for this case; integers and bools: exact. Dtypes and shapes must match."""
     import numpy as np
@@ -291,7 +297,8 @@ def check_case(case: NodeCase, policy: Policy | None = None, through_ir: bool | 
     if case.error:
         raise AssertionError(f"{case.name}: could not load: {case.error}")
     if through_ir:
-        results = run_case_through_ir(case, "buffer" if through_ir == "buffer" else "graph")
+        results = run_case_through_ir(
+            case, through_ir if through_ir in ("buffer", "opencl") else "graph")
     else:
         results = run_case(case)
     assert len(results) >= sum(1 for n in case.node.output if n), (

@@ -1,0 +1,141 @@
+"""`kernel.elementwise` in OpenCL: one work-item per output element evaluates the whole
+fused chain in registers (so the `scratch` workspace the numpy backend needs is unused)
+and writes the out once. Every in is read at its numpy-broadcast index of the out; the
+per-channel operands of a batch_norm step at the element's channel (axis 1); clip
+bounds are scalars. NaN propagates as numpy's does (relu, max and min keep NaN)."""
+
+from __future__ import annotations
+
+from palimpsest.backends.opencl.kernels.base import (
+    Launch, Unsupported, bind, broadcast_index, generator, literal, params, ref, round_up,
+)
+
+FLOATS = ("float", "double")
+
+_SELU_ALPHA = 1.67326319217681884765625
+_SELU_GAMMA = 1.05070102214813232421875
+
+
+def _step(name: str, args: list, props: dict, t: str) -> str:
+    """The C expression of one step on the C expressions `args`."""
+    f = t in FLOATS
+    c = lambda value: literal(value, t)  # noqa: E731
+    x = args[0]
+    unary = {"graph.neg": f"(-{x})", "graph.exp": f"exp({x})", "graph.log": f"log({x})",
+             "graph.sqrt": f"sqrt({x})", "graph.tanh": f"tanh({x})",
+             "graph.sin": f"sin({x})", "graph.cos": f"cos({x})",
+             "graph.floor": f"floor({x})", "graph.ceil": f"ceil({x})",
+             "graph.round": f"rint({x})", "graph.erf": f"erf({x})",
+             "graph.reciprocal": f"({c(1)} / {x})",
+             "graph.sigmoid": f"({c(1)} / ({c(1)} + exp(-{x})))",
+             "graph.softplus": f"(fmax({x}, {c(0)}) + log1p(exp(-fabs({x}))))",
+             "graph.softsign": f"({x} / ({c(1)} + fabs({x})))"}
+    if name in unary:
+        return unary[name]
+    if name == "graph.relu":
+        return f"({x} < {c(0)} ? {c(0)} : {x})"
+    if name == "graph.abs":
+        return f"fabs({x})" if f else f"(({t})abs({x}))"
+    if name == "graph.sign":
+        return f"({x} > {c(0)} ? {c(1)} : ({x} < {c(0)} ? {c(-1)} : {x}))"
+    if name == "graph.hard_sigmoid":
+        alpha, beta = props.get("alpha", 0.2), props.get("beta", 0.5)
+        return f"clamp({c(alpha)} * {x} + {c(beta)}, {c(0)}, {c(1)})"
+    if name == "graph.hard_swish":
+        return f"({x} * clamp({x} * {c(1 / 6)} + {c(0.5)}, {c(0)}, {c(1)}))"
+    if name == "graph.leaky_relu":
+        return f"({x} < {c(0)} ? {c(props.get('alpha', 0.01))} * {x} : {x})"
+    if name in ("graph.elu", "graph.selu"):
+        selu = name == "graph.selu"
+        alpha = props.get("alpha", _SELU_ALPHA if selu else 1.0)
+        body = f"(fmax({x}, {c(0)}) + {c(alpha)} * expm1(fmin({x}, {c(0)})))"
+        return f"({c(props.get('gamma', _SELU_GAMMA))} * {body})" if selu else body
+    if name in ("graph.add", "graph.sub", "graph.mul", "graph.div"):
+        symbol = {"graph.add": "+", "graph.sub": "-", "graph.mul": "*", "graph.div": "/"}[name]
+        return f"({args[0]} {symbol} {args[1]})"
+    if name == "graph.pow":
+        return f"pow({args[0]}, {args[1]})"
+    if name in ("graph.max", "graph.min"):
+        result = args[0]
+        for other in args[1:]:
+            if f:
+                compare = ">" if name == "graph.max" else "<"
+                result = (f"(({result}) {compare} ({other}) || isnan({result}) ? "
+                          f"({result}) : ({other}))")
+            else:
+                result = f"{name[6:]}({result}, {other})"
+        return result
+    raise Unsupported(f"no OpenCL expression for step '{name}'")
+
+
+def _clip(args: list, props: dict) -> str:
+    segments = props.get("operandSegmentSizes")
+    bounds = list(args[1:])
+    if segments is not None and list(segments)[1:] == [0, 1]:
+        lo, hi = None, bounds[0]
+    else:
+        lo = bounds[0] if bounds else None
+        hi = bounds[1] if len(bounds) > 1 else None
+    value = args[0]
+    if lo is not None:
+        value = f"({value} < {lo} ? {lo} : {value})"
+    if hi is not None:
+        value = f"({value} > {hi} ? {hi} : {value})"
+    return value
+
+
+@generator("kernel.elementwise")
+def elementwise(call) -> list:
+    config = call.config
+    out = call.outs[0]
+    t = out.ctype
+    n = len(call.ins)
+    steps, wiring = config["steps"], config["wiring"]
+    props = config["step_props"] or [{}] * len(steps)
+    rank = len(out.shape)
+    inner = 1
+    for d in out.shape[2:]:
+        inner *= d
+    channels = out.shape[1] if rank >= 2 else 1
+    loads: dict = {}
+
+    def load(index: int, per_channel: bool = False, scalar: bool = False) -> str:
+        key = (index, per_channel, scalar)
+        if key not in loads:
+            arg = call.ins[index]
+            if scalar:
+                at = "0"
+            elif per_channel:
+                at = f"((i / {inner}) % {channels})" if rank >= 2 else "0"
+            else:
+                at = broadcast_index(out.shape, arg.shape)
+            loads[key] = (f"a{len(loads)}", f"in{index}[{at}]")
+        return loads[key][0]
+
+    lines = []
+    for number, (name, refs, step_props) in enumerate(zip(steps, wiring, props)):
+        if name == "graph.batch_norm":
+            x, scale, bias, mean, var = (
+                f"v{number - 1}" if r >= n else load(r, per_channel=position > 0)
+                for position, r in enumerate(refs))
+            eps = literal(step_props.get("epsilon", 1e-5), t)
+            expr = f"(({x} - {mean}) / sqrt({var} + {eps}) * {scale} + {bias})"
+        elif name == "graph.clip":
+            args = [f"v{number - 1}" if r >= n else load(r, scalar=position > 0)
+                    for position, r in enumerate(refs)]
+            expr = _clip(args, step_props)
+        else:
+            args = [f"v{number - 1}" if r >= n else load(r) for r in refs]
+            expr = _step(name, args, step_props, t)
+        lines.append(f"  const {t} v{number} = {expr};")
+    buffers = [(f"in{k}", call.ins[k].ctype, False) for k in range(n)] + [("y", t, True)]
+    load_lines = [f"  const {t} {var} = {source};" for var, source in loads.values()]
+    size = out.size
+    source = (f"__kernel void elementwise({params(*buffers)}) {{\n"
+              f"  const long i = get_global_id(0);\n"
+              f"  if (i >= {size}L) return;\n"
+              f"{bind(*buffers)}\n" + "\n".join(load_lines + lines) +
+              f"\n  y[i] = v{len(steps) - 1};\n}}\n")
+    local = 256 if size >= 256 else None
+    return [Launch(source, "elementwise", (round_up(size, local or 1),), (local,) if local else None,
+                   [ref("in", k) for k in range(n)] + [ref("out", 0)])]

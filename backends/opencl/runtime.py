@@ -1,0 +1,190 @@
+"""The OpenCL runtime: the device, its programs and a way to run launches on arrays.
+
+pyopencl is imported here, when the backend is first used. `device(index)` opens one
+device of the first platform that has any (the index counts devices over all
+platforms, in `list_devices()` order) with one in-order queue; `Device.kernel(source,
+name)` builds a program once per source text and keeps its kernels (PoCL also keeps
+built programs in its on-disk cache, so a warm process builds faster than a cold one).
+`run_launches` runs a generator's launches on host arrays: what the generators' tests
+use, independent of the executor.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from palimpsest.backends.opencl.kernels.base import DeviceLimits, Launch, Ref
+
+
+class OpenCLUnavailable(Exception):
+    """No pyopencl, no platform or no such device; the message says which and what to do."""
+
+
+def _cl():
+    try:
+        import pyopencl
+    except ImportError:
+        raise OpenCLUnavailable(
+            "the OpenCL backend needs pyopencl: pip install pyopencl (and an OpenCL "
+            "platform, e.g. Debian's pocl-opencl-icd)") from None
+    return pyopencl
+
+
+def list_devices() -> list:
+    cl = _cl()
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error:
+        platforms = []
+    devices = []
+    for platform in platforms:
+        try:
+            devices.extend(platform.get_devices())
+        except cl.Error:
+            continue
+    return devices
+
+
+def availability() -> str | None:
+    """None when an OpenCL device can be used, else why not (one line)."""
+    try:
+        if not list_devices():
+            return ("no OpenCL platform with a device (install one, e.g. Debian's "
+                    "pocl-opencl-icd)")
+    except OpenCLUnavailable as error:
+        return str(error)
+    return None
+
+
+@dataclass
+class BuildStats:
+    builds: int = 0          # programs compiled in this process
+    build_seconds: float = 0.0
+    hits: int = 0            # kernels found already built
+
+
+class Device:
+    """One OpenCL device, its context and queue, and the programs built for it."""
+
+    def __init__(self, cl_device):
+        cl = _cl()
+        self.cl = cl
+        self.device = cl_device
+        self.context = cl.Context([cl_device])
+        self.queue = cl.CommandQueue(self.context)
+        # MEM_BASE_ADDR_ALIGN is in bits; planned offsets are multiples of this many bytes
+        self.alignment = max(64, cl_device.mem_base_addr_align // 8)
+        self.limits = DeviceLimits(cl_device.max_work_group_size, cl_device.local_mem_size,
+                                   cl_device.max_compute_units)
+        self.name = f"{cl_device.name.strip()} ({cl_device.platform.name.strip()})"
+        self.build_stats = BuildStats()
+        self._kernels: dict = {}   # (source, name) -> cl.Kernel
+
+    def kernel(self, source: str, name: str):
+        found = self._kernels.get((source, name))
+        if found is not None:
+            self.build_stats.hits += 1
+            return found
+        start = time.perf_counter()
+        text = source
+        if "double" in source:
+            text = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + source
+        try:
+            program = self.cl.Program(self.context, text).build(options=["-cl-mad-enable"])
+        except self.cl.Error as error:  # a generator's bug, never the user's input
+            raise RuntimeError(f"OpenCL build of kernel '{name}' failed: {error}\n"
+                               f"--- source ---\n{text}") from None
+        for kernel in program.all_kernels():
+            self._kernels[(source, kernel.function_name)] = kernel
+        self.build_stats.builds += 1
+        self.build_stats.build_seconds += time.perf_counter() - start
+        return self._kernels[(source, name)]
+
+    def buffer(self, nbytes: int, poison: bool = False):
+        mf = self.cl.mem_flags
+        mem = self.cl.Buffer(self.context, mf.READ_WRITE, max(nbytes, 1))
+        if poison and nbytes:
+            self.cl.enqueue_fill_buffer(self.queue, mem, np.uint8(0x5A), 0, nbytes)
+        return mem
+
+    def upload(self, array: np.ndarray):
+        mf = self.cl.mem_flags
+        array = np.ascontiguousarray(array)
+        if array.nbytes == 0:
+            return self.cl.Buffer(self.context, mf.READ_WRITE, 1)
+        return self.cl.Buffer(self.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=array)
+
+    def launch(self, launch: Launch, buffers) -> None:
+        """Enqueue `launch`; `buffers(ref)` gives a Ref's (cl.Buffer, element offset)."""
+        kernel = self.kernel(launch.source, launch.kernel)
+        args = []
+        for arg in launch.args:
+            if isinstance(arg, Ref):
+                mem, offset = buffers(arg)
+                args.append(mem)
+                args.append(np.int64(offset))
+            else:
+                args.append(arg)
+        kernel.set_args(*args)
+        self.cl.enqueue_nd_range_kernel(self.queue, kernel, launch.global_size,
+                                        launch.local_size)
+
+
+_DEVICES: dict = {}
+
+
+def device(index: int | None = None) -> Device:
+    """The device `index` (default 0), opened once per process."""
+    index = 0 if index is None else index
+    found = _DEVICES.get(index)
+    if found is not None:
+        return found
+    devices = list_devices()
+    if not devices:
+        raise OpenCLUnavailable(availability())
+    if not 0 <= index < len(devices):
+        names = ", ".join(f"{i}: {d.name.strip()}" for i, d in enumerate(devices))
+        raise OpenCLUnavailable(f"no OpenCL device {index} (there are {len(devices)}: {names})")
+    found = _DEVICES[index] = Device(devices[index])
+    return found
+
+
+def run_launches(launches: list, ins: list, outs: list, workspaces: dict | None = None,
+                 dev: Device | None = None) -> list:
+    """Run `launches` on host arrays: `ins` are read, `outs` (arrays of the out shapes,
+    their contents the initial values) are written and returned; `workspaces` (role ->
+    array) are scratch. Each buffer gets its own device buffer at a non-zero offset, so a
+    kernel that forgets its offset reads the wrong data."""
+    dev = dev or device()
+    cl = dev.cl
+    pad = 16  # elements before each buffer
+    memories = {}
+
+    def put(key, array):
+        host = np.concatenate([np.zeros(pad * array.dtype.itemsize, np.uint8),
+                               np.ascontiguousarray(array).reshape(-1).view(np.uint8)])
+        memories[key] = (dev.upload(host), pad, array)
+
+    for index, array in enumerate(ins):
+        put(("in", index), array)
+    for index, array in enumerate(outs):
+        put(("out", index), array)
+    for role, array in (workspaces or {}).items():
+        put(("ws", role), array)
+    for launch in launches:
+        dev.launch(launch, lambda r: memories[(r.group, r.key)][:2])
+    results = []
+    for index, array in enumerate(outs):
+        mem = memories[("out", index)][0]
+        host = np.empty(pad * array.dtype.itemsize + array.nbytes, np.uint8)
+        cl.enqueue_copy(dev.queue, host, mem)
+        results.append(host[pad * array.dtype.itemsize:].view(array.dtype).reshape(array.shape))
+    dev.queue.finish()
+    return results
+
+
+__all__ = ["BuildStats", "Device", "OpenCLUnavailable", "availability", "device",
+           "list_devices", "run_launches"]
