@@ -32,8 +32,14 @@ def build_argument_parser() -> argparse.ArgumentParser:
                              "(pipeline to-buffers), kernel (to-kernels), or planned (the default "
                              "pipeline: kernels with every static buffer in a planned pool; "
                              "default)")
-    parser.add_argument("--backend", choices=["numpy"], default="numpy",
-                        help="the backend for --level buffer or kernel (default: numpy)")
+    parser.add_argument("--backend", choices=["numpy", "opencl"], default="numpy",
+                        help="numpy (default), or opencl: generated OpenCL C kernels over "
+                             "the planned pools (--level kernel or planned)")
+    parser.add_argument("--device", type=int, metavar="N",
+                        help="with --backend opencl: the OpenCL device to run on (default 0)")
+    parser.add_argument("--dump-kernels", metavar="DIR",
+                        help="with --backend opencl: write the generated OpenCL C, one file "
+                             "per program, into DIR")
     parser.add_argument("--poison", action="store_true",
                         help="poison buffers when their lifetime ends (NaN / 0x5A bytes)")
     parser.add_argument("--stats", action="store_true",
@@ -124,10 +130,23 @@ def _run(args, sources) -> int:
     if args.repeat is not None and args.repeat < 1:
         raise UserError(f"--repeat {args.repeat}: expected a count of at least 1")
     stats = session = None
+    if args.backend == "opencl":
+        if args.level not in ("kernel", "planned"):
+            raise UserError(f"--backend opencl runs kernel-level IR: use --level kernel or "
+                            f"planned, not {args.level}")
+        from palimpsest.backends.opencl.runtime import OpenCLUnavailable, device
+
+        try:
+            device(args.device)
+        except OpenCLUnavailable as error:
+            raise UserError(str(error)) from None
+    elif args.device is not None or args.dump_kernels:
+        raise UserError("--device and --dump-kernels need --backend opencl")
     if args.level == "planned":
         pass  # through a Session (backends/numpy/session.py), made once the function is found
     elif LEVELS[args.level] is not None:
-        run, stats = _lower(module, args.poison, LEVELS[args.level])
+        run, stats = _lower(module, args.poison, LEVELS[args.level], args.backend,
+                            args.device)
     elif args.stats or args.poison:
         raise UserError("--stats and --poison need a lowered level (buffer, kernel or planned)")
     try:
@@ -135,7 +154,8 @@ def _run(args, sources) -> int:
         if args.level == "planned":
             from palimpsest.backends.numpy.session import Session
 
-            session = Session(module, function=args.function, poison=args.poison)
+            session = Session(module, function=args.function, poison=args.poison,
+                              backend=args.backend, device=args.device)
             run = functools.partial(_run_session, session)
         names = input_names(func)
         for name in list(files) + list(shapes):
@@ -170,6 +190,13 @@ def _run(args, sources) -> int:
             outputs = run(func, inputs)
     except BindingError as error:
         raise UserError(str(error)) from None
+    executors = [session.last_plan.executor] if session is not None else [
+        getattr(run, "executor", None)]
+    if args.dump_kernels:
+        from palimpsest.backends.opencl.executor import dump_kernels
+
+        count = dump_kernels(executors, args.dump_kernels)
+        print(f"wrote {count} OpenCL programs to {args.dump_kernels}", file=sys.stderr)
     if args.output_dir:
         os.makedirs(args.output_dir, exist_ok=True)
     for name, array in outputs.items():
@@ -184,12 +211,17 @@ def _run(args, sources) -> int:
             print(session.last_stats.summary())
     elif stats is not None and args.stats:
         print(stats.summary())
+    if args.stats and args.backend == "opencl":
+        from palimpsest.backends.opencl.executor import device_summary
+
+        run_stats = session.last_stats.run_stats if session is not None else stats
+        print(device_summary(executors[0], run_stats))
     return 0
 
 
-def _lower(module, poison: bool, pipeline: str):
+def _lower(module, poison: bool, pipeline: str, backend: str = "numpy", device=None):
     """Lower `module` with the named pipeline (IR already at that level passes through
-    unchanged); the numpy backend's `run` (bound to a RunStats it fills) and that RunStats."""
+    unchanged); the backend's `run` (bound to a RunStats it fills) and that RunStats."""
     import functools
 
     from palimpsest.backends.numpy import RunStats
@@ -198,6 +230,17 @@ def _lower(module, poison: bool, pipeline: str):
 
     PassManager(parse_pipeline(pipeline)).run(module)
     stats = RunStats()
+    if backend == "opencl":
+        from palimpsest.backends.opencl.executor import OpenCLExecutor
+        from palimpsest.backends.opencl.runtime import device as open_device
+
+        executor = OpenCLExecutor(open_device(device), poison, stats)
+
+        def run_opencl(func, inputs):
+            executor.begin_run(stats)
+            return executor.run(func, inputs)
+        run_opencl.executor = executor
+        return run_opencl, stats
     return functools.partial(run_numpy, poison=poison, stats=stats), stats
 
 

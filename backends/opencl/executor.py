@@ -94,11 +94,15 @@ class OpenCLExecutor:
         self.allocations: dict = {}  # alloc value -> _Allocation (this run)
         self.launches: dict = {}     # (kernel op, shapes) -> [Launch] or Unsupported
         self._host = None            # the numpy executor for host ops
+        self._run_pools: set = set()  # pools this run has counted
 
     # -- runs ----------------------------------------------------------------------------------
     def begin_run(self, stats: RunStats) -> None:
+        """Start a run of a kept executor: fresh stats; pools, constants and kernels kept
+        (results are read back to the host, so no later run can overwrite them)."""
         self.stats = stats
         self.allocations = {}
+        self._run_pools = set()
 
     def end_run(self) -> None:
         self.allocations = {}
@@ -264,12 +268,17 @@ class OpenCLExecutor:
             if size_attr is None:
                 raise op.error(f"pool @{pool_name} has no size (plan the memory first)")
             size = size_attr.value
+        stats = self.stats
         if mem is None or self.pool_sizes[pool_name] < size:
             mem = self.pools[pool_name] = self.device.buffer(size, self.poison)
             self.pool_sizes[pool_name] = size
-            self.stats.allocations += 1
-            self.stats.bytes_allocated += size
-        self.stats.static_bytes += size
+            stats.allocations += 1
+            stats.bytes_allocated += size
+        if pool_name not in self._run_pools:  # live for the whole run
+            self._run_pools.add(pool_name)
+            stats.static_bytes += size
+            stats.live_bytes += size
+            stats.peak_bytes = max(stats.peak_bytes, stats.live_bytes)
         dtype = dtype_of(op.results[0].type.element_type)
         return DeviceArray(mem, 0, (size // dtype.itemsize,), dtype)
 
@@ -423,8 +432,8 @@ class OpenCLExecutor:
             if isinstance(array, _Pending):
                 host[value] = HostPending(array.type, value)
             elif isinstance(array, DeviceArray):
-                if value in workspaces:
-                    host[value] = np.empty(array.shape, array.dtype)
+                if (value in workspaces or value in outs) and value not in op.ins:
+                    host[value] = np.empty(array.shape, array.dtype)  # written, not read
                 else:
                     host[value] = self._download(array)
                     moved += array.nbytes
@@ -448,6 +457,40 @@ class OpenCLExecutor:
             else op.name
         self.stats.host_ops[name] = self.stats.host_ops.get(name, 0) + 1
         self.stats.transfer_bytes += moved
+
+
+def dump_kernels(executors, directory: str) -> int:
+    """Write the OpenCL C of every program the executors generated into `directory`,
+    one file per program (`<index>_<op>.cl`, in the order they were generated); the count."""
+    import os
+
+    os.makedirs(directory, exist_ok=True)
+    written: dict = {}
+    for executor in executors:
+        if executor is None:
+            continue
+        for (op, _, _), launches in executor.launches.items():
+            if isinstance(launches, Unsupported):
+                continue
+            for launch in launches:
+                if launch.source not in written:
+                    stem = f"{len(written):03d}_{op.name.split('.', 1)[1]}_{launch.kernel}"
+                    written[launch.source] = os.path.join(directory, stem + ".cl")
+    for source, path in written.items():
+        with open(path, "w", encoding="utf-8") as file:
+            file.write(source)
+    return len(written)
+
+
+def device_summary(executor, stats: RunStats) -> str:
+    """The device lines of `--stats`: where the run ran, what it launched and built."""
+    build = executor.device.build_stats
+    host = ", ".join(f"{op} x{n}" for op, n in sorted(stats.host_ops.items())) or "none"
+    return (f"device: {executor.device.name}\n"
+            f"kernels launched: {stats.device_launches}\n"
+            f"ops on the host: {host} ({stats.transfer_bytes} bytes moved)\n"
+            f"programs built: {build.builds} in {build.build_seconds:.3f} s "
+            f"({build.hits} kernel cache hits)")
 
 
 def _row_major(shape) -> tuple:
@@ -484,4 +527,4 @@ def run(func, inputs: dict, *, device=None, poison: bool = False,
     return OpenCLExecutor(device, poison, stats).run(func, inputs, outputs)
 
 
-__all__ = ["DeviceArray", "OpenCLExecutor", "OpenCLTarget", "run"]
+__all__ = ["DeviceArray", "OpenCLExecutor", "OpenCLTarget", "device_summary", "dump_kernels", "run"]

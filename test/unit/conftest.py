@@ -1,6 +1,12 @@
+import sys
+from pathlib import Path
+
 import pytest
 
 from palimpsest.dialects import load_all
+
+# the shared test helpers (onnx_node_cases, opencl_support) import by name
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 load_all()
 

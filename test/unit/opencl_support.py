@@ -3,12 +3,17 @@ say why and skip) and a comparison of the OpenCL backend with the numpy backend.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
 from palimpsest.backends.opencl.runtime import availability
 
 UNAVAILABLE = availability()
+if UNAVAILABLE is not None and os.environ.get("PALIMPSEST_REQUIRE_OPENCL"):
+    # CI installs PoCL (.ci/run): a missing device there is a failure, not a skip
+    raise RuntimeError(f"PALIMPSEST_REQUIRE_OPENCL is set but: {UNAVAILABLE}")
 requires_opencl = pytest.mark.skipif(UNAVAILABLE is not None,
                                      reason=f"OpenCL tests need a device: {UNAVAILABLE}")
 
