@@ -13,8 +13,10 @@ a device-to-device copy; a `buffer.constant` is uploaded once per executor.
 Kernels. A kernel op is generated (kernels/) at its concrete operand shapes, once per
 op and shape signature, and its programs are built once per source text (runtime.py):
 a run enqueues kernels on one in-order queue and waits only to read the results back.
-What no generator computes on the device (`kernel.generic`, `buffer.compute`, an element
-type a generator declines) runs on the host with the numpy backend's implementation:
+A `kernel.generic` that only changes its data's shape (reshape, flatten, squeeze,
+unsqueeze, identity with a run-time shape operand) is a device-to-device copy. What no
+generator computes on the device (other `kernel.generic` and `buffer.compute` ops, an
+element type a generator declines) runs on the host with the numpy backend's implementation:
 its operands are read back, its outs written to the device, and the run's stats count
 the op (`host_ops`) and the bytes moved (`transfer_bytes`).
 
@@ -36,6 +38,11 @@ from palimpsest.backends.opencl.kernels.base import Arg, KernelCall, Unsupported
 from palimpsest.backends.opencl.runtime import device as open_device
 from palimpsest.ir.diagnostics import DiagnosticError
 from palimpsest.ir.verifier import lookup_symbol
+
+
+# generic graph ops that keep the data's bytes in order: a device-to-device copy
+RELAYOUTS = frozenset({"graph.reshape", "graph.flatten", "graph.squeeze", "graph.unsqueeze",
+                       "graph.identity"})
 
 
 class DeviceArray:
@@ -95,6 +102,7 @@ class OpenCLExecutor:
         self.launches: dict = {}     # (kernel op, shapes) -> [Launch] or Unsupported
         self._host = None            # the numpy executor for host ops
         self._run_pools: set = set()  # pools this run has counted
+        self._infos: dict = {}       # generic op -> numpy ComputeInfo
 
     # -- runs ----------------------------------------------------------------------------------
     def begin_run(self, stats: RunStats) -> None:
@@ -121,7 +129,7 @@ class OpenCLExecutor:
         bound = []
         for array in arrays:
             if isinstance(array, np.ndarray):
-                host = np.ascontiguousarray(array)
+                host = np.asarray(array, order="C")
                 bound.append(DeviceArray(self.device.upload(host), 0, tuple(host.shape),
                                          host.dtype))
                 self.stats.io_bytes += host.nbytes
@@ -323,7 +331,7 @@ class OpenCLExecutor:
         if cached is not None and cached[0] is attr:
             return cached[1]
         try:
-            host = np.ascontiguousarray(attr.to_numpy())
+            host = np.asarray(attr.to_numpy(), order="C")
         except OSError as error:
             raise op.error(f"cannot read its data: {error.strerror or error}: "
                            f"'{error.filename}'") from None
@@ -357,7 +365,7 @@ class OpenCLExecutor:
 
     def _write(self, host: np.ndarray, array: DeviceArray) -> None:
         if array.nbytes:
-            self.cl.enqueue_copy(self.queue, array.mem, np.ascontiguousarray(host),
+            self.cl.enqueue_copy(self.queue, array.mem, np.asarray(host, order="C"),
                                  dst_offset=array.offset, is_blocking=True)
 
     # -- kernels -------------------------------------------------------------------------------
@@ -412,10 +420,50 @@ class OpenCLExecutor:
             array = self._new(value, concrete, array.type.element_type, values)
         return array
 
+    # -- generic ops ------------------------------------------------------------------------------
+    def _relayout(self, op, values) -> bool:
+        """A `kernel.generic` / `buffer.compute` that only re-reads its data in a new shape
+        (reshape, flatten, squeeze, unsqueeze, identity): its out shape from the reference
+        kernel run on a zero-byte stand-in of the data (and the small shape operands, read
+        back), its bytes copied on the device. False for any other op."""
+        from palimpsest.backends.numpy.kernels import ComputeInfo
+        from palimpsest.dialects.graph.reference import KERNELS
+
+        info = self._infos.get(op)
+        if info is None:
+            info = self._infos[op] = ComputeInfo(op)
+        if info.name not in RELAYOUTS or len(op.outs) != 1 or not op.ins:
+            return False
+        ins = [self._materialized(op, values, v) for v in op.ins]
+        data = ins[0]
+        host = [np.broadcast_to(np.zeros((), data.dtype), data.shape)]
+        for array in ins[1:]:
+            host.append(self._download(array))
+            self.stats.transfer_bytes += array.nbytes
+        try:
+            shape = tuple(np.shape(KERNELS[info.name](info.kernel_inputs(host), info.attrs,
+                                                      1)[0]))
+        except (ValueError, IndexError, TypeError) as error:
+            raise op.error(f"failed at run time: {error}") from None
+        target = values[op.outs[0]]
+        if isinstance(target, _Pending):
+            target = self._new(op.outs[0], shape, target.type.element_type, values)
+        if target.shape != shape or target.dtype != data.dtype:
+            raise op.error(f"'{info.name}' produced {data.dtype} {list(shape)} for a "
+                           f"{target.dtype} {list(target.shape)} buffer")
+        if data.nbytes and (target.mem is not data.mem or target.offset != data.offset):
+            self.cl.enqueue_copy(self.queue, target.mem, data.mem, byte_count=data.nbytes,
+                                 src_offset=data.offset, dst_offset=target.offset)
+            self.stats.view_copy_bytes += data.nbytes
+        return True
+
     # -- host ops --------------------------------------------------------------------------------
     def _on_host(self, op, values) -> None:
         """Run `op` with the numpy backend: operands read back, outs written to the device."""
         from palimpsest.backends.numpy.executor import Executor, _Pending as HostPending
+
+        if op.name in ("buffer.compute", "kernel.generic") and self._relayout(op, values):
+            return
 
         if self._host is None:
             self._host = Executor()

@@ -112,7 +112,7 @@ class Device:
 
     def upload(self, array: np.ndarray):
         mf = self.cl.mem_flags
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array, order="C")
         if array.nbytes == 0:
             return self.cl.Buffer(self.context, mf.READ_WRITE, 1)
         return self.cl.Buffer(self.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=array)
@@ -165,7 +165,7 @@ def run_launches(launches: list, ins: list, outs: list, workspaces: dict | None 
 
     def put(key, array):
         host = np.concatenate([np.zeros(pad * array.dtype.itemsize, np.uint8),
-                               np.ascontiguousarray(array).reshape(-1).view(np.uint8)])
+                               np.asarray(array, order="C").reshape(-1).view(np.uint8)])
         memories[key] = (dev.upload(host), pad, array)
 
     for index, array in enumerate(ins):

@@ -1,0 +1,493 @@
+"""`kernel.matmul` and `kernel.conv2d` in OpenCL.
+
+Matrix products are register-blocked: a work-item keeps a ROWS x LANES block of the
+output in vector accumulators (16 float / 8 double lanes: one 512-bit register each),
+reads one vector of the "vector operand" and ROWS broadcast scalars of the "scalar
+operand" per step of k, and writes its block once, with alpha, beta * C (or a conv's
+bias) applied on the way out. Work-groups are one work-item: PoCL's CPU device then runs
+each as straight vector code. Tiles in local memory, the usual GPU design, measured 2-4x
+slower on PoCL (barriers spill the accumulators of every work-item to memory; the CPU
+caches already hold the tiles), so the tiles here live in registers and in L1.
+
+Which output axis the vectors run along follows the operands' layout (`_plan`): along
+n when B's rows are contiguous, along m when A is transposed (the block is written
+transposed), along k (dot products, summed across lanes at the end) when both operands
+are contiguous in k (A @ B^T, Gemm's transB). Edges: rows past the end are clamped
+(computed twice, stored once), and the last column block is shifted left to end at the
+last column (it stores only the columns no other block stores), so every load is a
+plain in-bounds vector load.
+
+conv2d: depthwise (one input channel per group) directly, a vector of output columns
+per work-item over several output rows; otherwise per image an im2col kernel fills the
+`im2col` workspace and the matmul kernel multiplies each group's weights by it (a 1x1,
+stride 1, unpadded conv multiplies by the image itself, all images and groups in one
+launch). Padding is computed by index checks, so the `padded` workspace is not used.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from palimpsest.backends.opencl.kernels.base import (
+    Launch, Unsupported, bind, broadcast_index, generator, literal, params, ref,
+)
+
+LANES = {"float": 16, "double": 8}   # one 512-bit register
+ROWS = 16                           # accumulators per work-item, 16 of the 32 registers
+DOT_BLOCK = 16                      # outputs per work-item in the k-vector (dot) form
+CONV_ROWS = 2                       # output rows per depthwise work-item
+CONV_LANES = 8                      # output columns per depthwise / im2col vector
+IM2COL_ITEMS = 256                  # work-items per work-group (see _local_size)
+DEPTHWISE_ITEMS = 64
+
+
+def _vtype(t: str, lanes: int) -> str:
+    return t if lanes == 1 else f"{t}{lanes}"
+
+
+def _vload(lanes: int, pointer: str) -> str:
+    return f"({pointer})[0]" if lanes == 1 else f"vload{lanes}(0, {pointer})"
+
+
+def _lane(value: str, lanes: int, i: int) -> str:
+    return value if lanes == 1 else f"{value}.s{i:x}"
+
+
+def _hsum(value: str, lanes: int) -> str:
+    """The sum of a vector's lanes, halving the width each step."""
+    while lanes > 1:
+        value = f"({value}).lo + ({value}).hi" if lanes > 2 else f"({value}).x + ({value}).y"
+        lanes //= 2
+    return f"({value})"
+
+
+def _pow2_at_most(value: int, cap: int) -> int:
+    lanes = 1
+    while lanes * 2 <= min(value, cap):
+        lanes *= 2
+    return lanes
+
+
+def _local_size(global_size, items: int) -> tuple:
+    """Up to `items` work-items per work-group, filling dim 0 first, each dim a divisor of
+    the global size. PoCL runs a work-group's items as one loop, so grouping the small
+    items of im2col and depthwise saves its per-work-group dispatch (3-18x on im2col)."""
+    local = []
+    for size in global_size:
+        room = max(1, items // max(1, int(np.prod(local, dtype=np.int64))))
+        local.append(max(d for d in range(1, min(size, room) + 1) if size % d == 0))
+    return tuple(local)
+
+
+def _index_type(*args) -> str:
+    """int indices while every buffer fits 2^31 elements (cheaper address arithmetic)."""
+    return "int" if max(a.size for a in args) < 2 ** 31 else "long"
+
+
+class Operand:
+    """A matrix inside a buffer: element (i, j) at `offset + i * s0 + j * s1`, where
+    `offset` is a C expression of the batch index `z` and the `image` argument."""
+
+    def __init__(self, name: str, offset: str, s0: int, s1: int):
+        self.name, self.offset, self.s0, self.s1 = name, offset, s0, s1
+
+
+class Gemm:
+    """Y[r, c] = alpha * sum_k P[r, k] * Q[k, c] + beta * C[r, c] over `batch` matrices
+    (P, Q, Y, C are `Operand`s; `buffers` the kernel's buffers, in argument order)."""
+
+    def __init__(self, t, rows, cols, depth, batch, p, q, y, c=None, alpha=1.0, beta=1.0,
+                 buffers=(), ix="int"):
+        self.t, self.rows, self.cols, self.depth, self.batch = t, rows, cols, depth, batch
+        self.p, self.q, self.y, self.c = p, q, y, c
+        self.alpha, self.beta, self.buffers, self.ix = alpha, beta, list(buffers), ix
+
+    def _head(self, name: str) -> str:
+        return (f"__kernel void {name}({params(*self.buffers)}, const int image) {{\n"
+                f"{bind(*self.buffers)}\n  const {self.ix} z = get_global_id(2);\n")
+
+    def _finish(self, value: str, row: str, col: str, c_loader) -> str:
+        """`value` (a block row) with alpha and beta * C applied."""
+        t = self.t
+        if self.alpha != 1.0:
+            value = f"{literal(self.alpha, t)} * {value}"
+        if self.c is not None and self.beta != 0.0:
+            addend = c_loader(row, col)
+            if self.beta != 1.0:
+                addend = f"{literal(self.beta, t)} * {addend}"
+            value = f"{value} + {addend}"
+        return value
+
+    # -- vectors along the output's columns ---------------------------------------------------
+    def vector_source(self, rows_per_item: int, lanes: int) -> str:
+        t, ix, R, W = self.t, self.ix, rows_per_item, lanes
+        vt = _vtype(t, W)
+        p, q, y, c = self.p, self.q, self.y, self.c
+        lines = [self._head("gemm")]
+        lines.append(f"  const {ix} row0 = get_global_id(1) * {R};\n"
+                     f"  const {ix} block = get_global_id(0) * {W};\n")
+        # the last block ends at the last column: vector loads never leave the matrix
+        shifted = self.cols % W != 0
+        col0 = f"min(block, ({ix}){self.cols - W})" if shifted else "block"
+        lines.append(f"  const {ix} col0 = {col0};\n")
+        for i in range(R):
+            row = f"min(row0 + {i}, ({ix}){self.rows - 1})" if self.rows % R else f"row0 + {i}"
+            lines.append(f"  const {ix} r{i} = {row};\n"
+                         f"  __global const {t}* p{i} = {p.name} + ({p.offset}) + r{i} * {p.s0};\n"
+                         f"  {vt} acc{i} = 0;\n")
+        lines.append(f"  __global const {t}* qk = {q.name} + ({q.offset}) + col0 * {q.s1};\n"
+                     f"  for ({ix} k = 0; k < {self.depth}; ++k) {{\n")
+        if q.s1 == 1:
+            lines.append(f"    const {vt} b = {_vload(W, f'qk + k * {q.s0}')};\n")
+        else:  # a strided row of Q: gathered lane by lane
+            lanes_ = ", ".join(f"qk[k * {q.s0} + {j * q.s1}]" for j in range(W))
+            lines.append(f"    const {vt} b = ({vt})({lanes_});\n")
+        for i in range(R):
+            lines.append(f"    acc{i} = mad(({vt})(p{i}[k * {p.s1}]), b, acc{i});\n")
+        lines.append("  }\n")
+
+        def load_c(row, col):
+            base = f"{c.name}[({c.offset}) + {row} * {c.s0}"
+            if c.s1 == 0 or W == 1:
+                return f"({vt})({base} + {col} * {c.s1}])"
+            if c.s1 == 1:
+                return _vload(W, f"{c.name} + ({c.offset}) + {row} * {c.s0} + {col}")
+            return f"({vt})(" + ", ".join(f"{base} + ({col} + {j}) * {c.s1}]"
+                                           for j in range(W)) + ")"
+
+        for i in range(R):
+            value = self._finish(f"acc{i}", f"r{i}", "col0", load_c)
+            lines.append(f"  if (row0 + {i} < {self.rows}) {{\n    const {vt} v = {value};\n"
+                         f"    __global {t}* yr = {y.name} + ({y.offset}) + r{i} * {y.s0};\n")
+            lane_stores = " ".join(
+                ("" if not shifted else f"if (col0 + {j} >= block) ") +
+                f"yr[(col0 + {j}) * {y.s1}] = {_lane('v', W, j)};" for j in range(W))
+            if y.s1 == 1 and W > 1:
+                full = f"vstore{W}(v, 0, yr + col0);"
+                lines.append(f"    if (col0 == block) {full} else {{ {lane_stores} }}\n"
+                             if shifted else f"    {full}\n")
+            else:
+                lines.append(f"    {lane_stores}\n")
+            lines.append("  }\n")
+        lines.append("}\n")
+        return "".join(lines)
+
+    def vector_launch(self, args, rows_per_item=ROWS) -> Launch:
+        lanes = _pow2_at_most(self.cols, LANES[self.t])
+        rows_per_item = min(rows_per_item, self.rows)
+        source = self.vector_source(rows_per_item, lanes)
+        blocks = -(-self.cols // lanes)
+        return Launch(source, "gemm", (blocks, -(-self.rows // rows_per_item), self.batch),
+                      (1, 1, 1), args)
+
+    # -- vectors along k (dot products) ---------------------------------------------------------
+    def dot_source(self, rows_per_item: int, cols_per_item: int, lanes: int) -> str:
+        """P (row, k) and Q (col, k), both contiguous along k: `s0` is the row / col
+        stride."""
+        t, ix, R, C, W = self.t, self.ix, rows_per_item, cols_per_item, lanes
+        vt = _vtype(t, W)
+        p, q, y, c = self.p, self.q, self.y, self.c
+        lines = [self._head("gemm_dot"),
+                 f"  const {ix} row0 = get_global_id(1) * {R};\n"
+                 f"  const {ix} col0 = get_global_id(0) * {C};\n"]
+        for i in range(R):
+            lines.append(f"  const {ix} r{i} = min(row0 + {i}, ({ix}){self.rows - 1});\n"
+                         f"  __global const {t}* p{i} = {p.name} + ({p.offset}) + r{i} * {p.s0};\n")
+        for j in range(C):
+            lines.append(f"  const {ix} c{j} = min(col0 + {j}, ({ix}){self.cols - 1});\n"
+                         f"  __global const {t}* q{j} = {q.name} + ({q.offset}) + c{j} * {q.s0};\n")
+        body = "".join(f"  {vt} acc{i}_{j} = 0;\n" for i in range(R) for j in range(C))
+        lines.append(body)
+        whole = self.depth // W * W
+        lines.append(f"  for ({ix} k = 0; k < {whole}; k += {W}) {{\n")
+        lines += [f"    const {vt} a{i} = {_vload(W, f'p{i} + k')};\n" for i in range(R)]
+        lines += [f"    const {vt} b{j} = {_vload(W, f'q{j} + k')};\n" for j in range(C)]
+        lines += [f"    acc{i}_{j} = mad(a{i}, b{j}, acc{i}_{j});\n"
+                  for i in range(R) for j in range(C)]
+        lines.append("  }\n")
+        for i in range(R):
+            for j in range(C):
+                lines.append(f"  {t} s{i}_{j} = {_hsum(f'acc{i}_{j}', W)};\n")
+                if whole < self.depth:
+                    lines.append(f"  for ({ix} k = {whole}; k < {self.depth}; ++k) "
+                                 f"s{i}_{j} = mad(p{i}[k], q{j}[k], s{i}_{j});\n")
+
+        def load_c(row, col):
+            return f"{c.name}[({c.offset}) + {row} * {c.s0} + {col} * {c.s1}]"
+
+        for i in range(R):
+            for j in range(C):
+                value = self._finish(f"s{i}_{j}", f"r{i}", f"c{j}", load_c)
+                lines.append(f"  if (row0 + {i} < {self.rows} && col0 + {j} < {self.cols}) "
+                             f"{y.name}[({y.offset}) + r{i} * {y.s0} + c{j} * {y.s1}] = "
+                             f"{value};\n")
+        lines.append("}\n")
+        return "".join(lines)
+
+    def dot_launch(self, args) -> Launch:
+        lanes = LANES[self.t]
+        rows = min(4, self.rows)
+        cols = min(DOT_BLOCK // rows, self.cols)
+        source = self.dot_source(rows, cols, lanes)
+        return Launch(source, "gemm_dot", (-(-self.cols // cols), -(-self.rows // rows),
+                                           self.batch), (1, 1, 1), args)
+
+
+def _float_type(arg) -> str:
+    t = arg.ctype
+    if t not in LANES:
+        raise Unsupported(f"the OpenCL matmul and conv kernels compute f32 and f64, not "
+                          f"{arg.dtype}")
+    return t
+
+
+# -- matmul -----------------------------------------------------------------------------------
+
+def _batch_offset(out_batch, in_batch, matrix_size: int) -> str:
+    if matrix_size == 0 or all(d == 1 for d in in_batch):
+        return "0"
+    return f"({broadcast_index(out_batch, in_batch, 'z')}) * {matrix_size}"
+
+
+@generator("kernel.matmul")
+def matmul(call) -> list:
+    config = call.config
+    a, b, out = call.ins[0], call.ins[1], call.outs[0]
+    t = _float_type(out)
+    if out.size == 0:
+        return []
+    # 1-D operands as numpy promotes them; op(A) is m x k, op(B) k x n
+    a_shape = (1,) + tuple(a.shape) if len(a.shape) == 1 else tuple(a.shape)
+    b_shape = tuple(b.shape) + (1,) if len(b.shape) == 1 else tuple(b.shape)
+    m = a_shape[-1] if config["transA"] else a_shape[-2]
+    k = a_shape[-2] if config["transA"] else a_shape[-1]
+    n = b_shape[-2] if config["transB"] else b_shape[-1]
+    batch_shape = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
+    batch = int(np.prod(batch_shape, dtype=np.int64))
+    # element strides of op(A) as (m, k) and of op(B) as (k, n) in their buffers
+    a_s = (1, m) if config["transA"] else (k, 1)
+    b_s = (1, k) if config["transB"] else (n, 1)
+    a_off = _batch_offset(batch_shape, a_shape[:-2], m * k)
+    b_off = _batch_offset(batch_shape, b_shape[:-2], k * n)
+    y = Operand("y", f"z * {m * n}" if batch > 1 else "0", n, 1)
+    buffers = [("a", t, False), ("b", t, False)]
+    args = [ref("in", 0), ref("in", 1)]
+    c = None
+    if len(call.ins) > 2 and config["beta"] != 0.0:
+        c_shape = _full_c_shape(call.ins[2].shape, out.shape, len(a.shape) == 1,
+                                len(b.shape) == 1)
+        c_rows, c_cols = c_shape[-2:]
+        c = Operand("c", _batch_offset(batch_shape, c_shape[:-2], c_rows * c_cols),
+                    c_cols if c_rows != 1 else 0, 1 if c_cols != 1 else 0)
+        buffers.append(("c", t, False))
+        args.append(ref("in", 2))
+    buffers.append(("y", t, True))
+    args += [ref("out", 0), np.int32(0)]
+    common = dict(alpha=config["alpha"], beta=config["beta"], buffers=buffers,
+                  ix=_index_type(*call.ins, out))
+    lanes = LANES[t]
+    along_n = b_s[1] == 1 and n >= lanes
+    along_m = a_s[0] == 1 and m >= lanes
+    dots = a_s[1] == 1 and b_s[0] == 1 and k >= lanes
+    if along_n or not (along_m or dots):
+        # vectors along n: rows of B (gathered when B is transposed and nothing is better)
+        return [Gemm(t, m, n, k, batch, Operand("a", a_off, *a_s), Operand("b", b_off, *b_s),
+                     y, c, **common).vector_launch(args)]
+    if along_m:
+        # vectors along m: columns of a transposed A; the block is Y's transpose
+        flip = lambda o: o and Operand(o.name, o.offset, o.s1, o.s0)  # noqa: E731
+        return [Gemm(t, n, m, k, batch, Operand("b", b_off, b_s[1], b_s[0]),
+                     Operand("a", a_off, a_s[1], a_s[0]), flip(y), flip(c),
+                     **common).vector_launch(args)]
+    return [Gemm(t, m, n, k, batch, Operand("a", a_off, *a_s),
+                 Operand("b", b_off, b_s[1], b_s[0]), y, c, **common).dot_launch(args)]
+
+
+def _batch_offset(out_batch, in_batch, matrix_size: int) -> str:
+    if matrix_size == 0 or all(d == 1 for d in in_batch):
+        return "0"
+    return f"({broadcast_index(out_batch, in_batch, 'z')}) * {matrix_size}"
+
+
+def _full_c_shape(c_shape, y_shape, a_vector: bool, b_vector: bool) -> tuple:
+    """C's shape aligned to the product's (batch..., m, n): padded to Y's rank, with the
+    dims that a 1-D A or B dropped from Y put back as 1s."""
+    c_shape = (1,) * (len(y_shape) - len(c_shape)) + tuple(c_shape)
+    if a_vector:
+        at = len(c_shape) if b_vector else len(c_shape) - 1
+        c_shape = c_shape[:at] + (1,) + c_shape[at:]
+    if b_vector:
+        c_shape = c_shape + (1,)
+    return c_shape
+
+
+# -- conv2d -------------------------------------------------------------------------------------
+
+def _row_load(t: str, lanes: int, pointer: str, stride: int, column: str | None, width: int):
+    """`lanes` elements `stride` apart from `pointer` (column `column` of a row of `width`):
+    plain vector loads, or with `column` given, each lane checked against the row (zero
+    outside: the conv's padding). Also the span of elements the plain form reads."""
+    vt = _vtype(t, lanes)
+    if column is not None:
+        zero = literal(0, t)
+        parts = [f"(({column}) + {i * stride} >= 0 && ({column}) + {i * stride} < {width} ? "
+                 f"({pointer})[{i * stride}] : {zero})" for i in range(lanes)]
+        return (parts[0] if lanes == 1 else f"({vt})({', '.join(parts)})"), 0
+    if lanes == 1:
+        return f"({pointer})[0]", 1
+    if stride == 1:
+        return _vload(lanes, pointer), lanes
+    if stride == 2 and lanes <= 8:
+        return f"vload{2 * lanes}(0, {pointer}).even", 2 * lanes
+    if stride == 2:
+        half = lanes
+        return (f"({vt})(vload{half}(0, {pointer}).even, vload{half}(0, ({pointer}) + "
+                f"{half}).even)", 2 * lanes)
+    return f"({vt})({', '.join(f'({pointer})[{i * stride}]' for i in range(lanes))})", \
+        (lanes - 1) * stride + 1
+
+
+def _store_row(t, lanes, value, pointer, first: str, limit: int) -> str:
+    """Store `lanes` values at `pointer` (column `first` of a row of `limit`), dropping
+    lanes past the row's end."""
+    if lanes == 1:
+        return f"({pointer})[0] = {value};"
+    if limit % lanes == 0:
+        return f"vstore{lanes}({value}, 0, {pointer});"
+    lane_stores = " ".join(f"if ({first} + {i} < {limit}) ({pointer})[{i}] = {value}.s{i:x};"
+                           for i in range(lanes))
+    return (f"if ({first} + {lanes} <= {limit}) vstore{lanes}({value}, 0, {pointer}); "
+            f"else {{ {lane_stores} }}")
+
+
+def _geometry(call):
+    config = call.config
+    x, w, y = call.ins[0], call.ins[1], call.outs[0]
+    return dict(n=x.shape[0], c=x.shape[1], h=x.shape[2], wd=x.shape[3], m=w.shape[0],
+                cg=w.shape[1], kh=w.shape[2], kw=w.shape[3], ho=y.shape[2], wo=y.shape[3],
+                group=config["group"], sh=config["strides"][0], sw=config["strides"][1],
+                dh=config["dilations"][0], dw=config["dilations"][1],
+                top=config["pads"][0], left=config["pads"][1])
+
+
+@generator("kernel.conv2d")
+def conv2d(call) -> list:
+    y = call.outs[0]
+    t = _float_type(y)
+    if y.size == 0:
+        return []
+    g = _geometry(call)
+    has_bias = len(call.ins) > 2
+    if g["cg"] == 1 and g["group"] > 1:
+        return [_depthwise(call, t, g, has_bias)]
+    group, mg = g["group"], g["m"] // g["group"]
+    depth = g["cg"] * g["kh"] * g["kw"]
+    pixels = g["ho"] * g["wo"]
+    ix = _index_type(*call.ins, y, *call.workspaces.values())
+    weights = f"(z % {group}) * {mg * depth}" if group > 1 else "0"
+    bias = Operand("bias", f"(z % {group}) * {mg}" if group > 1 else "0", 1, 0) \
+        if has_bias else None
+    buffers = [("w", t, False)] + ([("bias", t, False)] if has_bias else []) + [("y", t, True)]
+    args = [ref("in", 1)] + ([ref("in", 2)] if has_bias else []) + [ref("out", 0)]
+    if "im2col" not in call.workspaces:
+        # 1x1, stride 1, no pads: each image's groups are the matrices; one launch for all
+        gemm = Gemm(t, mg, pixels, depth, g["n"] * group, Operand("w", weights, depth, 1),
+                    Operand("x", f"z * {g['cg'] * g['h'] * g['wd']}", g["h"] * g["wd"], 1),
+                    Operand("y", f"z * {mg * pixels}", pixels, 1), bias,
+                    buffers=[("x", t, False)] + buffers, ix=ix)
+        return [gemm.vector_launch([ref("in", 0)] + args + [np.int32(0)])]
+    gemm = Gemm(t, mg, pixels, depth, group, Operand("w", weights, depth, 1),
+                Operand("cols", f"z * {depth * pixels}", pixels, 1),
+                Operand("y", f"image * {g['m'] * pixels} + z * {mg * pixels}", pixels, 1),
+                bias, buffers=[("cols", t, False)] + buffers, ix=ix)
+    unfold = _im2col(t, g, ix)
+    launches = []
+    for image in range(g["n"]):
+        if depth and g["c"]:
+            launches.append(Launch(unfold[0], "im2col", unfold[1],
+                                   _local_size(unfold[1], IM2COL_ITEMS),
+                                   [ref("in", 0), ref("ws", "im2col"), np.int32(image)]))
+        launches.append(gemm.vector_launch([ref("ws", "im2col")] + args + [np.int32(image)]))
+    return launches
+
+
+def _im2col(t: str, g: dict, ix: str):
+    """One image's (C * kh * kw) x (Ho * Wo) matrix: row (c, p, q) holds the input pixels
+    kernel offset (p, q) of channel c meets, zero where that is padding."""
+    lanes = _pow2_at_most(g["wo"], CONV_LANES)
+    vt = _vtype(t, lanes)
+    taps = g["kh"] * g["kw"]
+    buffers = [("x", t, False), ("cols", t, True)]
+    fast, span = _row_load(t, lanes, "xr", g["sw"], None, g["wd"])
+    checked, _ = _row_load(t, lanes, "xr", g["sw"], "iw", g["wd"])
+    store = _store_row(t, lanes, "v", "out", "ow0", g["wo"])
+    source = (
+        f"__kernel void im2col({params(*buffers)}, const int image) {{\n{bind(*buffers)}\n"
+        f"  const {ix} ow0 = get_global_id(0) * {lanes}, oh = get_global_id(1);\n"
+        f"  const {ix} row = get_global_id(2);\n"
+        f"  const {ix} c = row / {taps}, p = (row / {g['kw']}) % {g['kh']}, "
+        f"q = row % {g['kw']};\n"
+        f"  const {ix} ih = oh * {g['sh']} + p * {g['dh']} - {g['top']};\n"
+        f"  const {ix} iw = ow0 * {g['sw']} + q * {g['dw']} - {g['left']};\n"
+        f"  {vt} v = 0;\n"
+        f"  if (ih >= 0 && ih < {g['h']}) {{\n"
+        f"    __global const {t}* xr = x + ((image * {g['c']} + c) * {g['h']} + ih) * "
+        f"{g['wd']} + iw;\n"
+        f"    if (iw >= 0 && iw + {span - 1} < {g['wd']}) v = {fast};\n"
+        f"    else v = {checked};\n  }}\n"
+        f"  __global {t}* out = cols + row * {g['ho'] * g['wo']} + oh * {g['wo']} + ow0;\n"
+        f"  {store}\n}}\n")
+    return source, (-(-g["wo"] // lanes), g["ho"], g["c"] * taps)
+
+
+def _depthwise(call, t: str, g: dict, has_bias: bool) -> Launch:
+    """One input channel per group: each work-item accumulates a vector of output columns
+    on CONV_ROWS output rows over the kernel taps, reading the input rows directly."""
+    lanes = _pow2_at_most(g["wo"], CONV_LANES)
+    rows = CONV_ROWS
+    vt = _vtype(t, lanes)
+    kh, kw, mg = g["kh"], g["kw"], g["m"] // g["c"]
+    ix = _index_type(*call.ins, call.outs[0])
+    buffers = [("x", t, False), ("w", t, False)] + ([("bias", t, False)] if has_bias else []) \
+        + [("y", t, True)]
+
+    def taps(checked: bool) -> str:
+        lines = []
+        for o in range(rows):
+            lines.append(f"    for ({ix} p = 0; p < {kh}; ++p) {{\n"
+                         f"      const {ix} ih = (oh0 + {o}) * {g['sh']} + p * {g['dh']} - "
+                         f"{g['top']};\n"
+                         f"      if (ih < 0 || ih >= {g['h']}) continue;\n"
+                         f"      __global const {t}* xr = xc + ih * {g['wd']} + iw;\n")
+            for q in range(kw):
+                column = f"iw + {q * g['dw']}" if checked else None
+                load, _ = _row_load(t, lanes, f"xr + {q * g['dw']}", g["sw"], column, g["wd"])
+                lines.append(f"      acc{o} = mad({load}, ({vt})(wm[p * {kw} + {q}]), "
+                             f"acc{o});\n")
+            lines.append("    }\n")
+        return "".join(lines)
+
+    _, span = _row_load(t, lanes, "xr", g["sw"], None, g["wd"])
+    extent = span - 1 + (kw - 1) * g["dw"]
+    source = [f"__kernel void depthwise({params(*buffers)}) {{\n{bind(*buffers)}\n"
+              f"  const {ix} ow0 = get_global_id(0) * {lanes}, oh0 = get_global_id(1) * {rows};\n"
+              f"  const {ix} plane = get_global_id(2);\n"  # image * M + output channel
+              f"  const {ix} m = plane % {g['m']}, image = plane / {g['m']};\n"
+              f"  __global const {t}* xc = x + (image * {g['c']} + m / {mg}) * "
+              f"{g['h'] * g['wd']};\n"
+              f"  __global const {t}* wm = w + m * {kh * kw};\n"
+              f"  const {ix} iw = ow0 * {g['sw']} - {g['left']};\n"]
+    source += [f"  {vt} acc{o} = 0;\n" for o in range(rows)]
+    source.append(f"  if (iw >= 0 && iw + {extent} < {g['wd']}) {{\n{taps(False)}  }} else {{\n"
+                  f"{taps(True)}  }}\n")
+    for o in range(rows):
+        value = f"acc{o} + ({vt})(bias[m])" if has_bias else f"acc{o}"
+        store = _store_row(t, lanes, "v", "yr", "ow0", g["wo"])
+        source.append(f"  if (oh0 + {o} < {g['ho']}) {{\n    const {vt} v = {value};\n"
+                      f"    __global {t}* yr = y + (plane * {g['ho']} + oh0 + {o}) * "
+                      f"{g['wo']} + ow0;\n    {store}\n  }}\n")
+    source.append("}\n")
+    args = [ref("in", 0), ref("in", 1)] + ([ref("in", 2)] if has_bias else []) \
+        + [ref("out", 0)]
+    size = (-(-g["wo"] // lanes), -(-g["ho"] // rows), g["n"] * g["m"])
+    return Launch("".join(source), "depthwise", size, _local_size(size, DEPTHWISE_ITEMS), args)

@@ -1,0 +1,427 @@
+"""Data movement in OpenCL: `kernel.transpose`, `kernel.concat`, `kernel.gather`,
+`kernel.pad`, `kernel.resize` (the numpy kernels in backends/numpy/kernel_ops_movement.py
+are the reference).
+
+A copy never looks at an element's value, so every kernel here but linear and cubic
+resize moves elements as the unsigned integer of their size: one program per element
+size serves every type of that size, bool and float16 included.
+
+- transpose: size-1 axes are dropped and axes that stay neighbours are merged first (NCHW
+  -> NHWC is a 3-D (N, C, HW) -> (N, HW, C) transpose). When the innermost axis moves,
+  16x16 tiles go through local memory, so reads and writes are both row-contiguous; when
+  it stays, rows are copied as they are.
+- concat: one kernel per (non-empty) in copies it into its slab of the out.
+- gather: one work-item per out element; indices wrap as numpy's `mode="wrap"` does, so
+  negative indices count from the end (an index out of range, which the numpy kernel
+  reports, wraps too).
+- pad: one work-item per out element maps each axis to its source (constant, edge,
+  reflect, wrap; negative pads crop); pads larger than the reference defines run on the
+  host.
+- resize: tables computed on the host at generation time, with the reference's own
+  functions, are baked into the source as `__constant` arrays. Nearest is one pass over
+  every axis (an index per out position of each axis, -1 where tf_crop_and_resize
+  extrapolates); linear and cubic (every tap count, antialias and exclude_outside
+  included) run one pass per axis through the `stage<i>` workspaces, as the reference
+  does, so float rounding follows it step by step. The `taps` workspace is unused.
+  Tables larger than the 64 KiB of __constant memory every device has (a cubic resize to
+  some 3000+ positions on one axis) run on the host.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from palimpsest.backends.opencl.kernels.base import (
+    Launch, Unsupported, bind, generator, literal, params, ref, round_up, strides_of,
+)
+
+_UNSIGNED = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
+_GROUP = 256
+# transpose tiles: TILE x TILE elements, a work-group of TILE x TILE_ROWS work-items.
+# 16 x 16 (one element per work-item): on PoCL's CPU device smaller tiles measured
+# faster than 32 x 8 (its barriers split the work-group into loops); GPUs do well with
+# either
+_TILE, _TILE_ROWS = 16, 16
+# OpenCL's guaranteed minimum of __constant memory (CL_DEVICE_MAX_CONSTANT_BUFFER_SIZE,
+# full profile): resize tables up to this size fit on any device
+_CONSTANT_BUDGET = 64 * 1024
+
+
+def _moved(arg) -> str:
+    """The C type that moves one element of `arg` unchanged."""
+    ctype = _UNSIGNED.get(arg.dtype.itemsize)
+    if ctype is None:
+        raise Unsupported(f"no OpenCL type of {arg.dtype.itemsize} bytes for {arg.dtype}")
+    return ctype
+
+
+def _n(value: int) -> str:
+    value = int(value)
+    return f"{value}L" if abs(value) >= 2 ** 31 else str(value)
+
+
+def _prelude(*args) -> str:
+    """The program's index type IX: 32-bit arithmetic (much faster division, on CPUs
+    above all) when every buffer has fewer than 2^31 elements."""
+    large = any(arg.size >= 2 ** 31 for arg in args)
+    return f"#define IX {'long' if large else 'int'}\n"
+
+
+def _coord(shape, axis: int, flat: str = "i") -> str:
+    """Coordinate `axis` of row-major element `flat` (< the size) of `shape`."""
+    stride = strides_of(shape)[axis]
+    coord = f"({flat} / {_n(stride)})" if stride != 1 else flat
+    return f"({coord} % {_n(shape[axis])})" if axis > 0 else coord
+
+
+def _per_element(source: str, name: str, size: int, args: list) -> Launch:
+    """A launch of one work-item per element (the kernel returns past `size`)."""
+    local = _GROUP if size >= _GROUP else None
+    return Launch(source, name, (round_up(size, local or 1),), (local,) if local else None,
+                  args)
+
+
+def _kernel(name: str, buffers: list, size: int, body: list) -> str:
+    return (f"__kernel void {name}({params(*buffers)}) {{\n"
+            f"  const IX i = get_global_id(0);\n"
+            f"  if (i >= {_n(size)}) return;\n"
+            f"{bind(*buffers)}\n" + "".join(f"  {line}\n" for line in body) + "}\n")
+
+
+# -- transpose ---------------------------------------------------------------------------------
+
+def simplify_transpose(shape, perm) -> tuple:
+    """(shape, perm) of the same data movement with size-1 axes dropped and runs of input
+    axes that stay adjacent and in order merged into one."""
+    kept = [a for a in range(len(shape)) if shape[a] != 1]
+    perm = [kept.index(a) for a in perm if shape[a] != 1]
+    shape = [shape[a] for a in kept]
+    runs: list = []  # runs of input axes, in output order
+    for axis in perm:
+        if runs and runs[-1][-1] + 1 == axis:
+            runs[-1].append(axis)
+        else:
+            runs.append([axis])
+    by_input = sorted(runs, key=lambda run: run[0])
+    merged = [int(np.prod([shape[a] for a in run])) for run in by_input]
+    return tuple(merged), tuple(by_input.index(run) for run in runs)
+
+
+@generator("kernel.transpose")
+def transpose(call) -> list:
+    x, out = call.ins[0], call.outs[0]
+    t = _moved(x)
+    if out.size == 0:
+        return []
+    shape, perm = simplify_transpose(x.shape, call.config["perm"])
+    rank = len(shape)
+    buffers = [("x", t, False), ("y", t, True)]
+    if rank >= 2 and perm[-1] != rank - 1:
+        tiled = _tiled_transpose(shape, perm, buffers, call.device.max_work_group_size,
+                                 _prelude(x, out))
+        if tiled is not None:
+            return [tiled]
+    # the innermost axis stays (or nothing moves, or no tile fits a work-group): a row
+    # of the out per launch row, so the row's offsets are computed once for all of it
+    out_shape = [shape[p] for p in perm] or [1]
+    in_strides = strides_of(shape)
+    rows = out_shape[:-1]
+    terms = [f"{_coord(rows, k, 'row')} * {_n(in_strides[p])}" for k, p in enumerate(perm[:-1])]
+    terms.append(f"col * {_n(in_strides[perm[-1]])}" if perm and in_strides[perm[-1]] != 1
+                 else "col")
+    body = [f"y[row * {_n(out_shape[-1])} + col] = x[{' + '.join(terms)}];"]
+    source = (f"{_prelude(x, out)}__kernel void transpose({params(*buffers)}) {{\n"
+              f"  const IX col = get_global_id(0), row = get_global_id(1);\n"
+              f"{bind(*buffers)}\n" + "".join(f"  {line}\n" for line in body) + "}\n")
+    return [Launch(source, "transpose", (out_shape[-1], out.size // out_shape[-1]), None,
+                   [ref("in", 0), ref("out", 0)])]
+
+
+def _tiled_transpose(shape, perm, buffers, max_group: int, prelude: str):
+    """A TILE x TILE tile of the plane (input axis p = the out's innermost, input's
+    innermost axis l) per work-group: read along l into local memory, written along p.
+    The other axes are the third launch dimension."""
+    tile, rows = _TILE, _TILE_ROWS
+    while rows > 1 and tile * rows > max_group:
+        rows //= 2
+    if tile * rows > max_group:
+        return None
+    rank = len(shape)
+    p, last = perm[-1], rank - 1
+    in_strides = strides_of(shape)
+    out_strides = strides_of([shape[a] for a in perm])
+    out_stride_of = {a: out_strides[k] for k, a in enumerate(perm)}  # per input axis
+    rest = [a for a in range(rank) if a not in (p, last)]
+    batch = int(np.prod([shape[a] for a in rest])) if rest else 1
+    decode = ["IX rest = get_global_id(2);", "IX xb = 0, yb = 0;"]
+    for a in reversed(rest):
+        decode.append(f"{{ const IX c = rest % {_n(shape[a])}; "
+                      f"rest /= {_n(shape[a])}; xb += c * {_n(in_strides[a])}; "
+                      f"yb += c * {_n(out_stride_of[a])}; }}")
+    size_p, size_l = shape[p], shape[last]
+    read_if = write_if = ""
+    if size_p % tile or size_l % tile:  # edge tiles: some work-items have no element
+        read_if = f"if (p0 + r < {_n(size_p)} && l0 + tx < {_n(size_l)}) "
+        write_if = f"if (l0 + r < {_n(size_l)} && p0 + tx < {_n(size_p)}) "
+    body = decode + [
+        f"__local {buffers[0][1]} tile[{tile}][{tile + 1}];  // +1: no bank conflicts",
+        f"const IX l0 = (IX)get_group_id(0) * {tile};",
+        f"const IX p0 = (IX)get_group_id(1) * {tile};",
+        "const int tx = get_local_id(0), ty = get_local_id(1);",
+        f"for (int r = ty; r < {tile}; r += {rows})",
+        f"  {read_if}tile[r][tx] = x[xb + (p0 + r) * {_n(in_strides[p])} + l0 + tx];",
+        "barrier(CLK_LOCAL_MEM_FENCE);",
+        f"for (int r = ty; r < {tile}; r += {rows})",
+        f"  {write_if}y[yb + (l0 + r) * {_n(out_stride_of[last])} + p0 + tx] = tile[tx][r];",
+    ]
+    source = prelude + (f"__kernel __attribute__((reqd_work_group_size({tile}, {rows}, 1)))\n"
+              f"void transpose_tiled({params(*buffers)}) {{\n{bind(*buffers)}\n"
+              + "".join(f"  {line}\n" for line in body) + "}\n")
+    groups_l, groups_p = -(-size_l // tile), -(-size_p // tile)
+    return Launch(source, "transpose_tiled", (groups_l * tile, groups_p * rows, batch),
+                  (tile, rows, 1), [ref("in", 0), ref("out", 0)])
+
+
+# -- concat ------------------------------------------------------------------------------------
+
+@generator("kernel.concat")
+def concat(call) -> list:
+    out = call.outs[0]
+    axis = call.config["axis"]
+    t = _moved(out)
+    inner = int(np.prod(out.shape[axis + 1:], dtype=np.int64))
+    out_block = out.shape[axis] * inner
+    buffers = [("x", t, False), ("y", t, True)]
+    kernels, parts, offset = [], [], 0
+    for index, arg in enumerate(call.ins):
+        block = arg.shape[axis] * inner
+        if arg.size and block:
+            name = f"concat{index}"
+            body = [f"y[(i / {_n(block)}) * {_n(out_block)} + {_n(offset)} "
+                    f"+ i % {_n(block)}] = x[i];"]
+            kernels.append(_kernel(name, buffers, arg.size, body))
+            parts.append((name, arg.size, index))
+        offset += block
+    source = _prelude(out, *call.ins) + "".join(kernels)  # one program for all ins
+    return [_per_element(source, name, size, [ref("in", index), ref("out", 0)])
+            for name, size, index in parts]
+
+
+# -- gather ------------------------------------------------------------------------------------
+
+@generator("kernel.gather")
+def gather(call) -> list:
+    data, indices = call.ins
+    out = call.outs[0]
+    axis = call.config["axis"]
+    t = _moved(data)
+    if out.size == 0:
+        return []
+    dim = data.shape[axis]
+    if dim == 0:
+        raise Unsupported("gathers from an empty axis (the host reports the error)")
+    inner = int(np.prod(data.shape[axis + 1:], dtype=np.int64))
+    count = indices.size
+    buffers = [("x", t, False), ("idx", indices.ctype, False), ("y", t, True)]
+    body = [f"const IX r = i % {_n(inner)};",
+            f"const IX k = (i / {_n(inner)}) % {_n(count)};",
+            f"const IX o = i / {_n(count * inner)};",
+            f"IX j = (IX)(idx[k] % {_n(dim)});  // numpy's mode=\"wrap\"",
+            f"if (j < 0) j += {_n(dim)};",
+            f"y[i] = x[(o * {_n(dim)} + j) * {_n(inner)} + r];"]
+    source = _prelude(data, out) + _kernel("gather", buffers, out.size, body)
+    return [_per_element(source, "gather", out.size, [ref("in", 0), ref("in", 1), ref("out", 0)])]
+
+
+# -- pad ---------------------------------------------------------------------------------------
+
+_SOURCE_COORD = {  # the source of a coordinate s before (< 0) or after (>= n) the kept data
+    "edge": "s = s < 0 ? 0 : (s >= {n} ? {n} - 1 : s);",
+    "reflect": "s = s < 0 ? -s : (s >= {n} ? 2 * ({n} - 1) - s : s);",
+    "wrap": "s = s < 0 ? s + {n} : (s >= {n} ? s - {n} : s);",
+}
+
+
+@generator("kernel.pad")
+def pad(call) -> list:
+    x, out = call.ins[0], call.outs[0]
+    mode = call.config["mode"]
+    pads = call.config["pads"]
+    t = _moved(x)
+    if out.size == 0:
+        return []
+    rank = len(x.shape)
+    in_strides = strides_of(x.shape)
+    lines = ["IX off = 0;"]
+    if mode == "constant":
+        lines.append("int inside = 1;")
+    for a in range(rank):
+        begin, end = pads[a], pads[a + rank]
+        kept = x.shape[a] + min(begin, 0) + min(end, 0)  # the data left after crops
+        lead, crop = max(begin, 0), -min(begin, 0)
+        coord = _coord(out.shape, a)
+        if max(begin, end, 0) == 0:  # not padded: the coordinate maps straight through
+            lines.append(f"off += ({coord} + {_n(crop)}) * {_n(in_strides[a])};")
+            continue
+        n = _n(kept)
+        lines.append(f"{{ IX s = {coord} - {_n(lead)};")
+        if mode == "constant":
+            lines.append(f"  if (s < 0 || s >= {n}) inside = 0;")
+        else:
+            most = max(begin, end)
+            # the reference copies within the out: a source must lie in the kept data
+            fits = kept > 0 if mode == "edge" else most <= (kept - 1 if mode == "reflect"
+                                                            else kept)
+            if not fits:
+                raise Unsupported(f"{mode} pads of {most} on an axis of {kept} elements")
+            lines.append("  " + _SOURCE_COORD[mode].format(n=n))
+        lines.append(f"  off += (s + {_n(crop)}) * {_n(in_strides[a])}; }}")
+    buffers = [("x", t, False)]
+    args = [ref("in", 0)]
+    if mode == "constant":
+        value = "0"
+        if len(call.ins) > 1:
+            buffers.append(("v", t, False))
+            args.append(ref("in", 1))
+            value = "v[0]"
+        lines.append(f"y[i] = inside ? x[off] : {value};")
+    else:
+        lines.append("y[i] = x[off];")
+    buffers.append(("y", t, True))
+    source = _prelude(x, out) + _kernel("pad", buffers, out.size, lines)
+    return [_per_element(source, "pad", out.size, args + [ref("out", 0)])]
+
+
+# -- resize ------------------------------------------------------------------------------------
+
+def _table(name: str, ctype: str, values) -> str:
+    items = ", ".join(literal(v, ctype) if ctype in ("float", "double") else str(int(v))
+                      for v in values)
+    return f"__constant {ctype} {name}[{len(values)}] = {{{items}}};\n"
+
+
+def _check_tables(nbytes: int) -> None:
+    if nbytes > _CONSTANT_BUDGET:
+        raise Unsupported(f"resize tables of {nbytes} bytes exceed the {_CONSTANT_BUDGET} "
+                          f"bytes of __constant memory every device has")
+
+
+@generator("kernel.resize")
+def resize(call) -> list:
+    config = call.config
+    x, out = call.ins[0], call.outs[0]
+    if out.size == 0:
+        return []
+    if x.size == 0:
+        raise Unsupported("resizes an empty input (the host reports the error)")
+    if config["mode"] == "nearest":
+        return _resize_nearest(call)
+    return _resize_filtered(call)
+
+
+def _axis_coords(config, i: int, in_len: int):
+    from palimpsest.dialects.graph.reference.resize import _source_coords
+
+    roi, count = config["roi"], len(config["axes"])
+    axis_roi = (roi[i], roi[i + count]) if roi is not None else None
+    return _source_coords(config["coordinate_transformation_mode"], config["sizes"][i],
+                          config["scales"][i], in_len, axis_roi)
+
+
+def _resize_nearest(call) -> list:
+    from palimpsest.dialects.graph.reference.resize import _nearest_indices
+
+    config = call.config
+    x, out = call.ins[0], call.outs[0]
+    t = _moved(x)
+    in_strides = strides_of(x.shape)
+    tables, lines = [], ["IX off = 0;"]
+    extrapolates = False
+    for i, axis in enumerate(config["axes"]):
+        coords, outside = _axis_coords(config, i, x.shape[axis])
+        index = _nearest_indices(coords, config["nearest_mode"], x.shape[axis])
+        if outside is not None and outside.any():
+            index = np.where(outside, -1, index)
+            extrapolates = True
+        tables.append(_table(f"INDEX{axis}", "int", index))
+    _check_tables(4 * sum(config["sizes"]))
+    if extrapolates:
+        lines.append("int inside = 1;")
+    for axis in range(len(x.shape)):
+        coord = _coord(out.shape, axis)
+        if axis not in config["axes"]:
+            lines.append(f"off += {coord} * {_n(in_strides[axis])};")
+            continue
+        lines.append(f"{{ const IX s = INDEX{axis}[{coord}];")
+        if extrapolates:
+            lines.append("  if (s < 0) inside = 0;")
+        lines.append(f"  off += s * {_n(in_strides[axis])}; }}")
+    if extrapolates:  # the value as the out's type stores it, moved as its bits
+        value = np.asarray(config["extrapolation_value"], dtype=x.dtype)
+        bits = int(value.view(np.dtype(f"u{x.dtype.itemsize}")))
+        lines.append(f"y[i] = inside ? x[off] : ({t}){bits}UL;")
+    else:
+        lines.append("y[i] = x[off];")
+    buffers = [("x", t, False), ("y", t, True)]
+    source = _prelude(x, out) + "".join(tables) + _kernel("resize_nearest", buffers,
+                                                          out.size, lines)
+    return [_per_element(source, "resize_nearest", out.size, [ref("in", 0), ref("out", 0)])]
+
+
+def _resize_filtered(call) -> list:
+    """Linear or cubic: one launch per axis, stage to stage as the numpy kernel goes."""
+    from palimpsest.dialects.graph.reference.resize import _taps
+
+    config = call.config
+    x, out = call.ins[0], call.outs[0]
+    t = out.ctype
+    if t not in ("float", "double"):
+        raise Unsupported(f"{config['mode']} resize of {x.dtype} on the device")
+    launches = []
+    shape = list(x.shape)
+    count = len(config["axes"])
+    for i, (axis, size, scale) in enumerate(zip(config["axes"], config["sizes"],
+                                                config["scales"])):
+        in_len = shape[axis]
+        coords, outside = _axis_coords(config, i, in_len)
+        base = np.ceil(coords) - 1
+        start, weights = _taps(config["mode"], coords - base, scale,
+                               bool(config["antialias"]), config["cubic_coeff_a"])
+        taps = weights.shape[1]
+        neighbours = base[:, None].astype(np.int64) + start + np.arange(taps)[None, :]
+        if config["exclude_outside"]:
+            weights = np.where((neighbours < 0) | (neighbours >= in_len), 0.0, weights)
+            total = weights.sum(axis=1, keepdims=True)
+            weights = weights / np.where(total == 0, 1.0, total)
+        weights = weights.astype(out.dtype)
+        # tap j of out position o reads clamp(FIRST[o] + j) (the reference's clipped
+        # neighbours): one index per position keeps the tables small
+        tables = [_table("FIRST", "int", neighbours[:, 0]),
+                  _table("WEIGHT", t, weights.reshape(-1))]
+        extrapolates = outside is not None and outside.any()
+        if extrapolates:
+            tables.append(_table("OUTSIDE", "uchar", outside.astype(np.uint8)))
+        _check_tables(size * (4 + 1 + taps * out.dtype.itemsize))
+        inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+        shape[axis] = size
+        total = int(np.prod(shape, dtype=np.int64))
+        lines = [f"const IX o = (i / {_n(inner)}) % {_n(size)};",
+                 f"const IX r = i % {_n(inner)};",
+                 f"__global const {t}* row = x + (i / {_n(size * inner)}) * "
+                 f"{_n(in_len * inner)} + r;"]
+        if extrapolates:
+            value = literal(config["extrapolation_value"], t)
+            lines.append(f"if (OUTSIDE[o]) {{ y[i] = {value}; return; }}")
+        at = f"clamp(first + j, 0, {in_len - 1}) * {_n(inner)}"
+        lines += ["const int first = FIRST[o];",
+                  f"__constant const {t}* w = WEIGHT + o * {taps};",
+                  f"{t} sum = row[clamp(first, 0, {in_len - 1}) * {_n(inner)}] * w[0];",
+                  f"for (int j = 1; j < {taps}; ++j) sum += row[{at}] * w[j];",
+                  "y[i] = sum;"]
+        buffers = [("x", t, False), ("y", t, True)]
+        source = (_prelude(x, out, *call.workspaces.values()) + "".join(tables)
+                  + _kernel("resize_axis", buffers, total, lines))
+        read = ref("in", 0) if i == 0 else ref("ws", f"stage{i - 1}")
+        write = ref("out", 0) if i == count - 1 else ref("ws", f"stage{i}")
+        launches.append(_per_element(source, "resize_axis", total, [read, write]))
+    return launches
