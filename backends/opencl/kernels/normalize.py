@@ -59,7 +59,7 @@ _TYPE_MIN = {"char": "CHAR_MIN", "short": "SHRT_MIN", "int": "INT_MIN", "long": 
 _UNSIGNED_ACC = {"char": "uint", "short": "uint", "int": "uint", "long": "ulong",
                  "uchar": "uint", "ushort": "uint", "uint": "uint", "ulong": "ulong"}
 
-SUM = "{a} + {b}"
+SUM = "({a} + {b})"
 
 
 def _lowest(t: str) -> str:
