@@ -64,7 +64,47 @@ def check_input(name: str, type_: TensorType, array, shape_override=None):
         if not ok:
             raise BindingError(f"input '{name}': expected shape {format_dims(type_.shape)[:-1] or '[]'}"
                                f" ({type_}), got {describe_array(array)}")
+        check_bounds(name, type_, array.shape)
     return array
+
+
+def check_bounds(name: str, type_, shape) -> None:
+    """BindingError when a dim of `shape` exceeds its bound in `type_` (`#bounds<...>`)."""
+    for dim, (bound, actual) in enumerate(zip(type_.bounds or (), shape)):
+        if bound is not None and actual > bound:
+            raise BindingError(f"input '{name}': dim {dim} is {actual}, beyond its bound "
+                               f"{bound} ({type_})")
+
+
+def bound_input_type(name: str, type_, dims: dict):
+    """`type_` (input `name`'s) with `dims` ({dim: bound}) bounded; BindingError, one
+    line, for a dim out of range or static, or a bound below 1."""
+    if not isinstance(type_, TensorType) or type_.shape is None:
+        raise BindingError(f"input '{name}': only the dims of a ranked tensor take bounds, "
+                           f"not '{type_}'")
+    bounds = list(type_.bounds or (None,) * len(type_.shape))
+    for dim, bound in dims.items():
+        if not 0 <= dim < len(type_.shape):
+            raise BindingError(f"input '{name}': no dim {dim} to bound ('{type_}' has "
+                               f"{len(type_.shape)} dims)")
+        if type_.shape[dim] is not None:
+            raise BindingError(f"input '{name}': dim {dim} is static ({type_.shape[dim]}) in "
+                               f"'{type_}': only a '?' dim takes a bound")
+        if bound < 1:
+            raise BindingError(f"input '{name}': the bound of dim {dim} must be at least 1, "
+                               f"got {bound}")
+        bounds[dim] = bound
+    return type_.with_bounds(bounds)
+
+
+def retype_inputs(func, types) -> None:
+    """Give `func`'s arguments `types` (its function type too)."""
+    from palimpsest.ir.attributes import TypeAttr
+    from palimpsest.ir.types import FunctionType
+
+    for arg, type_ in zip(func.entry_block.args, types):
+        arg.type = type_
+    func.properties["function_type"] = TypeAttr(FunctionType(tuple(types), func.type.results))
 
 
 def bind_inputs(func, inputs: dict) -> list:
@@ -78,7 +118,7 @@ def bind_inputs(func, inputs: dict) -> list:
     for name, type_ in zip(names, func.type.inputs):
         # a buffer argument holds the tensor users think in: check and name it as one
         if isinstance(type_, ShapedType) and not isinstance(type_, TensorType):
-            type_ = TensorType(tuple(type_.shape), type_.element_type)
+            type_ = TensorType(tuple(type_.shape), type_.element_type).with_bounds(type_.bounds)
         if name not in inputs:
             raise BindingError(f"missing input '{name}' (expected {type_})")
         arrays.append(check_input(name, type_, inputs[name]))

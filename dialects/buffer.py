@@ -1,7 +1,8 @@
 """The buffer dialect: memory made explicit.
 
 `buffer<4x?xf32>` is a row-major contiguous buffer (a view may carry element strides:
-`buffer<4x4xf32, [8, 1]>`). Ops say what they do to memory through declared effects —
+`buffer<4x4xf32, [8, 1]>`; a `?` dim may carry an upper bound, as tensors do:
+`buffer<4x?xf32, #bounds<?, 1280>>`, which plan-memory places at its bound's size). Ops say what they do to memory through declared effects —
 allocate, free, read, write, alias — so analyses never guess:
 
     %b = buffer.alloc {kind = "activation"} : buffer<1x64x56x56xf32>
@@ -25,7 +26,8 @@ from palimpsest.ir.opdef import (
     register_op, result_def, type_is, variadic_operand,
 )
 from palimpsest.ir.types import (
-    IndexType, IntegerType, ShapedType, TensorType, TypeParamError, format_dims, register_type,
+    IndexType, IntegerType, ShapedType, TensorType, TypeParamError, check_bounds, format_dims,
+    register_type,
 )
 
 BUFFER_KINDS = ("input", "output", "activation", "workspace", "constant")
@@ -38,17 +40,27 @@ class BufferType(ShapedType):
     shape: tuple
     element_type: object
     strides: tuple | None = None  # in elements; None: contiguous row-major
+    encoding: object = None       # A.BoundsAttr: bounds of `?` dims (ShapedType.bounds)
 
     def __str__(self) -> str:
         extra = (A.ArrayAttr(tuple(A.IntegerAttr(s) for s in self.strides)),) if self.strides else ()
-        return self._body(extra)
+        return self._body(extra + (self.encoding,))
 
     @classmethod
     def from_params(cls, dims, params):
         if dims is None:
             raise TypeParamError("buffers must be ranked")
-        element, extra = cls._split_params(cls.keyword, dims, params, 1)
-        strides = None
+        element, extra = cls._split_params(cls.keyword, dims, params, 2)
+        strides = encoding = None
+        if extra and isinstance(extra[-1], A.BoundsAttr):
+            encoding = extra[-1]
+            problem = check_bounds(dims, encoding.bounds)
+            if problem:
+                raise TypeParamError(problem)
+            extra = extra[:-1]
+        if len(extra) > 1:
+            raise TypeParamError("too many parameters in 'buffer<...>' (strides, then "
+                                 "#bounds<...>)")
         if extra:
             layout = extra[0]
             if not isinstance(layout, A.ArrayAttr) or len(layout) != len(dims) or not all(
@@ -56,7 +68,7 @@ class BufferType(ShapedType):
                 raise TypeParamError(f"buffer strides must be [{len(dims)} non-negative "
                                      f"integers], got {layout}")
             strides = tuple(s.value for s in layout)
-        return cls(tuple(dims), element, strides)
+        return cls(tuple(dims), element, strides, encoding)
 
     @property
     def is_contiguous(self) -> bool:
@@ -65,6 +77,13 @@ class BufferType(ShapedType):
     def nbytes(self) -> int | None:
         """Bytes this buffer spans; None when a dimension is dynamic."""
         count = self.num_elements()
+        if count is None:
+            return None
+        return count * element_bytes(self.element_type)
+
+    def upper_nbytes(self) -> int | None:
+        """Bytes at its bounds (`nbytes` when static); None when a `?` dim is unbounded."""
+        count = self.upper_num_elements()
         if count is None:
             return None
         return count * element_bytes(self.element_type)
@@ -84,11 +103,17 @@ def element_bytes(element_type) -> int:
 
 
 def buffer_of(tensor: TensorType) -> BufferType:
-    return BufferType(tuple(tensor.shape), tensor.element_type)
+    """The contiguous buffer holding `tensor` (its bounds kept)."""
+    return BufferType(tuple(tensor.shape), tensor.element_type, None, _bounds_encoding(tensor))
 
 
 def tensor_of(buffer: BufferType) -> TensorType:
-    return TensorType(tuple(buffer.shape), buffer.element_type)
+    return TensorType(tuple(buffer.shape), buffer.element_type, _bounds_encoding(buffer))
+
+
+def _bounds_encoding(type_):
+    encoding = type_.encoding
+    return encoding if isinstance(encoding, A.BoundsAttr) else None
 
 
 AnyBuffer = type_is(BufferType)
@@ -167,7 +192,7 @@ class ViewOp(Operation):
         if not (isinstance(source.element_type, IntegerType) and source.element_type.width == 8):
             raise self.error(f"views a byte buffer (i8 or ui8 elements), got '{source}'")
         offset = self.properties.get("offset")
-        size = self.result.type.nbytes()
+        size = self.result.type.upper_nbytes()  # a bounded view spans its bound's bytes
         total = source.nbytes()
         if offset is not None and size is not None and total is not None:
             if offset.value < 0 or offset.value + size > total:

@@ -6,6 +6,7 @@ with the workspace rules) imports them all."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import ClassVar
 
 from palimpsest.dialects.buffer import AnyBuffer, BufferType
@@ -13,7 +14,7 @@ from palimpsest.dialects.graph import shapes as S
 from palimpsest.ir import attributes as A
 from palimpsest.ir.core import Operation
 from palimpsest.ir.opdef import (
-    READ, WRITE, MemoryEffect, PropDef, variadic_operand,
+    READ, WRITE, MemoryEffect, PropDef, operand_groups, variadic_operand,
 )
 from palimpsest.ir.types import FloatType, IntegerType, f32, f64, i32, i64
 
@@ -161,20 +162,38 @@ class KernelOp(Operation):
         raise KeyError(role)
 
     @classmethod
+    def workspace_upper(cls, role: str, in_uppers: list, config: dict) -> tuple:
+        """The largest shape of a workspace, from the ins' upper shapes (bounded `?` dims
+        at their bounds, None where unbounded). The workspace shape at those shapes,
+        unless the rule broadcasts a `?` against a static dim (then override this)."""
+        return cls.workspace_shape(role, in_uppers, config)
+
+    @classmethod
     def workspace_element(cls, role: str, in_types: list, config: dict):
         return in_types[0].element_type
 
     @classmethod
     def workspace_types(cls, in_types: list, config: dict) -> list:
-        """The workspace buffer types, in operand order (`?` where a dim is dynamic)."""
+        """The workspace buffer types, in operand order (`?` where a dim is dynamic;
+        bounded where the ins' bounds give one: a workspace never shrinks when an in
+        grows, so its shape at the ins' upper shapes bounds it)."""
         shapes = [_shape(t) for t in in_types]
-        return [BufferType(tuple(cls.workspace_shape(role, shapes, config)),
-                           cls.workspace_element(role, in_types, config))
-                for role in cls.workspace_roles(in_types, config)]
+        uppers = None
+        if any(t.bounds is not None for t in in_types):
+            uppers = [t.upper_shape for t in in_types]
+        types = []
+        for role in cls.workspace_roles(in_types, config):
+            type_ = BufferType(tuple(cls.workspace_shape(role, shapes, config)),
+                               cls.workspace_element(role, in_types, config))
+            if uppers is not None and not type_.has_static_shape:
+                type_ = _bounded(type_, cls, role, uppers, config)
+            types.append(type_)
+        return types
 
     # -- verification ----------------------------------------------------------------------------
     def verify_(self):
-        ins, outs, workspaces = self.ins, self.outs, self.workspaces
+        groups = operand_groups(self)  # the three accessors at the cost of one
+        ins, outs, workspaces = groups["ins"], groups["outs"], groups["workspaces"]
         low, high = self.arity
         if len(ins) < low or (high is not None and len(ins) > high):
             expected = f"{low}" if low == high else (
@@ -211,6 +230,18 @@ class KernelOp(Operation):
                 raise self.error(f"workspace '{role}' is '{actual}' but must be '{expected}'")
 
 
+def _bounded(type_: BufferType, cls, role: str, uppers: list, config: dict) -> BufferType:
+    try:
+        upper = cls.workspace_upper(role, uppers, config)
+    except (S.ShapeError, TypeError, ValueError):
+        return type_
+    if upper is None or len(upper) != len(type_.shape):
+        return type_
+    return type_.with_bounds([None if d is not None or u is None else max(u, 1)
+                              for d, u in zip(type_.shape, upper)])
+
+
+@lru_cache(maxsize=256)  # immutable, and a few shapes cover every kernel of a model
 def segment_sizes_attr(ins: int, outs: int, workspaces: int) -> A.DenseArrayAttr:
     return A.DenseArrayAttr(i32, (ins, outs, workspaces))
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from palimpsest.dialects.graph import shapes as S
+from palimpsest.dialects.graph.bound_rules import broadcast_upper
 from palimpsest.dialects.kernel_base import KernelOp, is_float, is_numeric
 from palimpsest.ir import attributes as A
 from palimpsest.ir.opdef import PropDef, register_op
@@ -129,3 +130,8 @@ class ElementwiseOp(KernelOp):
     @classmethod
     def workspace_shape(cls, role, in_shapes, config):
         return cls.result_shapes(in_shapes, config)[0]
+
+    @classmethod
+    def workspace_upper(cls, role, in_uppers, config):
+        # every step broadcasts some of the ins: the out is within their joint broadcast
+        return broadcast_upper(*in_uppers)

@@ -244,6 +244,18 @@ class OpaqueAttr(Attribute):
         return "#" + self.text
 
 
+@dataclass(frozen=True, slots=True, repr=False)
+class BoundsAttr(Attribute):
+    """`#bounds<8, ?, 1280>`: an upper bound per dim of a shaped type, the type's
+    encoding (StableHLO's `#stablehlo.bounds`). An int bounds a `?` dim; `?` (None) is a
+    static dim or a `?` dim without a bound. `ShapedType.bounds` reads it."""
+
+    bounds: tuple  # one int or None per dim
+
+    def __str__(self) -> str:
+        return "#bounds<" + ", ".join("?" if b is None else str(b) for b in self.bounds) + ">"
+
+
 def _rounded(values, element_type):
     """Float elements rounded to the element type's precision (f16/f32), as FloatAttr."""
     if getattr(element_type, "name", None) not in _PACK_CODES:
@@ -468,6 +480,11 @@ def array_attr(values) -> ArrayAttr:
 
 def to_python(attr: Attribute):
     """A plain Python value for simple attributes (ints, floats, strings, arrays)."""
+    kind = type(attr)  # exact types first: kernels' configs convert thousands per module
+    if kind is IntegerAttr or kind is StringAttr or kind is FloatAttr or kind is BoolAttr:
+        return attr.value
+    if kind is ArrayAttr:
+        return [to_python(a) for a in attr.value]
     if isinstance(attr, (IntegerAttr, FloatAttr, StringAttr, BoolAttr)):
         return attr.value
     if isinstance(attr, ArrayAttr):

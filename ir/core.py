@@ -31,10 +31,7 @@ class Value:
         return bool(self.uses)
 
     def users(self) -> list:
-        seen = {}
-        for op, _ in self.uses:
-            seen[id(op)] = op
-        return list(seen.values())
+        return list(dict.fromkeys([op for op, _ in self.uses]))  # each once, in use order
 
     def replace_all_uses_with(self, other: "Value") -> None:
         if other is self:
@@ -50,7 +47,9 @@ class OpResult(Value):
     __slots__ = ("op", "index")
 
     def __init__(self, type_: Type, op: "Operation", index: int, name_hint=None):
-        super().__init__(type_, name_hint)
+        self.type = type_  # Value's fields, set here: passes make thousands of results
+        self.uses = {}
+        self.name_hint = name_hint
         self.op = op
         self.index = index
 
@@ -72,6 +71,9 @@ class BlockArgument(Value):
         return self.block
 
 
+_HAS_TRAIT: dict = {}  # (op class, trait) -> bool
+
+
 class Operation:
     """Base class of every operation. Registered ops subclass it and set `name`;
     unregistered ones are `UnregisteredOp` instances carrying their own name."""
@@ -87,25 +89,27 @@ class Operation:
                  properties: dict | None = None, attributes: dict | None = None,
                  regions: Iterable["Region"] = (), successors: Iterable["Block"] = (),
                  location: Location | None = None, result_names: Iterable | None = None):
-        self.operands: list[Value] = []
+        self.operands: list[Value] = list(operands)
         self.parent: Block | None = None
         self.prev: Operation | None = None
         self.next: Operation | None = None
         self.location = location
         self.source_loc: Location | None = None
-        for index, value in enumerate(operands):
-            self.operands.append(value)
+        for index, value in enumerate(self.operands):
             value.uses[(self, index)] = None
-        names = list(result_names) if result_names is not None else None
-        self.results: list[OpResult] = [
-            OpResult(t, self, i, names[i] if names else None) for i, t in enumerate(result_types)
-        ]
+        if result_names is not None:
+            names = list(result_names)
+            self.results: list[OpResult] = [
+                OpResult(t, self, i, names[i] if names else None)
+                for i, t in enumerate(result_types)]
+        else:
+            self.results = [OpResult(t, self, i) for i, t in enumerate(result_types)]
         self.properties: dict[str, Attribute] = dict(properties) if properties else {}
         self.attributes: dict[str, Attribute] = dict(attributes) if attributes else {}
         self.regions: list[Region] = []
         for region in regions:
             self.add_region(region)
-        self.successors: list[Block] = list(successors)
+        self.successors: list[Block] = list(successors) if successors else []
 
     # -- structure ---------------------------------------------------------
     @property
@@ -184,8 +188,19 @@ class Operation:
                     if not self.is_ancestor_of(user):
                         raise ValueError(f"cannot erase '{self.name}': its result is still used")
         self.detach()
+        if not self.regions:
+            self.drop_operand_uses()
+            return
         for op in self.walk():
             op.drop_operand_uses()
+
+    def clone(self, mapping: dict | None = None) -> "Operation":
+        """A deep copy of this op, its regions, blocks and nested ops (MLIR's
+        `Operation::clone`). Operands and successors are remapped through `mapping` (old
+        value or block -> new; what it lacks is used as is), which the copy fills with
+        its results, block arguments and blocks. Properties, attributes and types are
+        shared, not copied: they are immutable, so a cloned model shares its weights."""
+        return _clone(self, {} if mapping is None else mapping)
 
     def replace_with_values(self, values) -> None:
         """Replace every use of this op's results by `values`, then erase the op."""
@@ -206,8 +221,13 @@ class Operation:
 
     @classmethod
     def has_trait(cls, trait) -> bool:
-        return any(isinstance(t, trait) if isinstance(trait, type) else t == trait
-                   for t in cls.traits)
+        key = (cls, trait)  # traits are declared once per class: answer once per pair
+        found = _HAS_TRAIT.get(key)
+        if found is None:
+            found = _HAS_TRAIT[key] = any(
+                isinstance(t, trait) if isinstance(trait, type) else t == trait
+                for t in cls.traits)
+        return found
 
     def memory_effects(self):
         """None when unknown (unregistered ops); otherwise a list of (kind, value-or-None)."""
@@ -218,6 +238,58 @@ class Operation:
 
     def __repr__(self) -> str:
         return f"<{self.name} at {self.loc.describe() if self.loc else '?'}>"
+
+
+def _clone(op: Operation, mapping: dict) -> Operation:
+    # Fills the slots directly, not through __init__ and Block.append: a session clones
+    # its whole model on every re-plan, and this is the bulk of that cost.
+    cls = type(op)
+    new = cls.__new__(cls)
+    if not op.is_registered:
+        new.__dict__["name"] = op.name
+    get = mapping.get
+    operands = [get(v, v) for v in op.operands]
+    new.operands = operands
+    for index, value in enumerate(operands):
+        value.uses[(new, index)] = None
+    new.parent = new.prev = new.next = None
+    new.location = op.location
+    new.source_loc = op.source_loc
+    new.properties = dict(op.properties)
+    new.attributes = dict(op.attributes)
+    results = []
+    for index, old in enumerate(op.results):
+        result = OpResult(old.type, new, index, old.name_hint)
+        mapping[old] = result
+        results.append(result)
+    new.results = results
+    new.regions = []
+    for region in op.regions:
+        copy = new.add_region(Region())
+        for block in region.blocks:  # all blocks first: branches may jump forward
+            twin = copy.add_block(Block([a.type for a in block.args],
+                                        [a.name_hint for a in block.args]))
+            mapping[block] = twin
+            for old, arg in zip(block.args, twin.args):
+                mapping[old] = arg
+        for block, twin in zip(region.blocks, copy.blocks):
+            last, count = None, 0
+            inner = block.first
+            while inner is not None:
+                cloned = _clone(inner, mapping)
+                cloned.parent = twin
+                cloned.prev = last
+                if last is None:
+                    twin.first = cloned
+                else:
+                    last.next = cloned
+                last = cloned
+                count += 1
+                inner = inner.next
+            twin.last = last
+            twin._count = count
+    new.successors = [get(b, b) for b in op.successors]
+    return new
 
 
 class UnregisteredOp(Operation):

@@ -33,9 +33,7 @@ class Constraint:
     def __init__(self, description: str, predicate: Callable[[Type], bool]):
         self.description = description
         self.predicate = predicate
-
-    def check(self, type_: Type) -> bool:
-        return self.predicate(type_)
+        self.check = predicate  # `check(type) -> bool`, called directly (verifier hot path)
 
     def __or__(self, other: "Constraint") -> "Constraint":
         return Constraint(f"{self.description} or {other.description}",
@@ -430,7 +428,7 @@ def _declared_effects(op):
             target = getattr(op, on)
         else:  # segment sizes once per op, not once per effect (liveness asks often)
             if groups is None:
-                groups = _groups(op)
+                groups = operand_groups(op)
             target = groups[on] if on in groups else getattr(op, on)
         if isinstance(target, list):
             result.extend((effect.kind, v) for v in target)
@@ -439,8 +437,9 @@ def _declared_effects(op):
     return result
 
 
-def _groups(op) -> dict:
-    """The op's operand groups by declared name (a value, None or a list)."""
+def operand_groups(op) -> dict:
+    """The op's operand groups by declared name (a value, None or a list): every
+    accessor at the cost of one (segment sizes are computed once)."""
     cls = type(op)
     defs = cls.operand_defs
     sizes = segment_sizes(op, op.operands, defs, "operandSegmentSizes")
@@ -508,6 +507,21 @@ def has_no_effects(op: Operation) -> bool:
     return effects is not None and all(kind in (READ, ALLOCATE, ALIAS) for kind, _ in effects)
 
 
+_MAY_ALIAS: dict = {}  # op class -> whether its results may alias its operands
+
+
+def may_alias(op: Operation) -> bool:
+    """False when `op`'s results alias nothing: its effects are the declared ones and
+    none is ALIAS. Alias analyses ask this of every use of every buffer; the answer is
+    per class, so they skip building the effects of most ops."""
+    cls = type(op)
+    found = _MAY_ALIAS.get(cls)
+    if found is None:
+        declared = op.is_registered and cls.memory_effects is _declared_effects
+        found = _MAY_ALIAS[cls] = not declared or any(e.kind == ALIAS for e in cls.effects)
+    return found
+
+
 def symbol_name(op: Operation) -> str | None:
     attr = op.properties.get("sym_name")
     return attr.value if isinstance(attr, StringAttr) else None
@@ -523,22 +537,13 @@ def symbol_ref(name: str) -> SymbolRefAttr:
 
 def verify_declaration(op: Operation) -> None:
     cls = type(op)
-    for label, items, defs, prop in (
-        ("operands", op.operands, cls.operand_defs, "operandSegmentSizes"),
-        ("results", op.results, cls.result_defs, "resultSegmentSizes"),
-    ):
-        sizes = segment_sizes(op, items, defs, prop)
-        if isinstance(sizes, str):
-            raise op.error(f"{label}: {sizes}")
-        position = 0
-        for definition, size in zip(defs, sizes):
-            for value in items[position:position + size]:
-                if not definition.constraint.check(value.type):
-                    noun = "operand" if label == "operands" else "result"
-                    raise op.error(
-                        f"{noun} #{position} ('{definition.field_name}') must be "
-                        f"{definition.constraint.description}, but got '{value.type}'")
-                position += 1
+    _verify_values(op, "operand", op.operands, cls.operand_defs, "operandSegmentSizes",
+                   cls.direct_operands)
+    _verify_values(op, "result", op.results, cls.result_defs, "resultSegmentSizes",
+                   cls.direct_results)
+    if not op.regions and not cls.region_defs:
+        _verify_properties(op, cls)
+        return
     region_sizes = segment_sizes(op, op.regions, cls.region_defs, None)
     if isinstance(region_sizes, str):
         raise op.error(f"regions: {region_sizes}")
@@ -547,6 +552,33 @@ def verify_declaration(op: Operation) -> None:
         for region in (regions if isinstance(regions, list) else [regions]):
             if region is not None and definition.single_block and len(region.blocks) > 1:
                 raise op.error(f"region '{definition.field_name}' must have at most one block")
+    _verify_properties(op, cls)
+
+
+def _verify_values(op: Operation, noun: str, items, defs, segment_prop, direct) -> None:
+    """Operands or results against their declarations: group sizes and constraints."""
+    sizes = None  # one item per declaration (checked here, no segment sizes to compute)
+    if not (direct and len(items) == len(defs)):
+        sizes = segment_sizes(op, items, defs, segment_prop)
+        if isinstance(sizes, str):
+            raise op.error(f"{noun}s: {sizes}")
+    position = 0
+    for index, definition in enumerate(defs):
+        size = 1 if sizes is None else sizes[index]
+        constraint = definition.constraint
+        if constraint is AnyType:
+            position += size
+            continue
+        for value in items[position:position + size]:
+            if not constraint.check(value.type):
+                raise op.error(
+                    f"{noun} #{position} ('{definition.field_name}') must be "
+                    f"{constraint.description}, but got '{value.type}'")
+            position += 1
+
+
+def _verify_properties(op: Operation, cls) -> None:
+    """Properties, traits and the op's own verifier (after operands, results, regions)."""
     for name, definition in cls.prop_defs.items():
         value = op.properties.get(name)
         if value is None:

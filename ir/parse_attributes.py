@@ -267,8 +267,25 @@ class AttributeActions:
         return A.TypeAttr(children[0])
 
     def DIALECT_ATTR(self, token):
+        if token.startswith("#bounds<"):
+            return self._bounds(token)
         self.check_dialect(token[1:], token, "attribute")
         return A.OpaqueAttr(str(token)[1:])
+
+    def _bounds(self, token):
+        """`#bounds<8, ?, 1280>` (types.ShapedType.bounds): an int or `?` per dim."""
+        body = token[len("#bounds<"):-1].strip()
+        bounds = []
+        for entry in (body.split(",") if body else []):
+            entry = entry.strip()
+            if entry == "?":
+                bounds.append(None)
+                continue
+            try:
+                bounds.append(int(entry))
+            except ValueError:
+                self.fail(f"expected an integer or '?' in {token}, got '{entry}'", token)
+        return A.BoundsAttr(tuple(bounds))
 
     def _float_bits(self, bits, type_, token) -> float:
         """The float whose bit pattern is the hex literal `bits` (MLIR's spelling of

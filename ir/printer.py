@@ -7,6 +7,7 @@ gave (`%x`) is kept when it is not a number, every other value gets the next num
 from __future__ import annotations
 
 import os
+import re
 
 from palimpsest.ir import attributes as A
 from palimpsest.ir.core import Block, Operation, Region
@@ -17,9 +18,13 @@ from palimpsest.ir.types import FunctionType
 _FUNC_PROPS = ("sym_name", "function_type", "sym_visibility", "arg_attrs", "res_attrs")
 
 
+# A name the text can spell: ASCII letters, digits and `_$.-`, not starting with a digit.
+# (A regex: value_names runs this on every value, e.g. in each plan-memory.)
+_VALID_HINT = re.compile(r"[A-Za-z_$.\-][A-Za-z0-9_$.\-]*")
+
+
 def _is_valid_hint(hint: str) -> bool:
-    return bool(hint) and not hint[0].isdigit() and all(
-        c.isalnum() or c in "_$.-" for c in hint) and hint.isascii()
+    return bool(hint) and _VALID_HINT.fullmatch(hint) is not None
 
 
 class Printer:

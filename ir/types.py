@@ -119,6 +119,36 @@ def format_dims(shape) -> str:
     return "".join(("?" if d is None else str(d)) + "x" for d in shape)
 
 
+def check_bounds(shape, bounds) -> str | None:
+    """Why `bounds` (one int or None per dim) cannot bound a type of `shape`; None when
+    they can: one entry per dim, a bound only on a `?` dim, and at least 1."""
+    if shape is None:
+        return "an unranked type cannot have bounds"
+    if len(bounds) != len(shape):
+        return (f"#bounds<...> has {len(bounds)} entr{'y' if len(bounds) == 1 else 'ies'} "
+                f"for {len(shape)} dim{'' if len(shape) == 1 else 's'}")
+    for index, (dim, bound) in enumerate(zip(shape, bounds)):
+        if bound is None:
+            continue
+        if dim is not None:
+            return f"dim {index} is static ({dim}): only a '?' dim takes a bound"
+        if bound < 1:
+            return f"the bound of dim {index} must be at least 1, got {bound}"
+    return None
+
+
+_BOUNDS_ATTR = None
+
+
+def _bounds_attr():
+    """attributes.BoundsAttr (imported late: attributes imports this module)."""
+    global _BOUNDS_ATTR
+    if _BOUNDS_ATTR is None:
+        from palimpsest.ir.attributes import BoundsAttr
+        _BOUNDS_ATTR = BoundsAttr
+    return _BOUNDS_ATTR
+
+
 class ParametricType(Type):
     """Base for `keyword<...>` types. Subclasses set `keyword` and implement
     `from_params(dims, params)` where dims is a tuple (or None when unranked, or ()
@@ -157,6 +187,57 @@ class ShapedType(ParametricType):
             n *= d
         return n
 
+    # -- bounded `?` dims: an upper bound per dim in the type's encoding, `#bounds<...>` --
+    @property
+    def bounds(self) -> tuple | None:
+        """One int (the bound of a `?` dim) or None per dim; None when nothing is bounded."""
+        encoding = getattr(self, "encoding", None)
+        if encoding is None:  # the common case, kept cheap: infer-shapes asks per operand
+            return None
+        return encoding.bounds if isinstance(encoding, _bounds_attr()) else None
+
+    @property
+    def upper_shape(self) -> tuple | None:
+        """The shape with every bounded `?` dim at its bound (still None where a `?` dim
+        has no bound): the largest shape a value of this type can have."""
+        if self.shape is None:
+            return None
+        bounds = self.bounds
+        if bounds is None:
+            return tuple(self.shape)
+        return tuple(b if d is None else d for d, b in zip(self.shape, bounds))
+
+    @property
+    def is_bounded(self) -> bool:
+        """Dynamic, but with every `?` dim bounded: its size at the bound is known."""
+        upper = self.upper_shape
+        return (not self.has_static_shape and upper is not None
+                and all(d is not None for d in upper))
+
+    def upper_num_elements(self) -> int | None:
+        """Elements at the bound (the static count when static); None when unbounded."""
+        upper = self.upper_shape
+        if upper is None or any(d is None for d in upper):
+            return None
+        n = 1
+        for d in upper:
+            n *= d
+        return n
+
+    def with_bounds(self, bounds):
+        """This type with `bounds` (one int or None per dim; None or all None: no bounds).
+        ValueError when they do not fit the shape (see `check_bounds`)."""
+        from dataclasses import replace
+
+        if bounds is not None and all(b is None for b in bounds):
+            bounds = None
+        if bounds is None:
+            return replace(self, encoding=None) if self.bounds is not None else self
+        problem = check_bounds(self.shape, bounds)
+        if problem:
+            raise ValueError(f"{problem} ('{self}')")
+        return replace(self, encoding=_bounds_attr()(tuple(bounds)))
+
     def _body(self, extra: tuple = ()) -> str:
         dims = "*x" if self.shape is None else format_dims(self.shape)
         parts = [dims + str(self.element_type)]
@@ -189,7 +270,12 @@ class TensorType(ShapedType):
     @classmethod
     def from_params(cls, dims, params):
         element, extra = cls._split_params(cls.keyword, dims, params, 1)
-        return cls(dims, element, extra[0] if extra else None)
+        encoding = extra[0] if extra else None
+        if isinstance(encoding, _bounds_attr()):
+            problem = check_bounds(dims, encoding.bounds)
+            if problem:
+                raise TypeParamError(problem)
+        return cls(dims, element, encoding)
 
 
 @register_type

@@ -15,7 +15,8 @@ The rules, per function (graph ops at the top level of its body):
 - Every other graph op gets one `buffer.alloc` per result and a `buffer.compute` that
   writes them. A result with `?` dims gets an alloc with `?` dims and **no size operands**:
   such a buffer is sized at run time by the op that first writes it (the alloc reserves
-  nothing until then).
+  nothing until then). Bounds of `?` dims (`#bounds<...>`) stay on the buffer type, so
+  plan-memory can place it at its bound.
 - **In place**: when an op declares `InPlace` (ir.opdef; the graph dialect's elementwise
   ops and activations), result 0 reuses the storage of an operand instead of a new alloc
   if that operand (1) dies at the op: no later use of any value sharing its storage
@@ -45,6 +46,7 @@ The rules, per function (graph ops at the top level of its body):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from palimpsest.dialects.buffer import (
     AllocOp, BufferType, ComputeOp, ConstantOp, CopyOp, DimOp, ReshapeOp, buffer_of,
@@ -265,7 +267,7 @@ class _Function:
         properties = {"op": A.StringAttr(op.name)}
         for key, value in op.properties.items():
             properties["graphSegmentSizes" if key == "operandSegmentSizes" else key] = value
-        properties["operandSegmentSizes"] = A.DenseArrayAttr(i32, (len(ins), len(outs)))
+        properties["operandSegmentSizes"] = _segment_sizes(len(ins), len(outs))
         self._insert(op, ComputeOp(ins + outs, [], properties, dict(op.attributes)))
 
     def _in_place_operand(self, op: Operation, position: int) -> int | None:
@@ -388,11 +390,17 @@ class _Function:
                 dim_op = DimOp([source], [IndexType()], {"index": A.IntegerAttr(index)})
                 sizes.append(self._insert(anchor, dim_op).results[0])
         name = f"{value.name_hint}_out" if value.name_hint else None
-        alloc = self._alloc(anchor, BufferType(type_.shape, type_.element_type), name,
+        alloc = self._alloc(anchor, BufferType(type_.shape, type_.element_type, None,
+                                               type_.encoding), name,
                             kind="output", sizes=sizes)
         self._insert(anchor, CopyOp([source, alloc.results[0]], []))
         self.result.output_copies += 1
         return alloc.results[0]
+
+
+@lru_cache(maxsize=256)  # immutable: one per (ins, outs) count, shared by the computes
+def _segment_sizes(ins: int, outs: int) -> A.DenseArrayAttr:
+    return A.DenseArrayAttr(i32, (ins, outs))
 
 
 def _type_of(buffer_value):

@@ -10,8 +10,9 @@ from palimpsest.passes.pass_manager import ModulePass, register_pass
 
 
 def is_trivially_dead(op: Operation) -> bool:
-    if any(result.uses for result in op.results):
-        return False
+    for result in op.results:
+        if result.uses:
+            return False
     if not op.results and not op.regions and not is_pure(op):
         # an op with no results is kept for what it does or declares (a symbol such as
         # memory.pool, the pool map), unless it is declared pure

@@ -7,12 +7,18 @@ of a tensor with `?` dims is a vector with unknown elements, and the gathers, co
 slices, casts and arithmetic on it keep the elements that are known. A value whose
 elements all become known is materialized as a `graph.constant`, so the reshape that
 consumes it gets a constant shape operand and a static result.
+
+Bounds: a `?` dim may carry an upper bound (`#bounds<...>`, from the IR or the command
+line). Each op's bound rule (dialects/graph/bound_rules.py) gives its results' `?` dims
+the bounds that follow from its operands', where the op declares one; an unknown element
+of a shape vector that is known to equal a bounded dim counts at that bound.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from palimpsest.dialects.graph.bound_rules import with_upper
 from palimpsest.dialects.graph.ops_base import (
     Args, GraphOp, ShapeError, constant_values, refine_type,
 )
@@ -30,6 +36,7 @@ class InferShapesResult:
     folded: int = 0           # ops replaced by graph.constant
     erased: int = 0           # ops left unused by folding and erased
     functions: list = field(default_factory=list)  # names of functions retyped
+    bounded: int = 0          # result types given (tighter) bounds
 
 
 class _State:
@@ -41,6 +48,8 @@ class _State:
         self.known: dict = {}
         self.symbolic: dict = {}
         self.tokens: dict = {}
+        self.token_bounds: dict = {}  # token -> the bound of the dim it names
+        self.foldable: list = []      # ops to replace by constants, once the walk is done
 
     def known_of(self, value):
         if value not in self.known:
@@ -58,7 +67,26 @@ class _State:
             serial = len(self.tokens)
             self.tokens[value] = None if shape is None else [
                 ("dim", serial, i) if d is None else None for i, d in enumerate(shape)]
+            for token, bound in zip(self.tokens[value] or (), value.type.bounds or ()):
+                if token is not None and bound is not None:
+                    self.token_bounds[token] = bound
         return self.tokens[value]
+
+    def upper_values_of(self, value):
+        """Known values where a token of a bounded dim is that bound (see Args)."""
+        values = self.symbolic_of(value)
+        if values is None or value not in self.symbolic:
+            return values
+        return [self.token_bounds.get(v) if v is not None and not isinstance(v, (int, float))
+                else v for v in values]
+
+    def has_bounds(self, operands, types) -> bool:
+        """Whether an operand has bounded dims, or values holding a bounded dim."""
+        return any(isinstance(t, TensorType) and t.bounds is not None for t in types) or (
+            bool(self.token_bounds) and any(
+                v in self.symbolic and any(w in self.token_bounds for w in self.symbolic[v]
+                                           if not isinstance(w, (int, float)))
+                for v in operands))
 
 
 class _Lazy:
@@ -87,12 +115,27 @@ def infer_shapes(root: Operation, fold: bool = True) -> InferShapesResult:
     returns = _retypable_returns(root)
     state = _State()
     for op in root.walk():
-        if not isinstance(op, GraphOp) or op.parent is None:
+        if not isinstance(op, GraphOp) or op.parent is None or _settled_constant(op):
             continue
         _visit(op, state, returns, fold, result)
+    # Folded last to first: a chain of ops whose values are all known (Shape → Gather →
+    # Concat) becomes one constant, for its last op, whose inputs are then erased as
+    # orphans; folding each op as it was visited made a constant per op that the next
+    # fold orphaned. Ops visited later read known values from `state`, not constants.
+    for op in reversed(state.foldable):
+        if op.parent is not None:
+            _materialize(op, state, result)
     for fn, ret in returns.values():
         _retype_function(fn, ret, result)
     return result
+
+
+def _settled_constant(op: GraphOp) -> bool:
+    """A graph.constant typed as its value (as the verifier requires): there is nothing
+    to infer, and its elements are read lazily, by the ops that use them
+    (`_State.known_of`). Models are often half constants, so this halves the visits."""
+    return op.name == "graph.constant" and op.results[0].type == getattr(
+        op.properties.get("value"), "type", None)
 
 
 def _retypable_returns(root: Operation) -> dict:
@@ -153,6 +196,8 @@ def _visit(op: GraphOp, state: _State, returns: dict, fold: bool,
             if refined != value.type and _retypable(value, returns):
                 value.type = refined
                 result.refined += 1
+    if state.has_bounds(operands, types):
+        _bound(op, state, returns, result)
     result_types = [r.type for r in op.results]
     try:
         folded = cls.fold_values(args, result_types)
@@ -175,7 +220,22 @@ def _visit(op: GraphOp, state: _State, returns: dict, fold: bool,
                 and any(v is not None and not isinstance(v, (int, float)) for v in values):
             state.symbolic[value] = values
     if fold and op.name != "graph.constant":
-        _materialize(op, state, result)
+        state.foldable.append(op)
+
+
+def _bound(op: GraphOp, state: _State, returns: dict, result: InferShapesResult) -> None:
+    """Bound the `?` dims of `op`'s results by its bound rule (bound_rules.py)."""
+    cls = type(op)
+    operands = op.operands
+    args = Args(cls, [v.type for v in operands], op.properties,
+                _Lazy(operands, state.known_of), len(op.results),
+                upper_values=_Lazy(operands, state.upper_values_of))
+    uppers = cls.bound_rule(args)
+    for value, upper in zip(op.results, uppers or ()):
+        bounded = with_upper(value.type, upper)
+        if bounded != value.type and _retypable(value, returns):
+            value.type = bounded
+            result.bounded += 1
 
 
 def _fits(value, values) -> bool:

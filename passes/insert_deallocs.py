@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from palimpsest.dialects.buffer import BufferType, DeallocOp
 from palimpsest.ir.core import Block, Operation, Value
-from palimpsest.ir.opdef import ALIAS, IsTerminator
+from palimpsest.ir.opdef import ALIAS, IsTerminator, may_alias
 from palimpsest.passes.pass_manager import ModulePass, register_pass
 
 FREED_KINDS = ("activation", "workspace")
@@ -44,6 +44,8 @@ def alias_closure(value: Value) -> list[Value]:
 
 
 def _aliased_results(op: Operation) -> list[Value]:
+    if not may_alias(op):
+        return []
     effects = op.memory_effects()
     if effects is None:  # unknown op: any buffer it returns may alias its operands
         return [r for r in op.results if isinstance(r.type, BufferType)]

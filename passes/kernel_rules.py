@@ -12,7 +12,7 @@ from palimpsest.dialects import kernel as K
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.ir import attributes as A
 from palimpsest.ir.core import Operation
-from palimpsest.ir.opdef import OPTIONAL, SINGLE, lookup_op, segment_sizes
+from palimpsest.ir.opdef import OPTIONAL, SINGLE, lookup_op, operand_groups, segment_sizes
 from palimpsest.ir.types import f32
 
 # ---------------------------------------------------------------------------
@@ -30,11 +30,16 @@ class _Compute:
             if "." not in key and key not in props:
                 props[key] = value
         self.props = props
-        self.ins = list(op.ins)
-        self.outs = list(op.outs)
+        groups = operand_groups(op)
+        self.ins = list(groups["ins"])
+        self.outs = list(groups["outs"])
         self.graph_class = lookup_op(self.name)
         self.slots: dict = {}
-        if self.graph_class is not None:
+        graph_class = self.graph_class
+        if graph_class is not None and graph_class.direct_operands \
+                and len(self.ins) == len(graph_class.operand_defs):  # one in per operand
+            self.slots = {d.field_name: v for d, v in zip(graph_class.operand_defs, self.ins)}
+        elif graph_class is not None:
             sizes = segment_sizes(SimpleNamespace(properties=props), self.ins,
                                   self.graph_class.operand_defs, "operandSegmentSizes")
             if not isinstance(sizes, str):
@@ -87,8 +92,12 @@ def _constant_values(value) -> list | None:
     return dense_values(owner.properties.get("value"))
 
 
+_SMALL_INTS = tuple(A.IntegerAttr(i) for i in range(256))  # wiring, axes: shared, immutable
+
+
 def _i(value) -> A.IntegerAttr:
-    return A.IntegerAttr(int(value))
+    value = int(value)
+    return _SMALL_INTS[value] if 0 <= value < 256 else A.IntegerAttr(value)
 
 
 def _f(value) -> A.FloatAttr:
@@ -422,29 +431,35 @@ RULES = {
 
 def _fits(cls, ins, outs, props) -> bool:
     """Whether the kernel op would verify: operand types, result types, properties."""
+    return _fitting_config(cls, ins, outs, props) is not None
+
+
+def _fitting_config(cls, ins, outs, props) -> dict | None:
+    """The kernel's config (`config_of(props)`) when the kernel op would verify; None
+    when it would not (`emit` reuses the config)."""
     for name, definition in cls.prop_defs.items():
         attr = props.get(name)
         if attr is None:
             if not definition.optional and name != "operandSegmentSizes":
-                return False
+                return None
         elif not isinstance(attr, definition.attr_class) or (
                 definition.check is not None and definition.check(attr)):
-            return False
+            return None
     config = cls.config_of(props)
     in_types = [v.type for v in ins]
     try:
         if cls.check(in_types, config):
-            return False
+            return None
         shapes = cls.result_shapes([tuple(t.shape) for t in in_types], config)
         elements = cls.result_elements(in_types, config)
         cls.workspace_types(in_types, config)
     except (S.ShapeError, KeyError, TypeError, IndexError, ValueError):
-        return False
+        return None
     if len(outs) != len(shapes):
-        return False
+        return None
     for value, shape, element in zip(outs, shapes, elements):
         if value.type.element_type != element:
-            return False
+            return None
         if shape is not None and not K._compatible(shape, value.type.shape):
-            return False
-    return True
+            return None
+    return config

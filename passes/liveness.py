@@ -27,8 +27,10 @@ The rules:
   deallocs ignored.
 - An input lives from the function's entry to its last use; an output from its first
   access to the function's exit; a constant the whole run.
-- Sizes are bytes of static shapes; a buffer with a dynamic dimension is `dynamic`
-  (size None) and left out of static planning.
+- Sizes are bytes of static shapes; a buffer whose `?` dims all carry bounds
+  (`#bounds<...>`) has the bytes of its bounds (`bounded`: its worst case, planned
+  statically); one with an unbounded `?` dim is `dynamic` (size None) and left out of
+  static planning.
 
 `test-print-liveness` prints one comment line per buffer to stderr, e.g.
 
@@ -67,6 +69,7 @@ class BufferLiveness:
     written: bool = False       # some op writes it (or an alias of it)
     first_access: int | None = None  # None when nothing accesses it
     last_access: int | None = None
+    bounded: bool = False       # `?` dims, all bounded: `size` is the bytes at the bounds
 
     @property
     def dynamic(self) -> bool:
@@ -122,12 +125,16 @@ def functions_of(module: Operation) -> list:
 
 # ---------------------------------------------------------------------------- aliases
 
-def alias_results(op: Operation, value: Value) -> list:
-    """The results of `op` that alias `value`, one of its operands."""
+_ASK = object()  # "effects not given": ask the op
+
+def alias_results(op: Operation, value: Value, effects=_ASK) -> list:
+    """The results of `op` that alias `value`, one of its operands (`effects`: the op's
+    memory effects, when the caller has them)."""
     buffers = [r for r in op.results if isinstance(r.type, BufferType)]
     if not buffers:
         return []
-    effects = op.memory_effects() if op.is_registered else None
+    if effects is _ASK:
+        effects = op.memory_effects() if op.is_registered else None
     if effects is None or op.name == "func.call":
         return buffers  # unknown: assume the worst
     declared = [e for e in type(op).effects if e.kind == ALIAS]
@@ -195,6 +202,14 @@ def compute_liveness(func: Operation) -> Liveness:
             roots.append((op.result, kind.value if kind is not None else "activation", op,
                           op.parent, False))
 
+    effects: dict = {}  # op -> its memory effects: asked once, not once per use
+
+    def effects_of(user: Operation):
+        found = effects.get(user, _ASK)
+        if found is _ASK:
+            found = effects[user] = user.memory_effects() if user.is_registered else None
+        return found
+
     buffers, by_value = [], {}
     for value, kind, op, home, external in roots:
         closure = [value]
@@ -205,7 +220,7 @@ def compute_liveness(func: Operation) -> Liveness:
             current = closure[index]
             index += 1
             for user in current.users():
-                for result in alias_results(user, current):
+                for result in alias_results(user, current, effects_of(user)):
                     if result not in members:
                         members.add(result)
                         closure.append(result)
@@ -216,14 +231,14 @@ def compute_liveness(func: Operation) -> Liveness:
         for current in closure:
             for user in current.users():
                 lo, hi = span(user, home)
-                if isinstance(user, DeallocOp) or _only_frees(user, current):
+                if isinstance(user, DeallocOp) or _only_frees(effects_of(user), current):
                     dealloc_end = hi if dealloc_end is None else max(dealloc_end, hi)
                     continue
-                if user in alias_ops and _only_aliases(user, current):
+                if user in alias_ops and _only_aliases(user, effects_of(user), current):
                     continue
                 first = lo if first is None else min(first, lo)
                 last = hi if last is None else max(last, hi)
-                if not written and _writes(user, current):
+                if not written and _writes(effects_of(user), current):
                     written = True
         own = positions.get(op) if op is not None else 0
         if external:
@@ -241,34 +256,34 @@ def compute_liveness(func: Operation) -> Liveness:
         if kind not in ("workspace", "constant") and dealloc_end is not None and dealloc_end > end:
             end = dealloc_end
         size = value.type.nbytes()
+        bounded = size is None and value.type.upper_nbytes() is not None
+        if bounded:
+            size = value.type.upper_nbytes()
         alignment = None
         if isinstance(op, AllocOp) and "alignment" in op.properties:
             alignment = op.properties["alignment"].value
         record = BufferLiveness(value, kind, start, max(end, start), size, alignment, op,
-                                closure[1:], external, written, first, last)
+                                closure[1:], external, written, first, last, bounded)
         buffers.append(record)
         by_value[value] = record
     return Liveness(func, ops, buffers, by_value, positions)
 
 
-def _only_frees(op: Operation, value: Value) -> bool:
-    effects = op.memory_effects() if op.is_registered else None
+def _only_frees(effects, value: Value) -> bool:
     if not effects:
         return False
     on_value = [kind for kind, v in effects if v is value]
     return bool(on_value) and all(kind == FREE for kind in on_value)
 
 
-def _only_aliases(op: Operation, value: Value) -> bool:
-    """True when `op` touches `value` only to make an alias of it."""
-    effects = op.memory_effects() if op.is_registered else None
+def _only_aliases(op: Operation, effects, value: Value) -> bool:
+    """True when `op` (with memory `effects`) touches `value` only to make an alias of it."""
     if effects is None or op.name == "func.call":
         return False
     return not any(v is value and kind != ALIAS for kind, v in effects)
 
 
-def _writes(op: Operation, value: Value) -> bool:
-    effects = op.memory_effects() if op.is_registered else None
+def _writes(effects, value: Value) -> bool:
     if effects is None:
         return True
     return any(kind == WRITE and v is value for kind, v in effects)
@@ -292,6 +307,8 @@ def format_liveness(liveness: Liveness, names: dict | None = None) -> list[str]:
     lines = [f"{prefix} {len(liveness.ops)} ops"]
     for record in liveness.buffers:
         size = "dynamic" if record.dynamic else f"{record.size} bytes"
+        if record.bounded:
+            size += " (at its bounds)"
         text = (f"{prefix} {names.get(record.value, '%?')} [{record.start}, {record.end}] "
                 f"{size} {record.kind}")
         if record.external:

@@ -55,7 +55,9 @@ from palimpsest.ir.core import Operation
 from palimpsest.passes.fuse_elementwise import (  # noqa: F401
     BETWEEN_OK, _as_step, _chain_out, _chains, _root, _Step,
 )
-from palimpsest.passes.kernel_rules import RULES, _Compute, _fits, _i  # noqa: F401
+from palimpsest.passes.kernel_rules import (  # noqa: F401
+    RULES, _Compute, _fits, _fitting_config, _i,
+)
 from palimpsest.passes.pass_manager import ModulePass, register_pass
 
 
@@ -83,11 +85,13 @@ class _Lowering:
         anchor.parent.insert_before(anchor, op)
         return op
 
-    def emit(self, anchor: Operation, cls, ins: list, outs: list, props: dict) -> tuple:
+    def emit(self, anchor: Operation, cls, ins: list, outs: list, props: dict,
+             config: dict | None = None) -> tuple:
         """`cls` on ins/outs before `anchor`, its workspaces allocated right before it
-        and freed right after it: (the kernel op, the last op inserted)."""
+        and freed right after it: (the kernel op, the last op inserted). `config`: the
+        kernel's `config_of(props)`, when the caller has it."""
         in_types = [v.type for v in ins]
-        config = cls.config_of(props)
+        config = cls.config_of(props) if config is None else config
         roles = cls.workspace_roles(in_types, config)
         types = cls.workspace_types(in_types, config)
         hint = outs[0].name_hint if outs and outs[0].name_hint else None
@@ -126,9 +130,11 @@ class _Lowering:
     def compute(self, c: _Compute) -> None:
         rule = RULES.get(c.name)
         lowered = rule(c) if rule is not None else None
-        if lowered is not None and _fits(lowered[0], lowered[1], c.outs, lowered[2]):
+        config = None if lowered is None else _fitting_config(lowered[0], lowered[1], c.outs,
+                                                               lowered[2])
+        if config is not None:
             cls, ins, props = lowered
-            self.emit(c.op, cls, ins, c.outs, props)
+            self.emit(c.op, cls, ins, c.outs, props, config)
         else:
             self.generic(c)
         c.op.erase()
@@ -145,8 +151,9 @@ class _Lowering:
                                                           for v in step.args)),))}
         if step.props:
             props["step_props"] = A.ArrayAttr((A.DictionaryAttr.of(step.props),))
-        if _fits(K.ElementwiseOp, ins, [step.out], props):
-            self.emit(step.op, K.ElementwiseOp, ins, [step.out], props)
+        config = _fitting_config(K.ElementwiseOp, ins, [step.out], props)
+        if config is not None:
+            self.emit(step.op, K.ElementwiseOp, ins, [step.out], props, config)
         else:
             self.generic(step.compute)
         step.op.erase()
@@ -174,10 +181,11 @@ class _Lowering:
             props["step_props"] = A.ArrayAttr(tuple(A.DictionaryAttr.of(s.props)
                                                     for s in chain))
         out = _chain_out(chain)
-        if not _fits(K.ElementwiseOp, ins, [out], props):
+        config = _fitting_config(K.ElementwiseOp, ins, [out], props)
+        if config is None:
             return False
         first, last = chain[0].op, chain[-1].op
-        kernel, anchor = self.emit(last, K.ElementwiseOp, ins, [out], props)
+        kernel, anchor = self.emit(last, K.ElementwiseOp, ins, [out], props, config)
         # deallocs between the fused computes that free what the chain reads move after it
         read_roots = {_root(v) for v in ins}
         intermediates = _unique([s.out for s in chain[:-1] if s.out is not out])

@@ -2,8 +2,9 @@
 
     liveness → pool mapping → a planner per pool → check → rewrite
 
-Every `buffer.alloc` with a static shape becomes a typed view at a byte offset of its
-pool's arena:
+Every `buffer.alloc` with a static shape — or with `?` dims that all carry a bound
+(`buffer<?x64xf32, #bounds<128, ?>>`, placed at its bound's size, its worst case) —
+becomes a typed view at a byte offset of its pool's arena:
 
     %arena = memory.arena @activations : buffer<12544xi8>          // at function entry
     %t = buffer.view %arena {kind = "activation", offset = 4096}
@@ -32,7 +33,9 @@ so a large input's memory is reused once it is consumed (Glow #5011). The functi
 buffer arguments are the caller's memory and are never planned.
 
 Not planned: constants (`buffer.constant`, and allocs of kind "constant"), and buffers
-with a dynamic dimension (left as allocs; the dynamic fallback handles them).
+with an unbounded dynamic dimension (left as allocs; the dynamic fallback handles them).
+A bounded view keeps its `?` dims: the runtime views its slot at the shape the op that
+writes it produces, which must fit the bounds.
 
 A planned function's buffers sit at fixed offsets, so a `func.call` to a function with
 planned buffers is refused (a diagnostic at the call): inline it first.
@@ -116,6 +119,7 @@ class FunctionPlan:
     pools: list = field(default_factory=list)       # PoolPlan
     buffers: list = field(default_factory=list)     # PlacedBuffer, in program order
     dynamic: list = field(default_factory=list)     # names of buffers left dynamic
+    bounded: list = field(default_factory=list)     # names of buffers planned at their bounds
     lower_bound: int = 0  # all planned buffers together, as if in one pool
     external: int = 0     # bytes of static inputs the caller holds (arguments not planned)
 
@@ -151,6 +155,9 @@ class PlanReport:
                 out.append(f"plan-memory @{fn.function}: pool @{pool.pool}: {pool.size} bytes "
                            f"used, lower bound {pool.lower_bound}, ratio {pool.ratio:.4f} "
                            f"({_count(pool.buffers, 'buffer')}, {capacity}, {pool.algorithm})")
+            if fn.bounded:
+                out.append(f"plan-memory @{fn.function}: {_count(len(fn.bounded), 'buffer')} "
+                           f"planned at their bounds: {', '.join(fn.bounded)}")
             if fn.dynamic:
                 out.append(f"plan-memory @{fn.function}: {_count(len(fn.dynamic), 'dynamic buffer')} "
                            f"left to the runtime: {', '.join(fn.dynamic)}")
@@ -170,6 +177,7 @@ class PlanReport:
                              "size": b.size, "interval": [b.start, b.end], "class": b.kind}
                             for b in fn.buffers],
                 "dynamic": list(fn.dynamic),
+                "bounded": list(fn.bounded),
             } for fn in self.functions],
         }
 
@@ -440,6 +448,7 @@ def _function_plan(liveness, names, items, placement, how, pools) -> FunctionPla
     fn.dynamic = [names.get(r.value, "%?") for r in liveness.buffers
                   if (r.is_alloc or r.external) and r.dynamic]
     planned = {id(it.record) for it in items}
+    fn.bounded = [names.get(it.record.value, "%?") for it in items if it.record.bounded]
     fn.external = sum(r.size for r in liveness.buffers
                       if r.external and not r.dynamic and id(r) not in planned)
     return fn

@@ -25,6 +25,11 @@ def build_argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="seed for --random-inputs")
     parser.add_argument("--shape", action="append", default=[], metavar="NAME=1x3x224x224",
                         help="shape for a random input with dynamic dims (repeatable)")
+    parser.add_argument("--bound", action="append", default=[], metavar="NAME=DIM:BOUND,...",
+                        help="bound dynamic dims of an input, e.g. x=0:8,2:1280 (x's dim 0 "
+                             "<= 8, dim 2 <= 1280; repeatable): bounded buffers are planned "
+                             "statically at their bounds, in one plan for every shape within "
+                             "them")
     parser.add_argument("--output-dir", help="write each output as NAME.npy into this directory")
     parser.add_argument("--function", help="function to run (default: main, or the only one)")
     parser.add_argument("--level", choices=list(LEVELS), default="planned",
@@ -68,6 +73,48 @@ def _parse_assignments(items, what):
             raise UserError(f"{what} '{item}' must look like NAME=VALUE")
         result[name] = value
     return result
+
+
+def _parse_bounds(items) -> dict:
+    """`--bound x=0:8,2:1280` (repeatable) -> {"x": {0: 8, 2: 1280}}."""
+    bounds: dict = {}
+    for item in items:
+        name, eq, text = item.partition("=")
+        dims = {}
+        try:
+            if not eq or not name:
+                raise ValueError
+            for pair in text.split(","):
+                dim, colon, bound = pair.partition(":")
+                if not colon:
+                    raise ValueError
+                dims[int(dim)] = int(bound)
+        except ValueError:
+            raise UserError(f"--bound '{item}' must look like NAME=DIM:BOUND[,DIM:BOUND...] "
+                            f"(e.g. x=0:8,2:1280)") from None
+        bounds.setdefault(name, {}).update(dims)
+    return bounds
+
+
+def _bound_inputs(module, function, bounds: dict) -> None:
+    """Bound the inputs of the function to run (`--bound`), before it is lowered."""
+    from palimpsest.backends.binding import (
+        BindingError, bound_input_type, find_function, input_names, retype_inputs,
+    )
+
+    try:
+        func = find_function(module, function)
+        names = input_names(func)
+        types = list(func.type.inputs)
+        for name, dims in bounds.items():
+            if name not in names:
+                raise BindingError(f"unknown input '{name}' (the function takes: "
+                                   f"{', '.join(names) or 'no inputs'})")
+            index = names.index(name)
+            types[index] = bound_input_type(name, types[index], dims)
+    except BindingError as error:
+        raise UserError(f"--bound: {error}") from None
+    retype_inputs(func, types)
 
 
 def _load_module(args, sources):
@@ -126,7 +173,10 @@ def _run(args, sources) -> int:
 
     files = _parse_assignments(args.input, "--input")
     shapes = _parse_assignments(args.shape, "--shape")
+    bounds = _parse_bounds(args.bound)
     module = _load_module(args, sources)
+    if bounds:
+        _bound_inputs(module, args.function, bounds)
     if args.repeat is not None and args.repeat < 1:
         raise UserError(f"--repeat {args.repeat}: expected a count of at least 1")
     stats = session = None
@@ -154,8 +204,10 @@ def _run(args, sources) -> int:
         if args.level == "planned":
             from palimpsest.backends.numpy.session import Session
 
+            # with bounds: one plan at the bounds (the session's dynamic plan)
             session = Session(module, function=args.function, poison=args.poison,
-                              backend=args.backend, device=args.device)
+                              backend=args.backend, device=args.device,
+                              bounds=bounds, specialize=not bounds)
             run = functools.partial(_run_session, session)
         names = input_names(func)
         for name in list(files) + list(shapes):

@@ -3,7 +3,9 @@
 Every buffer is a numpy view into a uint8 arena (arena.py): `buffer.alloc` allocates one
 arena (its `buffer.dealloc` releases it); an alloc with `?` dims and no size operands is
 allocated when the op that writes it first knows the shape; `memory.arena @pool` is one
-arena of the pool's size per run and `buffer.view` a typed view at a byte offset of it;
+arena of the pool's size per run and `buffer.view` a typed view at a byte offset of it
+(with bounded `?` dims, `#bounds<...>`, a slot planned at the bounds: the op writing it
+views it at the actual shape, which must fit the bounds, else an error names the buffer);
 `buffer.reshape` is a view of the same memory (never a copy); `buffer.constant` is a
 read-only array; `buffer.compute` writes the graph op's results into its out views
 (kernels.py: `out=` where numpy can, else the reference kernel and one counted copy).
@@ -13,7 +15,8 @@ Inputs are bound without a copy when they are C-contiguous arrays of the right d
 IR writes an input (`bufferize{inputs-as-activations}`), or when it is misaligned. Outputs
 are copied out of their arenas, except into the caller's arrays given as `outputs=`: those
 become the memory of the returned buffers when they can (no copy; session.py uses this),
-else get one counted copy. With `poison=True` an arena is filled with poison when it is allocated and when
+else get one counted copy; a pool's arena is then allocated only up to the end of its
+other views (not at all when the caller's arrays are all it holds, as `@io` usually is). With `poison=True` an arena is filled with poison when it is allocated and when
 its `buffer.dealloc` runs, and a view of a pool when its liveness ends (its last use,
 through aliases), so a buffer used past its end reads NaN (floats) or 0x5A bytes.
 Two views of a pool are two buffers even where their bytes overlap: data never flows
@@ -41,13 +44,16 @@ _CONSTANTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 class _Pending:
-    """An alloc with `?` dims and no sizes: memory comes when its shape is known."""
+    """An alloc with `?` dims and no sizes, or a view of a pool with bounded `?` dims:
+    memory (or the view of its slot, `slot` = (byte array, offset)) comes when its shape
+    is known."""
 
-    __slots__ = ("type", "value")
+    __slots__ = ("type", "value", "slot")
 
-    def __init__(self, type_: BufferType, value):
+    def __init__(self, type_: BufferType, value, slot=None):
         self.type = type_
         self.value = value
+        self.slot = slot
 
 
 class Executor:
@@ -61,6 +67,7 @@ class Executor:
         self.infos: dict = {}         # buffer.compute -> ComputeInfo
         self.plans: dict = {}         # func -> _FunctionPlan
         self.bound: dict = {}         # output buffer value -> the caller's array (run(outputs=))
+        self.pool_views: dict = {}    # memory.arena -> its views' (value, offset, bytes)
 
     # -- entry points --------------------------------------------------------------------------
     def begin_run(self, stats: RunStats) -> None:
@@ -245,11 +252,18 @@ class Executor:
         values[op.results[0]] = array
 
     def _materialize(self, pending: _Pending, shape, values) -> np.ndarray:
+        if pending.type.bounds is not None:
+            _check_bounds(pending, shape)
         if self.bound:
             user = self._bound_as(pending.value, shape)
             if user is not None:
                 values[pending.value] = user
                 return user
+        if pending.slot is not None:
+            source, offset = pending.slot
+            array = byte_view(source, offset, shape, dtype_of(pending.type.element_type))
+            values[pending.value] = array
+            return array
         arena, array = self._new_arena(shape, pending.type)
         self.arenas[pending.value] = arena
         values[pending.value] = array
@@ -305,7 +319,11 @@ class Executor:
         source = self._materialized(op, values, op.operands[0])
         type_ = op.results[0].type
         if None in type_.shape:
-            raise op.error(f"views with '?' dims are not supported ({type_})")
+            if not type_.is_bounded or "offset" not in op.properties:
+                raise op.error(f"views with '?' dims need a bound on each and a static "
+                               f"offset ({type_})")
+            # a slot planned at the bounds: viewed once the writer knows the shape
+            return _Pending(type_, op.results[0], (source, op.properties["offset"].value))
         if self.bound:
             user = self._bound_as(op.results[0], type_.shape)
             if user is not None:
@@ -340,10 +358,36 @@ class Executor:
                 if size_attr is None:
                     raise op.error(f"pool @{pool_name} has no size (plan the memory first)")
                 size = size_attr.value
+            dtype = dtype_of(op.results[0].type.element_type)
+            if self.bound:
+                needed = self._pool_needed(op, size)
+                if needed < size:  # the views past `needed` are the caller's output arrays
+                    needed = -(-needed // dtype.itemsize) * dtype.itemsize
+                    if not needed:
+                        return np.empty(0, dtype)  # every view is the caller's: no arena
+                    # not kept under the pool's name: it fits this arena op's views only
+                    arena = Arena(needed, self.stats, self.poison)
+                    self.stats.static_bytes += needed
+                    return arena.data.view(dtype)
             arena = self.pools[pool_name] = Arena(size, self.stats, self.poison)
             self.stats.static_bytes += size
         dtype = dtype_of(op.results[0].type.element_type)
         return arena.data.view(dtype)
+
+    def _pool_needed(self, op, size: int) -> int:
+        """The bytes of `op`'s arena that its views use, leaving out the views the
+        caller's output arrays replace (`run(outputs=...)`); `size` when a user of the
+        arena is not a view at a static offset and shape."""
+        views = self.pool_views.get(op)
+        if views is None:
+            views = self.pool_views[op] = _pool_views(op)
+        if views is False:
+            return size
+        needed = 0
+        for value, offset, nbytes in views:
+            if self._bound_as(value, value.type.shape) is None:
+                needed = max(needed, offset + nbytes)
+        return needed
 
     # -- buffer.compute ----------------------------------------------------------------------------
     def _compute(self, op, values) -> None:
@@ -398,6 +442,16 @@ class Executor:
                 self.stats.temporary_bytes += result.nbytes
                 self.stats.temporary_ops[info.name] = self.stats.temporary_ops.get(info.name, 0) + 1
             np.copyto(out, result)
+
+
+def _check_bounds(pending: _Pending, shape) -> None:
+    """A buffer (an alloc's or a view's result) beyond its bounds is an error naming it."""
+    upper = pending.type.upper_shape
+    if len(shape) != len(upper) or any(u is not None and d > u for d, u in zip(shape, upper)):
+        value = pending.value
+        raise value.op.error(f"{'%' + value.name_hint if value.name_hint else 'a buffer'} has "
+                             f"shape {list(shape)} at run time, beyond its bounds "
+                             f"{['?' if u is None else u for u in upper]} ({pending.type})")
 
 
 class _FunctionPlan:
@@ -460,6 +514,19 @@ def _output_roots(block) -> list:
         if root is not None and roots.count(root) > 1:
             roots[index] = None
     return roots
+
+
+def _pool_views(arena) -> list | bool:
+    """[(view, byte offset, bytes)] of the `buffer.view`s of a `memory.arena`; False when
+    it has another user, or a view at a dynamic offset, with `?` dims or strides."""
+    views = []
+    for user in arena.results[0].users():
+        type_ = user.results[0].type if user.name == "buffer.view" else None
+        if type_ is None or "offset" not in user.properties or type_.strides is not None \
+                or type_.nbytes() is None:
+            return False
+        views.append((user.results[0], user.properties["offset"].value, type_.nbytes()))
+    return views
 
 
 def _from_pool(value) -> bool:

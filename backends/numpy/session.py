@@ -18,6 +18,28 @@ time and freed after their last use (the `buffer.dealloc`s insert-deallocs wrote
 static ones stay in the pools. `prepare()` compiles the specialized plan when all input
 shapes are known, else the dynamic one; `run` compiles what it needs if prepare did not.
 
+Verification. The module is verified once, when the session is made. Compiles run the
+pipeline without the verifier after each pass (on a 500-op model it cost more than the
+passes). With `verify="first"` (the default) the first plan is verified once, after its
+pipeline: a pass that makes invalid IR of this model fails there, before anything runs.
+Later plans run the same passes on the same graph at other shapes and are not verified
+again; what differs is shapes, and those stay checked where it matters: lower-to-kernels
+builds a kernel only when its verifier's rules accept the operand types, plan-memory's
+independent checker passes every plan, and the executor checks shapes as it runs.
+`verify="plans"` verifies every plan once, `"passes"` after every pass (errors name the
+pass, as palimpsest-opt's default), `"none"` never.
+
+Bounds. `bounds={"x": {0: 8, 2: 1280}}` (or `set_input_bound("x", {0: 8})`) bounds `?`
+dims of the inputs (`#bounds<...>` on their types; `palimpsest-run --bound`). Every run
+checks them: an input beyond its bounds is an error naming it, the dim and the bound.
+They shape the dynamic plan (`specialize=False`, or `prepare()` before the shapes are
+known): infer-shapes carries them to every buffer whose `?` dims follow from bounded
+ones, and plan-memory places those in the pools at their bounds, so one plan, compiled
+once, runs every shape within the bounds with no run-time allocation for them (static
+bytes are the worst case; `last_stats.plan` is "bounded"). A specialized plan needs no
+bounds (every shape is static): bounds only check its inputs. Setting a bound drops the
+dynamic plan (compiled again when next needed); specialized plans are kept.
+
 Memory per run (`last_stats`, a `RunReport`): the pools of the plan used (static bytes)
 are one arena each; run-time allocations are counted apart (dynamic bytes, allocations,
 frees); nothing is both. Inputs are read in place (read-only views) when they have the
@@ -33,6 +55,7 @@ run reuses, so they can be handed to another session as inputs with no copy at a
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from collections import OrderedDict
@@ -41,7 +64,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from palimpsest.backends.binding import (
-    BindingError, check_input, find_function, input_names, output_names,
+    BindingError, bound_input_type, check_bounds, check_input, find_function, input_names,
+    output_names, retype_inputs,
 )
 from palimpsest.backends.numpy.arena import RunStats
 from palimpsest.backends.numpy.executor import Executor
@@ -49,11 +73,14 @@ from palimpsest.ir.attributes import TypeAttr, numpy_dtype_name
 from palimpsest.ir.types import FunctionType, TensorType
 
 
+VERIFY_MODES = ("first", "plans", "passes", "none")
+
+
 @dataclass
 class RunReport:
     """What one `Session.run` did."""
 
-    plan: str = ""                   # "specialized" or "dynamic"
+    plan: str = ""                   # "specialized", "dynamic" or "bounded" (dynamic, bounds set)
     signature: tuple | None = None   # the input shapes the plan was made for (None: dynamic)
     cache_hit: bool | None = None    # this run's plan-cache lookup (None: dynamic plan)
     plan_cache_hits: int = 0         # the session's totals after this run
@@ -96,39 +123,8 @@ class SessionStats:
 def clone_op(op, mapping: dict | None = None):
     """A deep copy of `op` (its regions, blocks and ops; values remapped through
     `mapping`, which it fills) sharing the attributes, which are immutable: weights are not
-    copied, so cloning a model costs its op count, not its bytes."""
-    from palimpsest.ir.core import Block, Operation, Region, UnregisteredOp
-
-    mapping = {} if mapping is None else mapping
-    cls = type(op)
-    new = cls.__new__(cls)
-    if isinstance(op, UnregisteredOp):
-        new.__dict__["name"] = op.name
-    regions = []
-    blocks = {}
-    for region in op.regions:
-        copy = Region()
-        for block in region.blocks:
-            twin = Block([a.type for a in block.args], [a.name_hint for a in block.args])
-            for old, arg in zip(block.args, twin.args):
-                mapping[old] = arg
-            blocks[block] = twin
-            copy.add_block(twin)
-        regions.append(copy)
-    Operation.__init__(new, [mapping.get(v, v) for v in op.operands],
-                       [r.type for r in op.results], op.properties, op.attributes,
-                       regions, [blocks.get(b, b) for b in op.successors], op.location,
-                       [r.name_hint for r in op.results])
-    new.source_loc = op.source_loc
-    for old, result in zip(op.results, new.results):
-        mapping[old] = result
-    for region, copy in zip(op.regions, regions):
-        for block, twin in zip(region.blocks, copy.blocks):
-            inner = block.first
-            while inner is not None:
-                twin.append(clone_op(inner, mapping))
-                inner = inner.next
-    return new
+    copied, so cloning a model costs its op count, not its bytes (`Operation.clone`)."""
+    return op.clone(mapping)
 
 
 class CompiledPlan:
@@ -165,9 +161,11 @@ class Session:
     def __init__(self, module_or_path, *, function: str | None = None,
                  specialize: bool = True, cache_size: int = 8, poison: bool = False,
                  pipeline: str = "default", cast_inputs: bool = False,
-                 backend: str = "numpy", device: int | None = None):
+                 backend: str = "numpy", device: int | None = None,
+                 bounds: dict | None = None,
+                 verify: str = "first"):
         from palimpsest.dialects import load_all
-        from palimpsest.ir.verifier import verify
+        from palimpsest.ir.verifier import verify as verify_ir
 
         load_all()
         if isinstance(module_or_path, (str, os.PathLike)):
@@ -181,7 +179,7 @@ class Session:
                     module = parse(file.read(), path)
         else:
             module = module_or_path
-        verify(module)
+        verify_ir(module)
         self._module = module
         func = find_function(module, function)
         self.function = func.properties["sym_name"].value
@@ -194,15 +192,22 @@ class Session:
         self.poison = poison
         self.pipeline = pipeline
         self.cast_inputs = cast_inputs
+        if verify not in VERIFY_MODES:
+            raise ValueError(f"unknown verify mode '{verify}' (one of "
+                             f"{', '.join(VERIFY_MODES)})")
+        self.verify = verify
         self.backend = backend
         self._target = _target(backend, poison, device)
         self._shapes: dict = {}
+        self._bounded: set = set()   # inputs given bounds (set_input_bound)
         self._cache: OrderedDict = OrderedDict()
         self._dynamic: CompiledPlan | None = None
         self.prepared = False
         self.stats = SessionStats()
         self.last_stats: RunReport | None = None
         self.last_plan: CompiledPlan | None = None   # the plan the last run used
+        for name, dims in (bounds or {}).items():
+            self.set_input_bound(name, dims)
 
     # -- shapes ------------------------------------------------------------------------------
     def set_input_shape(self, name: str, shape) -> None:
@@ -216,7 +221,21 @@ class Session:
                                f"{self.input_types[index]}")
         if any(s < 0 for s in shape):
             raise BindingError(f"input '{name}': negative dim in {list(shape)}")
+        check_bounds(name, self.input_types[index], shape)
         self._shapes[name] = shape
+
+    def set_input_bound(self, name: str, dims: dict) -> None:
+        """Bound `?` dims of input `name` ({dim: bound}): see "Bounds" in the module doc."""
+        index = self._index(name)
+        if not self.graph_level:
+            raise BindingError(f"input '{name}': bounds apply to graph-level IR (tensor "
+                               f"arguments), not to '{self.input_types[index]}'")
+        type_ = bound_input_type(name, self.input_types[index], dims)
+        if name in self._shapes:
+            check_bounds(name, type_, self._shapes[name])
+        self.input_types[index] = type_
+        self._bounded.add(name)
+        self._dynamic = None  # compiled without these bounds
 
     def input_shape(self, name: str):
         """The shape set for `name`, else its declared one (None dims where dynamic)."""
@@ -256,23 +275,35 @@ class Session:
         return clone_op(self._module)
 
     def _compile(self, signature):
+        from palimpsest.ir.verifier import verify
         from palimpsest.passes.pass_manager import PassManager, parse_pipeline
 
         start = time.perf_counter()
-        module = self._clone()
-        func = find_function(module, self.function)
-        if signature is not None:
-            args = func.entry_block.args
-            types = []
-            for arg, type_, shape in zip(args, self.input_types, signature):
-                arg.type = TensorType(tuple(shape), type_.element_type)
-                types.append(arg.type)
-            func.properties["function_type"] = TypeAttr(
-                FunctionType(tuple(types), func.type.results))
-        if not any(op.name == "memory.pool" for op in module.regions[0].block.ops):
-            pipeline = parse_pipeline(self.pipeline)  # (planned IR runs as is)
-            self._target.adapt_pipeline(pipeline)
-            PassManager(pipeline).run(module)
+        collecting = gc.isenabled()
+        gc.disable()  # a compile makes many objects and no garbage worth a GC pass mid-way
+        try:
+            module = self._clone()
+            func = find_function(module, self.function)
+            if signature is not None:
+                args = func.entry_block.args
+                types = []
+                for arg, type_, shape in zip(args, self.input_types, signature):
+                    arg.type = TensorType(tuple(shape), type_.element_type)
+                    types.append(arg.type)
+                func.properties["function_type"] = TypeAttr(
+                    FunctionType(tuple(types), func.type.results))
+            elif self._bounded:
+                retype_inputs(func, self.input_types)  # the dynamic plan, at the bounds
+            if not any(op.name == "memory.pool" for op in module.regions[0].block.ops):
+                pipeline = parse_pipeline(self.pipeline)  # (planned IR runs as is)
+                self._target.adapt_pipeline(pipeline)
+                each = self.verify == "passes"
+                PassManager(pipeline, verify_each=each).run(module)
+                if self.verify == "plans" or (self.verify == "first" and not self.stats.compiles):
+                    verify(module)  # once, after the passes (module doc: Verification)
+        finally:
+            if collecting:
+                gc.enable()
         seconds = time.perf_counter() - start
         self.stats.compiles += 1
         self.stats.compile_seconds += seconds
@@ -346,7 +377,8 @@ class Session:
         results, run_stats = plan.run(arrays, outputs)
         seconds = time.perf_counter() - start
         report = RunReport(
-            plan="specialized" if plan.signature is not None else "dynamic",
+            plan="specialized" if plan.signature is not None else (
+                "bounded" if self._bounded else "dynamic"),
             signature=plan.signature, cache_hit=hit,
             plan_cache_hits=self.stats.plan_cache_hits,
             plan_cache_misses=self.stats.plan_cache_misses,

@@ -69,13 +69,16 @@ class DeviceArray:
 
 
 class _Pending:
-    """An alloc with `?` dims and no sizes: memory comes when its shape is known."""
+    """An alloc with `?` dims and no sizes, or a view of a pool with bounded `?` dims
+    (`slot`: the pool's DeviceArray and the byte offset): memory comes when its shape is
+    known."""
 
-    __slots__ = ("type", "value")
+    __slots__ = ("type", "value", "slot")
 
-    def __init__(self, type_, value):
+    def __init__(self, type_, value, slot=None):
         self.type = type_
         self.value = value
+        self.slot = slot
 
 
 class _Allocation:
@@ -239,6 +242,20 @@ class OpenCLExecutor:
         values[value] = array
         return array
 
+    def _materialize(self, pending: "_Pending", shape, values) -> DeviceArray:
+        """The memory of a buffer whose shape is known now: a device allocation, or for a
+        view with bounded `?` dims its slot in the pool (planned at the bounds)."""
+        if pending.slot is None:
+            return self._new(pending.value, shape, pending.type.element_type, values)
+        from palimpsest.backends.numpy.executor import _check_bounds
+
+        _check_bounds(pending, shape)
+        source, offset = pending.slot
+        array = DeviceArray(source.mem, source.offset + offset, tuple(int(d) for d in shape),
+                            dtype_of(pending.type.element_type))
+        values[pending.value] = array
+        return array
+
     def _alloc(self, op, values) -> None:
         type_ = op.results[0].type
         if None in type_.shape and not op.operands:
@@ -294,7 +311,11 @@ class OpenCLExecutor:
         source = self._materialized(op, values, op.operands[0])
         type_ = op.results[0].type
         if None in type_.shape:
-            raise op.error(f"views with '?' dims are not supported ({type_})")
+            if not type_.is_bounded or "offset" not in op.properties:
+                raise op.error(f"views with '?' dims need a bound on each and a static "
+                               f"offset ({type_})")
+            # a slot planned at the bounds: viewed once the writer knows the shape
+            return _Pending(type_, op.results[0], (source, op.properties["offset"].value))
         dtype = dtype_of(type_.element_type)
         if type_.strides is not None and tuple(type_.strides) != _row_major(type_.shape):
             raise op.error(f"the OpenCL backend runs row-major buffers, not {type_}")
@@ -345,7 +366,7 @@ class OpenCLExecutor:
         source = self._materialized(op, values, op.operands[0])
         target = values[op.operands[1]]
         if isinstance(target, _Pending):
-            target = self._new(target.value, source.shape, target.type.element_type, values)
+            target = self._materialize(target, source.shape, values)
         if target.shape != source.shape:
             raise op.error(f"copies shape {source.shape} into shape {target.shape}")
         if source.nbytes:
@@ -417,7 +438,7 @@ class OpenCLExecutor:
             concrete = shape()
             if concrete is None or None in concrete:
                 raise ValueError("cannot size a buffer from the operand shapes")
-            array = self._new(value, concrete, array.type.element_type, values)
+            array = self._materialize(array, concrete, values)
         return array
 
     # -- generic ops ------------------------------------------------------------------------------
@@ -447,7 +468,7 @@ class OpenCLExecutor:
             raise op.error(f"failed at run time: {error}") from None
         target = values[op.outs[0]]
         if isinstance(target, _Pending):
-            target = self._new(op.outs[0], shape, target.type.element_type, values)
+            target = self._materialize(target, shape, values)
         if target.shape != shape or target.dtype != data.dtype:
             raise op.error(f"'{info.name}' produced {data.dtype} {list(shape)} for a "
                            f"{target.dtype} {list(target.shape)} buffer")
@@ -495,7 +516,7 @@ class OpenCLExecutor:
             result = host[value]
             target = values[value]
             if isinstance(target, _Pending):
-                target = self._new(value, result.shape, target.type.element_type, values)
+                target = self._materialize(target, result.shape, values)
             if tuple(result.shape) != target.shape:
                 raise op.error(f"produced shape {tuple(result.shape)} for a "
                                f"{target.shape} buffer")

@@ -268,15 +268,41 @@ class _ConstantOperands:
 # Arguments of a shape rule
 
 
+_DIRECT_SLOTS: dict = {}  # op class -> its slots when each declaration is one operand
+
+
+def _slots(cls, operand_types, properties) -> dict:
+    """{operand name: (kind, first position, count)}; shared (read-only) per class in the
+    common case, as infer-shapes builds an Args per op of every module."""
+    direct = cls.direct_operands and len(operand_types) == len(cls.operand_defs)
+    if direct and cls in _DIRECT_SLOTS:
+        return _DIRECT_SLOTS[cls]
+    sizes = segment_sizes(SimpleNamespace(properties=properties), operand_types,
+                          cls.operand_defs, "operandSegmentSizes")
+    if isinstance(sizes, str):
+        raise ShapeError(f"operands: {sizes}")
+    slots: dict = {}
+    position = 0
+    for definition, size in zip(cls.operand_defs, sizes):
+        slots[definition.field_name] = (definition.kind, position, size)
+        position += size
+    if direct:
+        _DIRECT_SLOTS[cls] = slots
+    return slots
+
+
 class Args:
     """One op's operands, by declared name: types, shapes, known values; and its
     attribute values with ONNX defaults applied."""
 
     def __init__(self, cls, operand_types, properties, values=None, num_results=None,
-                 dim_symbols=None, symbolic=None):
+                 dim_symbols=None, symbolic=None, upper_values=None):
         self.cls = cls
         self.properties = properties
         self.num_results = num_results
+        # Optional, from infer-shapes, for bound rules (bound_rules.py): per operand,
+        # known values where an element known to equal a bounded dim is that bound.
+        self._upper_values = upper_values
         # Optional, from infer-shapes (lists aligned with the operands): `dim_symbols`
         # holds, per operand, a token per dim (None for static dims) that stands for
         # "dim i of this SSA value"; `symbolic` holds known values where unknown
@@ -284,15 +310,7 @@ class Args:
         # a shape vector is exactly an unknown dim of another operand.
         self._dim_symbols = dim_symbols
         self._symbolic = symbolic
-        sizes = segment_sizes(SimpleNamespace(properties=properties), operand_types,
-                              cls.operand_defs, "operandSegmentSizes")
-        if isinstance(sizes, str):
-            raise ShapeError(f"operands: {sizes}")
-        self._slots: dict = {}
-        position = 0
-        for definition, size in zip(cls.operand_defs, sizes):
-            self._slots[definition.field_name] = (definition.kind, position, size)
-            position += size
+        self._slots = _slots(cls, operand_types, properties)
         self._types = list(operand_types)
         self._values = values if values is not None else [None] * len(operand_types)
 
@@ -347,6 +365,39 @@ class Args:
         if self._dim_symbols is None or not len(positions):
             return None
         return self._dim_symbols[positions[0]]
+
+    # -- bounds (bound_rules.py) -------------------------------------------------------
+    @property
+    def count(self) -> int:
+        return len(self._types)
+
+    def upper_of(self, index: int):
+        """Operand `index`'s upper shape (`ShapedType.upper_shape`)."""
+        t = self._types[index]
+        return t.upper_shape if isinstance(t, TensorType) else None
+
+    def upper(self, name: str):
+        positions = self._positions(name)[1]
+        return self.upper_of(positions[0]) if len(positions) else None
+
+    def uppers(self, name: str) -> list:
+        return [self.upper_of(i) for i in self._positions(name)[1]]
+
+    def upper_value(self, name: str) -> list | None:
+        """Known values of the operand, where an unknown element known to equal a
+        bounded dim is that bound (None elements: neither)."""
+        positions = self._positions(name)[1]
+        if not len(positions):
+            return None
+        if self._upper_values is None:
+            return self._values[positions[0]]
+        return self._upper_values[positions[0]]
+
+    def at_upper(self) -> "Args":
+        """These arguments with every operand at its upper shape."""
+        types = [TensorType(t.upper_shape, t.element_type) if isinstance(t, TensorType)
+                 and t.bounds is not None else t for t in self._types]
+        return Args(self.cls, types, self.properties, self._values, self.num_results)
 
     def length(self, name: str) -> int | None:
         """Number of elements of a 1-D operand: from its known value or its type."""
@@ -455,6 +506,13 @@ class GraphOp(Operation):
         opaque dim tokens (see Args) where elements are unknown; None when the op
         does not pass tokens on."""
         return cls.fold_values(args, result_types) if cls.moves_values else None
+
+    @classmethod
+    def bound_rule(cls, args: Args) -> list | None:
+        """The largest shape of each result (an upper shape per result: ints, None where
+        unbounded) from the operands' upper shapes; None when the op derives no bounds.
+        Ops opt in with a rule from bound_rules.py, which says what makes one sound."""
+        return None
 
     @classmethod
     def infer_result_types(cls, operand_types, properties, constant_operands=None,

@@ -3,6 +3,7 @@ constant_of_shape, shape, size, range."""
 
 from __future__ import annotations
 
+from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
     MAX_KNOWN_ELEMENTS, AnyTensor, GraphOp, NumericTensor, ScalarTensor, ShapeError,
@@ -66,6 +67,8 @@ class ConstantOfShapeOp(GraphOp):
         if value.type.shape is None or S.num_elements(value.type.shape) != 1:
             raise ShapeError(f"'value' must hold exactly one element, got {value.type}")
         return value.type.element_type
+
+    bound_rule = classmethod(B.constant_of_shape_bounds)
 
     @classmethod
     def rule(cls, args):

@@ -3,6 +3,7 @@ with numpy broadcasting, variadic max/min/sum/mean, where, clip and cast."""
 
 from __future__ import annotations
 
+from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
     MAX_KNOWN_ELEMENTS, ONNX_DTYPES, AnyTensor, BoolTensor, FloatTensor, GraphOp,
@@ -58,6 +59,8 @@ class UnaryOp(GraphOp):
     traits = GraphOp.traits + (InPlace((0,)),)
     x = operand(NumericTensor)
     y = result_def(AnyTensor)
+
+    bound_rule = classmethod(B.at_upper)
 
     @classmethod
     def rule(cls, args):
@@ -222,6 +225,8 @@ class NotOp(GraphOp):
     x = operand(BoolTensor)
     y = result_def(BoolTensor)
 
+    bound_rule = classmethod(B.at_upper)
+
     @classmethod
     def rule(cls, args):
         return [tensor(args.shape("x"), i1)]
@@ -250,6 +255,8 @@ class BinaryOp(GraphOp):
     @classmethod
     def result_element(cls, element):
         return element
+
+    bound_rule = classmethod(B.broadcast_bounds)
 
     @classmethod
     def rule(cls, args):
@@ -425,6 +432,8 @@ class VariadicOp(GraphOp):
             raise self.error("needs at least one operand")
         super().verify_()
 
+    bound_rule = classmethod(B.broadcast_bounds)
+
     @classmethod
     def rule(cls, args):
         if not args.has("inputs"):
@@ -483,6 +492,8 @@ class WhereOp(GraphOp):
     y = operand(AnyTensor)
     output = result_def(AnyTensor)
 
+    bound_rule = classmethod(B.broadcast_bounds)
+
     @classmethod
     def rule(cls, args):
         element = args.same_element("x", "y")
@@ -506,6 +517,8 @@ class ClipOp(GraphOp):
     max = optional_operand(NumericTensor)
     output = result_def(AnyTensor)
     operandSegmentSizes = segments_prop()
+
+    bound_rule = classmethod(B.at_upper)
 
     @classmethod
     def rule(cls, args):
@@ -537,6 +550,8 @@ class CastOp(GraphOp):
     output = result_def(AnyTensor)
     to = int_prop(values=tuple(sorted(ONNX_DTYPES)))
     saturate = int_prop(1, values=(0, 1))
+
+    bound_rule = classmethod(B.at_upper)
 
     @classmethod
     def rule(cls, args):

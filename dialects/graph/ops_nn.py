@@ -3,6 +3,7 @@ softmax and dropout."""
 
 from __future__ import annotations
 
+from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
     AnyTensor, BoolTensor, FloatTensor, GraphOp, NumericTensor, ShapeError, float_prop,
@@ -40,6 +41,8 @@ class MatMulOp(GraphOp):
     b = operand(NumericTensor)
     y = result_def(AnyTensor)
 
+    bound_rule = classmethod(B.matmul_bounds)
+
     @classmethod
     def rule(cls, args):
         element = args.same_element("a", "b")
@@ -59,6 +62,8 @@ class GemmOp(GraphOp):
     beta = float_prop(1.0)
     transA = int_prop(0, values=(0, 1))
     transB = int_prop(0, values=(0, 1))
+
+    bound_rule = classmethod(B.at_upper)
 
     @classmethod
     def rule(cls, args):
@@ -91,6 +96,8 @@ class ConvOp(_ConvLike):
 
     name = "graph.conv"
 
+    bound_rule = classmethod(B.at_upper)
+
     @classmethod
     def rule(cls, args):
         element = args.same_element("x", "w", "b")
@@ -109,6 +116,8 @@ class ConvTransposeOp(_ConvLike):
     name = "graph.conv_transpose"
     output_padding = ints_prop(check=non_negative)
     output_shape = ints_prop(check=positive)
+
+    bound_rule = classmethod(B.at_upper)
 
     @classmethod
     def rule(cls, args):
@@ -151,6 +160,8 @@ class MaxPoolOp(_PoolOp):
     indices = variadic_result(AnyTensor)
     storage_order = int_prop(0, values=(0, 1))
 
+    bound_rule = classmethod(B.at_upper)
+
     @classmethod
     def rule(cls, args):
         shape = cls.pooled(args)
@@ -169,6 +180,8 @@ class AveragePoolOp(_PoolOp):
     y = result_def(AnyTensor)
     count_include_pad = int_prop(0, values=(0, 1))
 
+    bound_rule = classmethod(B.at_upper)
+
     @classmethod
     def rule(cls, args):
         return [tensor(cls.pooled(args), args.element("x"))]
@@ -177,6 +190,8 @@ class AveragePoolOp(_PoolOp):
 class _GlobalPoolOp(GraphOp):
     x = operand(FloatTensor)
     y = result_def(AnyTensor)
+
+    bound_rule = classmethod(B.at_upper)
 
     @classmethod
     def rule(cls, args):
@@ -214,6 +229,8 @@ class BatchNormOp(GraphOp):
     momentum = float_prop(0.9)
     training_mode = int_prop(0, values=(0, 1))
 
+    bound_rule = classmethod(B.at_upper)
+
     @classmethod
     def rule(cls, args):
         x = args.shape("x")
@@ -247,6 +264,8 @@ class InstanceNormOp(GraphOp):
     y = result_def(AnyTensor)
     epsilon = float_prop(1e-5)
 
+    bound_rule = classmethod(B.at_upper)
+
     @classmethod
     def rule(cls, args):
         element = args.same_element("x", "scale", "b")
@@ -274,6 +293,8 @@ class LayerNormOp(GraphOp):
     epsilon = float_prop(1e-5)
     stash_type = int_prop(1)
 
+    bound_rule = classmethod(B.at_upper)
+
     @classmethod
     def rule(cls, args):
         element = args.same_element("x", "scale", "b")
@@ -299,6 +320,8 @@ class _SoftmaxLike(GraphOp):
     input = operand(FloatTensor)
     output = result_def(AnyTensor)
     axis = int_prop(-1)
+
+    bound_rule = classmethod(B.at_upper)
 
     @classmethod
     def rule(cls, args):
@@ -331,6 +354,8 @@ class DropoutOp(GraphOp):
     mask = variadic_result(BoolTensor)
     seed = int_prop(optional=True)
     operandSegmentSizes = segments_prop()
+
+    bound_rule = classmethod(B.at_upper)
 
     @classmethod
     def rule(cls, args):

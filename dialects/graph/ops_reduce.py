@@ -3,6 +3,7 @@ optional `axes` operand (ONNX opset 18 form), and arg_max / arg_min."""
 
 from __future__ import annotations
 
+from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
     AnyTensor, GraphOp, IntTensor, NumericTensor, ShapeError, int_prop, tensor,
@@ -32,6 +33,8 @@ class ReduceOp(GraphOp):
     @staticmethod
     def combine(values):
         return None
+
+    bound_rule = classmethod(B.at_upper)
 
     @classmethod
     def rule(cls, args):
@@ -152,6 +155,8 @@ class ArgReduceOp(GraphOp):
     axis = int_prop(0)
     keepdims = int_prop(1, values=(0, 1))
     select_last_index = int_prop(0, values=(0, 1))
+
+    bound_rule = classmethod(B.at_upper)
 
     @classmethod
     def rule(cls, args):

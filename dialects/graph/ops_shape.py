@@ -3,6 +3,7 @@ gather, gather_elements, pad, resize, squeeze, unsqueeze, expand, tile, identity
 
 from __future__ import annotations
 
+from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
     MAX_KNOWN_ELEMENTS, AnyTensor, FloatTensor, GraphOp, IndexTensor, IndexVector,
@@ -42,6 +43,8 @@ class IdentityOp(GraphOp):
     input = operand(AnyTensor)
     output = result_def(AnyTensor)
 
+    bound_rule = classmethod(B.at_upper)
+
     @classmethod
     def rule(cls, args):
         return [tensor(args.shape("input"), args.element("input"))]
@@ -63,6 +66,8 @@ class ReshapeOp(GraphOp):
     reshaped = result_def(AnyTensor)
     allowzero = int_prop(0, values=(0, 1))
 
+    bound_rule = classmethod(B.reshape_bounds)
+
     @classmethod
     def rule(cls, args):
         shape = S.reshape(args.shape("data"), args.ints("shape"), args.length("shape"),
@@ -82,6 +87,8 @@ class FlattenOp(GraphOp):
     input = operand(AnyTensor)
     output = result_def(AnyTensor)
     axis = int_prop(1)
+
+    bound_rule = classmethod(B.at_upper)
 
     @classmethod
     def rule(cls, args):
@@ -103,6 +110,8 @@ class TransposeOp(GraphOp):
     data = operand(AnyTensor)
     transposed = result_def(AnyTensor)
     perm = ints_prop(check=non_negative)
+
+    bound_rule = classmethod(B.at_upper)
 
     @classmethod
     def rule(cls, args):
@@ -134,6 +143,8 @@ class ConcatOp(GraphOp):
             raise self.error("needs at least one operand")
         super().verify_()
 
+    bound_rule = classmethod(B.concat_bounds)
+
     @classmethod
     def rule(cls, args):
         if not args.has("inputs"):
@@ -162,6 +173,8 @@ class SplitOp(GraphOp):
     outputs = variadic_result(AnyTensor)
     axis = int_prop(0)
     num_outputs = int_prop(optional=True)
+
+    bound_rule = classmethod(B.split_bounds)
 
     @classmethod
     def rule(cls, args):
@@ -203,6 +216,8 @@ class SliceOp(GraphOp):
                 return None
         return args.ints("starts"), args.ints("ends"), axes, steps, count
 
+    bound_rule = classmethod(B.slice_bounds)
+
     @classmethod
     def rule(cls, args):
         x = args.shape("data")
@@ -243,6 +258,8 @@ class GatherOp(GraphOp):
     output = result_def(AnyTensor)
     axis = int_prop(0)
 
+    bound_rule = classmethod(B.at_upper)
+
     @classmethod
     def rule(cls, args):
         shape = S.gather(args.shape("data"), args.shape("indices"), args["axis"],
@@ -269,6 +286,8 @@ class GatherElementsOp(GraphOp):
     output = result_def(AnyTensor)
     axis = int_prop(0)
 
+    bound_rule = classmethod(B.at_upper)
+
     @classmethod
     def rule(cls, args):
         data, indices = args.shape("data"), args.shape("indices")
@@ -292,6 +311,8 @@ class PadOp(GraphOp):
     output = result_def(AnyTensor)
     mode = str_prop("constant", choices=("constant", "reflect", "edge", "wrap"))
     operandSegmentSizes = segments_prop()
+
+    bound_rule = classmethod(B.at_upper)
 
     @classmethod
     def rule(cls, args):
@@ -396,6 +417,8 @@ class SqueezeOp(GraphOp):
     axes = optional_operand(IndexVector)
     squeezed = result_def(AnyTensor)
 
+    bound_rule = classmethod(B.at_upper)
+
     @classmethod
     def rule(cls, args):
         return [_axes_rule(args, S.squeeze)]
@@ -415,6 +438,8 @@ class UnsqueezeOp(GraphOp):
     axes = operand(IndexVector)
     expanded = result_def(AnyTensor)
 
+    bound_rule = classmethod(B.at_upper)
+
     @classmethod
     def rule(cls, args):
         return [_axes_rule(args, S.unsqueeze)]
@@ -433,6 +458,8 @@ class ExpandOp(GraphOp):
     input = operand(AnyTensor)
     shape = operand(ShapeVector)
     output = result_def(AnyTensor)
+
+    bound_rule = classmethod(B.expand_bounds)
 
     @classmethod
     def rule(cls, args):
@@ -456,6 +483,8 @@ class TileOp(GraphOp):
     input = operand(AnyTensor)
     repeats = operand(ShapeVector)
     output = result_def(AnyTensor)
+
+    bound_rule = classmethod(B.at_upper)
 
     @classmethod
     def rule(cls, args):

@@ -150,6 +150,12 @@ def broadcast_dim(a: Dim, b: Dim) -> Dim:
 
 def broadcast(*shapes, what: str = "operands"):
     """numpy broadcasting of any number of shapes; None if any rank is unknown."""
+    if len(shapes) == 2 and shapes[0] is not None and shapes[1] is not None:
+        a, b = shapes  # the common cases, answered at once: one shape, or with a scalar
+        if a == b or not b:
+            return tuple(a)
+        if not a:
+            return tuple(b)
     if any(s is None for s in shapes):
         return None
     rank = max((len(s) for s in shapes), default=0)

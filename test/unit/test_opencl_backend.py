@@ -251,3 +251,17 @@ def test_cli_errors_are_one_line(args, message):
     assert done.returncode == 1
     assert message in done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_bounded_dims_are_planned_on_the_device(tmp_path):
+    """A width bound: every activation has a slot in the pools at its bound, viewed at the
+    actual width on the device; nothing is allocated at run time."""
+    model, feeds = MODELS["ocr_dynamic_width"]()
+    path = _model_path(tmp_path, model)
+    static = set()
+    for feed in feeds:
+        _, _, stats = compare_backends(path, feed, host_ops_allowed=SHAPE_OPS,
+                                       bounds={"image": {3: 96}}, specialize=False)
+        assert stats.dynamic_allocations == 0
+        static.add(stats.static_bytes)
+    assert len(static) == 1
