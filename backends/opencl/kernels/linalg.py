@@ -1,15 +1,16 @@
 """`kernel.matmul` and `kernel.conv2d` in OpenCL.
 
-Matrix products are register-blocked: a work-item keeps a ROWS x LANES block of the
-output in vector accumulators (16 float / 8 double lanes: one 512-bit register each),
-reads one vector of the "vector operand" and ROWS broadcast scalars of the "scalar
-operand" per step of k, and writes its block once, with alpha, beta * C (or a conv's
-bias) applied on the way out. Work-groups are one work-item: PoCL's CPU device then runs
-each as straight vector code. Tiles in local memory, the usual GPU design, measured 2-4x
-slower on PoCL (barriers spill the accumulators of every work-item to memory; the CPU
-caches already hold the tiles), so the tiles here live in registers and in L1.
+Matrix products are register-blocked: a work-item keeps ROWS x VECTORS vector
+accumulators (16 float / 8 double lanes: one 512-bit register each), per step of k
+loads VECTORS vectors of the "vector operand" and ROWS broadcast scalars of the "scalar
+operand", and writes its block once, with alpha, beta * C (or a conv's bias) applied on
+the way out. Work-groups are one work-item, so PoCL's CPU device runs each as straight
+vector code, and the row blocks are the fastest grid axis, so neighbouring work-groups
+share a column strip of the vector operand in cache. Tiles in local memory, the usual
+GPU design, measured 2-4x slower on PoCL (barriers spill every work-item's accumulators
+to memory, and the CPU caches hold the tiles anyway), so the tiles live in registers.
 
-Which output axis the vectors run along follows the operands' layout (`_plan`): along
+Which output axis the vectors run along follows the operands' layout (`matmul`): along
 n when B's rows are contiguous, along m when A is transposed (the block is written
 transposed), along k (dot products, summed across lanes at the end) when both operands
 are contiguous in k (A @ B^T, Gemm's transB). Edges: rows past the end are clamped
@@ -18,10 +19,11 @@ last column (it stores only the columns no other block stores), so every load is
 plain in-bounds vector load.
 
 conv2d: depthwise (one input channel per group) directly, a vector of output columns
-per work-item over several output rows; otherwise per image an im2col kernel fills the
+on CONV_ROWS output rows per work-item; otherwise per image an im2col kernel fills the
 `im2col` workspace and the matmul kernel multiplies each group's weights by it (a 1x1,
 stride 1, unpadded conv multiplies by the image itself, all images and groups in one
-launch). Padding is computed by index checks, so the `padded` workspace is not used.
+launch). Padding is computed by index checks (vector loads inside the row, a clamped
+gather and a mask at its edges), so the `padded` workspace is not used.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from palimpsest.backends.opencl.kernels.base import (
 )
 
 LANES = {"float": 16, "double": 8}   # one 512-bit register
-ROWS = 16                           # accumulators per work-item, 16 of the 32 registers
+ROWS = 8                            # rows x vectors accumulators per work-item, up to 24 of
+VECTORS = {3: 1.15, 2: 1.0, 1: 0.8}  # the 32 registers; vectors -> measured relative speed
+                                    # (8 x 2 beat 16 x 1 by 10-40%, 8 x 3 beat 8 x 2 by 5-25%)
 DOT_BLOCK = 16                      # outputs per work-item in the k-vector (dot) form
 CONV_ROWS = 2                       # output rows per depthwise work-item
 CONV_LANES = 8                      # output columns per depthwise / im2col vector
@@ -119,31 +123,38 @@ class Gemm:
         return value
 
     # -- vectors along the output's columns ---------------------------------------------------
-    def vector_source(self, rows_per_item: int, lanes: int) -> str:
-        t, ix, R, W = self.t, self.ix, rows_per_item, lanes
+    def vector_source(self, rows_per_item: int, lanes: int, vectors: int) -> str:
+        """Each work-item: `rows_per_item` rows x `vectors` vectors of `lanes` columns."""
+        t, ix, R, W, V = self.t, self.ix, rows_per_item, lanes, vectors
         vt = _vtype(t, W)
+        width = V * W
         p, q, y, c = self.p, self.q, self.y, self.c
         lines = [self._head("gemm")]
-        lines.append(f"  const {ix} row0 = get_global_id(1) * {R};\n"
-                     f"  const {ix} block = get_global_id(0) * {W};\n")
+        # row blocks first: neighbouring work-groups share Q's column strip (in L1/L2),
+        # 1.1-1.6x over column blocks first on the conv shapes
+        lines.append(f"  const {ix} row0 = get_global_id(0) * {R};\n"
+                     f"  const {ix} block = get_global_id(1) * {width};\n")
         # the last block ends at the last column: vector loads never leave the matrix
-        shifted = self.cols % W != 0
-        col0 = f"min(block, ({ix}){self.cols - W})" if shifted else "block"
+        shifted = self.cols % width != 0
+        col0 = f"min(block, ({ix}){self.cols - width})" if shifted else "block"
         lines.append(f"  const {ix} col0 = {col0};\n")
         for i in range(R):
             row = f"min(row0 + {i}, ({ix}){self.rows - 1})" if self.rows % R else f"row0 + {i}"
             lines.append(f"  const {ix} r{i} = {row};\n"
-                         f"  __global const {t}* p{i} = {p.name} + ({p.offset}) + r{i} * {p.s0};\n"
-                         f"  {vt} acc{i} = 0;\n")
+                         f"  __global const {t}* p{i} = {p.name} + ({p.offset}) + r{i} * {p.s0};\n")
+            lines += [f"  {vt} acc{i}_{v} = 0;\n" for v in range(V)]
         lines.append(f"  __global const {t}* qk = {q.name} + ({q.offset}) + col0 * {q.s1};\n"
                      f"  for ({ix} k = 0; k < {self.depth}; ++k) {{\n")
-        if q.s1 == 1:
-            lines.append(f"    const {vt} b = {_vload(W, f'qk + k * {q.s0}')};\n")
-        else:  # a strided row of Q: gathered lane by lane
-            lanes_ = ", ".join(f"qk[k * {q.s0} + {j * q.s1}]" for j in range(W))
-            lines.append(f"    const {vt} b = ({vt})({lanes_});\n")
+        for v in range(V):
+            if q.s1 == 1:
+                lines.append(f"    const {vt} b{v} = {_vload(W, f'qk + k * {q.s0} + {v * W}')};\n")
+            else:  # a strided row of Q: gathered lane by lane
+                lanes_ = ", ".join(f"qk[k * {q.s0} + {(v * W + j) * q.s1}]" for j in range(W))
+                lines.append(f"    const {vt} b{v} = ({vt})({lanes_});\n")
         for i in range(R):
-            lines.append(f"    acc{i} = mad(({vt})(p{i}[k * {p.s1}]), b, acc{i});\n")
+            lines.append(f"    {{ const {vt} a = ({vt})(p{i}[k * {p.s1}]);" +
+                         "".join(f" acc{i}_{v} = mad(a, b{v}, acc{i}_{v});" for v in range(V)) +
+                         " }\n")
         lines.append("  }\n")
 
         def load_c(row, col):
@@ -156,29 +167,36 @@ class Gemm:
                                            for j in range(W)) + ")"
 
         for i in range(R):
-            value = self._finish(f"acc{i}", f"r{i}", "col0", load_c)
-            lines.append(f"  if (row0 + {i} < {self.rows}) {{\n    const {vt} v = {value};\n"
+            lines.append(f"  if (row0 + {i} < {self.rows}) {{\n"
                          f"    __global {t}* yr = {y.name} + ({y.offset}) + r{i} * {y.s0};\n")
-            lane_stores = " ".join(
-                ("" if not shifted else f"if (col0 + {j} >= block) ") +
-                f"yr[(col0 + {j}) * {y.s1}] = {_lane('v', W, j)};" for j in range(W))
-            if y.s1 == 1 and W > 1:
-                full = f"vstore{W}(v, 0, yr + col0);"
-                lines.append(f"    if (col0 == block) {full} else {{ {lane_stores} }}\n"
-                             if shifted else f"    {full}\n")
-            else:
-                lines.append(f"    {lane_stores}\n")
+            for v in range(V):
+                col = f"col0 + {v * W}"
+                value = self._finish(f"acc{i}_{v}", f"r{i}", f"({col})", load_c)
+                lane_stores = " ".join(
+                    ("" if not shifted else f"if ({col} + {j} >= block) ") +
+                    f"yr[({col} + {j}) * {y.s1}] = {_lane(f'v{v}', W, j)};" for j in range(W))
+                lines.append(f"    {{ const {vt} v{v} = {value};\n")
+                if y.s1 == 1 and W > 1:
+                    full = f"vstore{W}(v{v}, 0, yr + {col});"
+                    lines.append(f"      if (col0 == block) {full} else {{ {lane_stores} }}\n"
+                                 if shifted else f"      {full}\n")
+                else:
+                    lines.append(f"      {lane_stores}\n")
+                lines.append("    }\n")
             lines.append("  }\n")
         lines.append("}\n")
         return "".join(lines)
 
-    def vector_launch(self, args, rows_per_item=ROWS) -> Launch:
+    def vector_launch(self, args) -> Launch:
         lanes = _pow2_at_most(self.cols, LANES[self.t])
-        rows_per_item = min(rows_per_item, self.rows)
-        source = self.vector_source(rows_per_item, lanes)
-        blocks = -(-self.cols // lanes)
-        return Launch(source, "gemm", (blocks, -(-self.rows // rows_per_item), self.batch),
-                      (1, 1, 1), args)
+        # the fewest columns computed, weighed by how fast each width runs them
+        vectors = min((v for v in VECTORS if self.cols >= v * lanes),
+                      key=lambda v: -(-self.cols // (v * lanes)) * v / VECTORS[v])
+        rows = min(ROWS, self.rows)
+        source = self.vector_source(rows, lanes, vectors)
+        blocks = -(-self.cols // (lanes * vectors))
+        return Launch(source, "gemm", (-(-self.rows // rows), blocks, self.batch), (1, 1, 1),
+                      args)
 
     # -- vectors along k (dot products) ---------------------------------------------------------
     def dot_source(self, rows_per_item: int, cols_per_item: int, lanes: int) -> str:
@@ -244,6 +262,8 @@ def _float_type(arg) -> str:
 # -- matmul -----------------------------------------------------------------------------------
 
 def _batch_offset(out_batch, in_batch, matrix_size: int) -> str:
+    """The element offset of batch `z`'s matrix in an operand whose batch dims
+    numpy-broadcast to `out_batch`."""
     if matrix_size == 0 or all(d == 1 for d in in_batch):
         return "0"
     return f"({broadcast_index(out_batch, in_batch, 'z')}) * {matrix_size}"
@@ -303,12 +323,6 @@ def matmul(call) -> list:
                  Operand("b", b_off, b_s[1], b_s[0]), y, c, **common).dot_launch(args)]
 
 
-def _batch_offset(out_batch, in_batch, matrix_size: int) -> str:
-    if matrix_size == 0 or all(d == 1 for d in in_batch):
-        return "0"
-    return f"({broadcast_index(out_batch, in_batch, 'z')}) * {matrix_size}"
-
-
 def _full_c_shape(c_shape, y_shape, a_vector: bool, b_vector: bool) -> tuple:
     """C's shape aligned to the product's (batch..., m, n): padded to Y's rank, with the
     dims that a 1-D A or B dropped from Y put back as 1s."""
@@ -323,16 +337,26 @@ def _full_c_shape(c_shape, y_shape, a_vector: bool, b_vector: bool) -> tuple:
 
 # -- conv2d -------------------------------------------------------------------------------------
 
-def _row_load(t: str, lanes: int, pointer: str, stride: int, column: str | None, width: int):
-    """`lanes` elements `stride` apart from `pointer` (column `column` of a row of `width`):
-    plain vector loads, or with `column` given, each lane checked against the row (zero
-    outside: the conv's padding). Also the span of elements the plain form reads."""
+def _row_load(t: str, lanes: int, pointer: str, stride: int, column: str | None, width: int,
+              row: str | None = None):
+    """`lanes` elements `stride` apart from `pointer` (column `column` of the row that
+    starts at `row`, `width` long): plain vector loads, or with `column` given, lanes
+    outside the row read as zero (the conv's padding): each lane's column is clamped into
+    the row and gathered, then masked, without branches. Also the span of elements the
+    plain form reads."""
     vt = _vtype(t, lanes)
     if column is not None:
         zero = literal(0, t)
-        parts = [f"(({column}) + {i * stride} >= 0 && ({column}) + {i * stride} < {width} ? "
-                 f"({pointer})[{i * stride}] : {zero})" for i in range(lanes)]
-        return (parts[0] if lanes == 1 else f"({vt})({', '.join(parts)})"), 0
+        if lanes == 1:
+            return (f"(({column}) >= 0 && ({column}) < {width} ? "
+                    f"({row})[clamp(({column}), 0, {width - 1})] : {zero})"), 0
+        mask = "int" if t == "float" else "long"
+        steps = ", ".join(str(i * stride) for i in range(lanes))
+        cols = f"(({mask}{lanes})(({mask})({column})) + ({mask}{lanes})({steps}))"
+        lanes_ = ", ".join(f"({row})[clamp(({column}) + {i * stride}, 0, {width - 1})]"
+                           for i in range(lanes))
+        return (f"select(({vt})({lanes_}), ({vt})({zero}), "
+                f"{cols} < 0 || {cols} >= {width})"), 0
     if lanes == 1:
         return f"({pointer})[0]", 1
     if stride == 1:
@@ -419,7 +443,7 @@ def _im2col(t: str, g: dict, ix: str):
     taps = g["kh"] * g["kw"]
     buffers = [("x", t, False), ("cols", t, True)]
     fast, span = _row_load(t, lanes, "xr", g["sw"], None, g["wd"])
-    checked, _ = _row_load(t, lanes, "xr", g["sw"], "iw", g["wd"])
+    checked, _ = _row_load(t, lanes, "xr", g["sw"], "iw", g["wd"], "xrow")
     store = _store_row(t, lanes, "v", "out", "ow0", g["wo"])
     source = (
         f"__kernel void im2col({params(*buffers)}, const int image) {{\n{bind(*buffers)}\n"
@@ -431,8 +455,9 @@ def _im2col(t: str, g: dict, ix: str):
         f"  const {ix} iw = ow0 * {g['sw']} + q * {g['dw']} - {g['left']};\n"
         f"  {vt} v = 0;\n"
         f"  if (ih >= 0 && ih < {g['h']}) {{\n"
-        f"    __global const {t}* xr = x + ((image * {g['c']} + c) * {g['h']} + ih) * "
-        f"{g['wd']} + iw;\n"
+        f"    __global const {t}* xrow = x + ((image * {g['c']} + c) * {g['h']} + ih) * "
+        f"{g['wd']};\n"
+        f"    __global const {t}* xr = xrow + iw;\n"
         f"    if (iw >= 0 && iw + {span - 1} < {g['wd']}) v = {fast};\n"
         f"    else v = {checked};\n  }}\n"
         f"  __global {t}* out = cols + row * {g['ho'] * g['wo']} + oh * {g['wo']} + ow0;\n"
@@ -458,10 +483,12 @@ def _depthwise(call, t: str, g: dict, has_bias: bool) -> Launch:
                          f"      const {ix} ih = (oh0 + {o}) * {g['sh']} + p * {g['dh']} - "
                          f"{g['top']};\n"
                          f"      if (ih < 0 || ih >= {g['h']}) continue;\n"
-                         f"      __global const {t}* xr = xc + ih * {g['wd']} + iw;\n")
+                         f"      __global const {t}* xrow = xc + ih * {g['wd']};\n"
+                         f"      __global const {t}* xr = xrow + iw;\n")
             for q in range(kw):
                 column = f"iw + {q * g['dw']}" if checked else None
-                load, _ = _row_load(t, lanes, f"xr + {q * g['dw']}", g["sw"], column, g["wd"])
+                load, _ = _row_load(t, lanes, f"xr + {q * g['dw']}", g["sw"], column, g["wd"],
+                                    "xrow")
                 lines.append(f"      acc{o} = mad({load}, ({vt})(wm[p * {kw} + {q}]), "
                              f"acc{o});\n")
             lines.append("    }\n")
