@@ -33,16 +33,12 @@ import numpy as np
 
 from palimpsest.backends.binding import bind_inputs, output_names
 from palimpsest.backends.numpy.arena import RunStats, dtype_of
+from palimpsest.backends.opencl.generic_ops import GenericOps
 from palimpsest.backends.opencl.kernels import GENERATORS
 from palimpsest.backends.opencl.kernels.base import Arg, KernelCall, Unsupported
 from palimpsest.backends.opencl.runtime import device as open_device
 from palimpsest.ir.diagnostics import DiagnosticError
 from palimpsest.ir.verifier import lookup_symbol
-
-
-# generic graph ops that keep the data's bytes in order: a device-to-device copy
-RELAYOUTS = frozenset({"graph.reshape", "graph.flatten", "graph.squeeze", "graph.unsqueeze",
-                       "graph.identity"})
 
 
 class DeviceArray:
@@ -88,9 +84,12 @@ class _Allocation:
         self.mem, self.nbytes, self.live = mem, nbytes, True
 
 
-class OpenCLExecutor:
+class OpenCLExecutor(GenericOps):
     """Runs functions of one module on one device; pools, constants, generated kernels
     and per-op data are kept across runs."""
+
+    PENDING = _Pending          # for GenericOps
+    DEVICE_ARRAY = DeviceArray
 
     def __init__(self, device=None, poison: bool = False, stats: RunStats | None = None):
         self.device = device if device is not None else open_device()
@@ -422,8 +421,11 @@ class OpenCLExecutor:
         if isinstance(launches, Unsupported):
             self._on_host(op, values)
             return
-        groups = {"in": ins, "out": outs, "ws": dict(zip(info.roles, workspaces))}
+        self._enqueue(launches, {"in": ins, "out": outs,
+                                 "ws": dict(zip(info.roles, workspaces))})
 
+    def _enqueue(self, launches: list, groups: dict) -> None:
+        """Launch with each Ref bound to its DeviceArray's buffer and element offset."""
         def buffer(ref):
             array = groups[ref.group][ref.key]
             return array.mem, array.offset // array.dtype.itemsize
@@ -440,93 +442,6 @@ class OpenCLExecutor:
                 raise ValueError("cannot size a buffer from the operand shapes")
             array = self._materialize(array, concrete, values)
         return array
-
-    # -- generic ops ------------------------------------------------------------------------------
-    def _relayout(self, op, values) -> bool:
-        """A `kernel.generic` / `buffer.compute` that only re-reads its data in a new shape
-        (reshape, flatten, squeeze, unsqueeze, identity): its out shape from the reference
-        kernel run on a zero-byte stand-in of the data (and the small shape operands, read
-        back), its bytes copied on the device. False for any other op."""
-        from palimpsest.backends.numpy.kernels import ComputeInfo
-        from palimpsest.dialects.graph.reference import KERNELS
-
-        info = self._infos.get(op)
-        if info is None:
-            info = self._infos[op] = ComputeInfo(op)
-        if info.name not in RELAYOUTS or len(op.outs) != 1 or not op.ins:
-            return False
-        ins = [self._materialized(op, values, v) for v in op.ins]
-        data = ins[0]
-        host = [np.broadcast_to(np.zeros((), data.dtype), data.shape)]
-        for array in ins[1:]:
-            host.append(self._download(array))
-            self.stats.transfer_bytes += array.nbytes
-        try:
-            shape = tuple(np.shape(KERNELS[info.name](info.kernel_inputs(host), info.attrs,
-                                                      1)[0]))
-        except (ValueError, IndexError, TypeError) as error:
-            raise op.error(f"failed at run time: {error}") from None
-        target = values[op.outs[0]]
-        if isinstance(target, _Pending):
-            target = self._materialize(target, shape, values)
-        if target.shape != shape or target.dtype != data.dtype:
-            raise op.error(f"'{info.name}' produced {data.dtype} {list(shape)} for a "
-                           f"{target.dtype} {list(target.shape)} buffer")
-        if data.nbytes and (target.mem is not data.mem or target.offset != data.offset):
-            self.cl.enqueue_copy(self.queue, target.mem, data.mem, byte_count=data.nbytes,
-                                 src_offset=data.offset, dst_offset=target.offset)
-            self.stats.view_copy_bytes += data.nbytes
-        return True
-
-    # -- host ops --------------------------------------------------------------------------------
-    def _on_host(self, op, values) -> None:
-        """Run `op` with the numpy backend: operands read back, outs written to the device."""
-        from palimpsest.backends.numpy.executor import Executor, _Pending as HostPending
-
-        if op.name in ("buffer.compute", "kernel.generic") and self._relayout(op, values):
-            return
-
-        if self._host is None:
-            self._host = Executor()
-        host_executor = self._host
-        host_executor.begin_run(RunStats())
-        outs = list(op.outs) if hasattr(op, "outs") else []
-        workspaces = list(getattr(op, "workspaces", ()))
-        host: dict = {}
-        moved = 0
-        for value in op.operands:
-            if value in host:
-                continue
-            array = values[value]
-            if isinstance(array, _Pending):
-                host[value] = HostPending(array.type, value)
-            elif isinstance(array, DeviceArray):
-                if (value in workspaces or value in outs) and value not in op.ins:
-                    host[value] = np.empty(array.shape, array.dtype)  # written, not read
-                else:
-                    host[value] = self._download(array)
-                    moved += array.nbytes
-            else:
-                host[value] = array
-        try:
-            host_executor._execute(op, host, 0)
-        finally:
-            host_executor.end_run()
-        for value in outs:
-            result = host[value]
-            target = values[value]
-            if isinstance(target, _Pending):
-                target = self._materialize(target, result.shape, values)
-            if tuple(result.shape) != target.shape:
-                raise op.error(f"produced shape {tuple(result.shape)} for a "
-                               f"{target.shape} buffer")
-            self._write(result, target)
-            moved += result.nbytes
-        name = op.properties["op"].value if op.name in ("buffer.compute", "kernel.generic") \
-            else op.name
-        self.stats.host_ops[name] = self.stats.host_ops.get(name, 0) + 1
-        self.stats.transfer_bytes += moved
-
 
 def dump_kernels(executors, directory: str) -> int:
     """Write the OpenCL C of every program the executors generated into `directory`,

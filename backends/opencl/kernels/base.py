@@ -31,8 +31,8 @@ import numpy as np
 
 GENERATORS: dict = {}
 
-# numpy dtype -> OpenCL C type
-C_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double",
+# numpy dtype -> OpenCL C type (bool: numpy's one byte, 0 or 1)
+C_TYPES = {np.dtype(np.bool_): "uchar", np.dtype(np.float32): "float", np.dtype(np.float64): "double",
            np.dtype(np.int32): "int", np.dtype(np.int64): "long",
            np.dtype(np.int8): "char", np.dtype(np.uint8): "uchar",
            np.dtype(np.int16): "short", np.dtype(np.uint16): "ushort",

@@ -139,3 +139,22 @@ def elementwise(call) -> list:
     local = 256 if size >= 256 else None
     return [Launch(source, "elementwise", (round_up(size, local or 1),), (local,) if local else None,
                    [ref("in", k) for k in range(n)] + [ref("out", 0)])]
+
+
+@generator("graph.cast")
+def cast(call) -> list:
+    """A `kernel.generic` graph.cast: C conversion (float to integer truncates toward
+    zero, as numpy's astype); to bool is `!= 0`. f16 has no C type here: the host."""
+    x, y = call.ins[0], call.outs[0]
+    source, target = x.ctype, y.ctype
+    value = "(x[i] != 0)" if y.dtype.kind == "b" else "x[i]"
+    buffers = [("x", source, False), ("y", target, True)]
+    size = y.size
+    program = (f"__kernel void cast({params(*buffers)}) {{\n"
+               f"  const long i = get_global_id(0);\n"
+               f"  if (i >= {size}L) return;\n"
+               f"{bind(*buffers)}\n"
+               f"  y[i] = ({target})({value});\n}}\n")
+    local = 256 if size >= 256 else None
+    return [Launch(program, "cast", (round_up(size, local or 1),), (local,) if local else None,
+                   [ref("in", 0), ref("out", 0)])]

@@ -1,0 +1,139 @@
+"""The OpenCL executor's graph-level ops (`kernel.generic`, `buffer.compute`): those that
+only relayout their data are device copies, those with a generator (graph.cast) are
+launched like kernel ops, and the rest run on the host with the numpy backend, their
+operands read back and their outs written to the device, counted in the run's stats
+(`host_ops`, `transfer_bytes`). A mixin of `OpenCLExecutor` (executor.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from palimpsest.backends.numpy.arena import RunStats, dtype_of
+from palimpsest.backends.opencl.kernels import GENERATORS
+from palimpsest.backends.opencl.kernels.base import Arg, KernelCall, Unsupported
+
+# generic graph ops that keep the data's bytes in order: a device-to-device copy
+RELAYOUTS = frozenset({"graph.reshape", "graph.flatten", "graph.squeeze", "graph.unsqueeze",
+                       "graph.identity"})
+
+
+# generic graph ops with a generator (kernels/) whose out has the shape of their first in
+SAME_SHAPE_GENERICS = frozenset({"graph.cast"})
+
+
+
+class GenericOps:
+    """Needs the executor's values, memory and launch methods."""
+
+    # -- generic ops ------------------------------------------------------------------------------
+    def _relayout(self, op, values) -> bool:
+        """A `kernel.generic` / `buffer.compute` that only re-reads its data in a new shape
+        (reshape, flatten, squeeze, unsqueeze, identity): its out shape from the reference
+        kernel run on a zero-byte stand-in of the data (and the small shape operands, read
+        back), its bytes copied on the device. False for any other op."""
+        from palimpsest.backends.numpy.kernels import ComputeInfo
+        from palimpsest.dialects.graph.reference import KERNELS
+
+        info = self._infos.get(op)
+        if info is None:
+            info = self._infos[op] = ComputeInfo(op)
+        if info.name not in RELAYOUTS or len(op.outs) != 1 or not op.ins:
+            return False
+        ins = [self._materialized(op, values, v) for v in op.ins]
+        data = ins[0]
+        host = [np.broadcast_to(np.zeros((), data.dtype), data.shape)]
+        for array in ins[1:]:
+            host.append(self._download(array))
+            self.stats.transfer_bytes += array.nbytes
+        try:
+            shape = tuple(np.shape(KERNELS[info.name](info.kernel_inputs(host), info.attrs,
+                                                      1)[0]))
+        except (ValueError, IndexError, TypeError) as error:
+            raise op.error(f"failed at run time: {error}") from None
+        target = values[op.outs[0]]
+        if isinstance(target, self.PENDING):
+            target = self._materialize(target, shape, values)
+        if target.shape != shape or target.dtype != data.dtype:
+            raise op.error(f"'{info.name}' produced {data.dtype} {list(shape)} for a "
+                           f"{target.dtype} {list(target.shape)} buffer")
+        if data.nbytes and (target.mem is not data.mem or target.offset != data.offset):
+            self.cl.enqueue_copy(self.queue, target.mem, data.mem, byte_count=data.nbytes,
+                                 src_offset=data.offset, dst_offset=target.offset)
+            self.stats.view_copy_bytes += data.nbytes
+        return True
+
+    def _generic_on_device(self, op, values) -> bool:
+        """A `kernel.generic` whose graph op has a generator (graph.cast: out shaped like
+        its in): launched like a kernel op; False when there is none or it declines."""
+        info = self._infos[op]
+        generate = GENERATORS.get(info.name)
+        if generate is None or info.name not in SAME_SHAPE_GENERICS or len(op.outs) != 1:
+            return False
+        ins = [self._materialized(op, values, v) for v in op.ins]
+        key = (op, tuple(a.shape for a in ins), tuple(a.dtype for a in ins))
+        launches = self.launches.get(key)
+        if launches is None:
+            out_type = op.outs[0].type
+            call = KernelCall(info.name, info.attrs, [Arg(a.shape, a.dtype) for a in ins],
+                              [Arg(ins[0].shape, dtype_of(out_type.element_type))],
+                              {}, self.device.limits)
+            try:
+                launches = generate(call)
+            except Unsupported as reason:
+                launches = reason
+            self.launches[key] = launches
+        if isinstance(launches, Unsupported):
+            return False
+        out = self._sized(values, op.outs[0], lambda: ins[0].shape)
+        self._enqueue(launches, {"in": ins, "out": [out], "ws": {}})
+        return True
+
+    # -- host ops --------------------------------------------------------------------------------
+    def _on_host(self, op, values) -> None:
+        """Run `op` with the numpy backend: operands read back, outs written to the device."""
+        from palimpsest.backends.numpy.executor import Executor, _Pending as HostPending
+
+        if op.name in ("buffer.compute", "kernel.generic") and (
+                self._relayout(op, values) or self._generic_on_device(op, values)):
+            return
+
+        if self._host is None:
+            self._host = Executor()
+        host_executor = self._host
+        host_executor.begin_run(RunStats())
+        outs = list(op.outs) if hasattr(op, "outs") else []
+        workspaces = list(getattr(op, "workspaces", ()))
+        host: dict = {}
+        moved = 0
+        for value in op.operands:
+            if value in host:
+                continue
+            array = values[value]
+            if isinstance(array, self.PENDING):
+                host[value] = HostPending(array.type, value)
+            elif isinstance(array, self.DEVICE_ARRAY):
+                if (value in workspaces or value in outs) and value not in op.ins:
+                    host[value] = np.empty(array.shape, array.dtype)  # written, not read
+                else:
+                    host[value] = self._download(array)
+                    moved += array.nbytes
+            else:
+                host[value] = array
+        try:
+            host_executor._execute(op, host, 0)
+        finally:
+            host_executor.end_run()
+        for value in outs:
+            result = host[value]
+            target = values[value]
+            if isinstance(target, self.PENDING):
+                target = self._materialize(target, result.shape, values)
+            if tuple(result.shape) != target.shape:
+                raise op.error(f"produced shape {tuple(result.shape)} for a "
+                               f"{target.shape} buffer")
+            self._write(result, target)
+            moved += result.nbytes
+        name = op.properties["op"].value if op.name in ("buffer.compute", "kernel.generic") \
+            else op.name
+        self.stats.host_ops[name] = self.stats.host_ops.get(name, 0) + 1
+        self.stats.transfer_bytes += moved
