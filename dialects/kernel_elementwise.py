@@ -54,6 +54,15 @@ STEP_ARITY = {"unary": (1, 1), "binary": (2, 2), "variadic": (1, None), "clip": 
               "batch_norm": (5, 5)}
 
 
+def clip_bounds(props: dict, bounds: list) -> tuple:
+    """(min, max) among a clip step's bound operands (None where absent): an
+    `operandSegmentSizes` of [1, 0, 1] means the one bound given is the max."""
+    segments = props.get("operandSegmentSizes")
+    if segments is not None and list(segments)[1:] == [0, 1]:
+        return None, bounds[0]
+    return (bounds[0] if bounds else None), (bounds[1] if len(bounds) > 1 else None)
+
+
 def step_shape(name: str, shapes: list):
     """The result shape of one step from its operand shapes."""
     form = STEPS[name][0]
@@ -88,6 +97,7 @@ class ElementwiseOp(KernelOp):
                                   or not all(isinstance(p, dict) for p in props)):
             return f"step_props must hold one dictionary per step ({len(steps)})"
         element = in_types[0].element_type
+        floats, numeric = is_float(element), is_numeric(element)  # (the same for every step)
         for index, (name, refs) in enumerate(zip(steps, wiring)):
             if name not in STEPS:
                 return f"step {index}: '{name}' is not a fusable elementwise op"
@@ -105,10 +115,11 @@ class ElementwiseOp(KernelOp):
                     return f"step {index} ('{name}') reads the chain value as operand {position}"
             if index and refs.count(previous) != 1:
                 return f"step {index} must read the result of step {index - 1} exactly once"
-            if (kind == "float" and not is_float(element)) or not is_numeric(element):
+            if (kind == "float" and not floats) or not numeric:
                 return f"step {index} ('{name}') does not compute {element}"
-        if any(t.element_type != element for t in in_types):
-            return "every in must have the element type of the out"
+        for t in in_types:
+            if t.element_type is not element and t.element_type != element:
+                return "every in must have the element type of the out"
         return None
 
     @classmethod

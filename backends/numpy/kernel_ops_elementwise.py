@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from palimpsest.backends.numpy.kernel_ops import STEP_IMPLS, _scalar, config_of, impl, step
+from palimpsest.dialects.kernel_elementwise import clip_bounds
 
 # A step writes `out` from `args` (numpy arrays; the chain value is `out` itself); it must
 # be right when an arg is `out` (the same view): every ufunc reads element i before
@@ -187,13 +188,7 @@ def _variadic(name, args, out, props, scratch):
 
 @step("graph.clip")
 def _clip(name, args, out, props, scratch):
-    segments = props.get("operandSegmentSizes")
-    bounds = list(args[1:])
-    if segments is not None and list(segments)[1:] == [0, 1]:
-        lo, hi = None, bounds[0]
-    else:
-        lo = bounds[0] if bounds else None
-        hi = bounds[1] if len(bounds) > 1 else None
+    lo, hi = clip_bounds(props, list(args[1:]))
     source = args[0]
     if lo is not None and hi is not None and out.dtype.kind == "f":
         np.clip(source, lo.reshape(()), hi.reshape(()), out=out)  # one pass, SIMD

@@ -35,7 +35,7 @@ from palimpsest.backends.binding import bind_inputs, output_names
 from palimpsest.backends.numpy.arena import RunStats, dtype_of
 from palimpsest.backends.opencl.generic_ops import GenericOps
 from palimpsest.backends.opencl.kernels import GENERATORS
-from palimpsest.backends.opencl.kernels.base import Arg, KernelCall, Unsupported
+from palimpsest.backends.opencl.kernels.base import Arg, KernelCall, Unsupported, strides_of
 from palimpsest.backends.opencl.runtime import device as open_device
 from palimpsest.ir.diagnostics import DiagnosticError
 from palimpsest.ir.verifier import lookup_symbol
@@ -316,7 +316,7 @@ class OpenCLExecutor(GenericOps):
             # a slot planned at the bounds: viewed once the writer knows the shape
             return _Pending(type_, op.results[0], (source, op.properties["offset"].value))
         dtype = dtype_of(type_.element_type)
-        if type_.strides is not None and tuple(type_.strides) != _row_major(type_.shape):
+        if type_.strides is not None and tuple(type_.strides) != strides_of(type_.shape):
             raise op.error(f"the OpenCL backend runs row-major buffers, not {type_}")
         offset = op.properties["offset"].value if "offset" in op.properties \
             else int(values[op.operands[1]])
@@ -475,14 +475,6 @@ def device_summary(executor, stats: RunStats) -> str:
             f"ops on the host: {host} ({stats.transfer_bytes} bytes moved)\n"
             f"programs built: {build.builds} in {build.build_seconds:.3f} s "
             f"({build.hits} kernel cache hits)")
-
-
-def _row_major(shape) -> tuple:
-    strides, step = [], 1
-    for dim in reversed(shape):
-        strides.append(step)
-        step *= dim
-    return tuple(reversed(strides))
 
 
 class OpenCLTarget:

@@ -6,6 +6,7 @@ bounds are scalars. NaN propagates as numpy's does (relu, max and min keep NaN).
 
 from __future__ import annotations
 
+from palimpsest.dialects.kernel_elementwise import clip_bounds
 from palimpsest.backends.opencl.kernels.base import (
     Launch, Unsupported, bind, broadcast_index, generator, literal, params, ref, round_up,
 )
@@ -69,13 +70,7 @@ def _step(name: str, args: list, props: dict, t: str) -> str:
 
 
 def _clip(args: list, props: dict) -> str:
-    segments = props.get("operandSegmentSizes")
-    bounds = list(args[1:])
-    if segments is not None and list(segments)[1:] == [0, 1]:
-        lo, hi = None, bounds[0]
-    else:
-        lo = bounds[0] if bounds else None
-        hi = bounds[1] if len(bounds) > 1 else None
+    lo, hi = clip_bounds(props, list(args[1:]))
     value = args[0]
     if lo is not None:
         value = f"({value} < {lo} ? {lo} : {value})"
