@@ -101,6 +101,8 @@ def _shape(type_):
 
 
 def _compatible(expected, actual) -> bool:
+    if expected == actual:  # the common case, answered in C
+        return True
     return len(expected) == len(actual) and all(
         e is None or a is None or e == a for e, a in zip(expected, actual))
 
@@ -177,12 +179,15 @@ class KernelOp(Operation):
         """The workspace buffer types, in operand order (`?` where a dim is dynamic;
         bounded where the ins' bounds give one: a workspace never shrinks when an in
         grows, so its shape at the ins' upper shapes bounds it)."""
+        roles = cls.workspace_roles(in_types, config)
+        if not roles:  # most kernels
+            return []
         shapes = [_shape(t) for t in in_types]
         uppers = None
         if any(t.bounds is not None for t in in_types):
             uppers = [t.upper_shape for t in in_types]
         types = []
-        for role in cls.workspace_roles(in_types, config):
+        for role in roles:
             type_ = BufferType(tuple(cls.workspace_shape(role, shapes, config)),
                                cls.workspace_element(role, in_types, config))
             if uppers is not None and not type_.has_static_shape:

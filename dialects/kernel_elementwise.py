@@ -88,10 +88,10 @@ class ElementwiseOp(KernelOp):
         steps, wiring = config["steps"], config["wiring"]
         props = config["step_props"]
         n = len(in_types)
-        if not steps or not all(isinstance(s, str) for s in steps):
+        if not steps or not all([isinstance(s, str) for s in steps]):
             return "steps must be a non-empty array of graph op names"
-        if not isinstance(wiring, list) or len(wiring) != len(steps) or not all(
-                isinstance(w, list) and all(isinstance(v, int) for v in w) for w in wiring):
+        if not isinstance(wiring, list) or len(wiring) != len(steps) or not all([
+                isinstance(w, list) and all([isinstance(v, int) for v in w]) for w in wiring]):
             return f"wiring must hold one array of value numbers per step ({len(steps)})"
         if props is not None and (len(props) != len(steps)
                                   or not all(isinstance(p, dict) for p in props)):
@@ -127,7 +127,7 @@ class ElementwiseOp(KernelOp):
         values = list(in_shapes)
         for name, refs in zip(config["steps"], config["wiring"]):
             args = [values[r] for r in refs]
-            if any(a is None for a in args):
+            if None in args:  # (shapes are tuples: only a missing one equals None)
                 values.append(None)
             else:
                 values.append(step_shape(name, args))

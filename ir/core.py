@@ -31,7 +31,10 @@ class Value:
         return bool(self.uses)
 
     def users(self) -> list:
-        return list(dict.fromkeys([op for op, _ in self.uses]))  # each once, in use order
+        uses = self.uses
+        if len(uses) < 2:  # most values: one use, or none
+            return [key[0] for key in uses]
+        return list(dict.fromkeys([op for op, _ in uses]))  # each once, in use order
 
     def replace_all_uses_with(self, other: "Value") -> None:
         if other is self:
@@ -187,9 +190,11 @@ class Operation:
                 for user, _ in result.uses:
                     if not self.is_ancestor_of(user):
                         raise ValueError(f"cannot erase '{self.name}': its result is still used")
-        self.detach()
-        if not self.regions:
-            self.drop_operand_uses()
+        if self.parent is not None:
+            self.parent._unlink(self)
+        if not self.regions:  # most ops: inlined, passes erase a thousand per model
+            for index, value in enumerate(self.operands):
+                value.uses.pop((self, index), None)
             return
         for op in self.walk():
             op.drop_operand_uses()
@@ -248,15 +253,18 @@ def _clone(op: Operation, mapping: dict) -> Operation:
     if not op.is_registered:
         new.__dict__["name"] = op.name
     get = mapping.get
-    operands = [get(v, v) for v in op.operands]
+    if op.operands:
+        operands = [get(v, v) for v in op.operands]
+        for index, value in enumerate(operands):
+            value.uses[(new, index)] = None
+    else:  # constants: often half a model's ops
+        operands = []
     new.operands = operands
-    for index, value in enumerate(operands):
-        value.uses[(new, index)] = None
     new.parent = new.prev = new.next = None
     new.location = op.location
     new.source_loc = op.source_loc
     new.properties = dict(op.properties)
-    new.attributes = dict(op.attributes)
+    new.attributes = dict(op.attributes) if op.attributes else {}
     results = []
     for index, old in enumerate(op.results):
         result = OpResult(old.type, new, index, old.name_hint)
@@ -264,6 +272,9 @@ def _clone(op: Operation, mapping: dict) -> Operation:
         results.append(result)
     new.results = results
     new.regions = []
+    new.successors = [get(b, b) for b in op.successors] if op.successors else []
+    if not op.regions:
+        return new
     for region in op.regions:
         copy = new.add_region(Region())
         for block in region.blocks:  # all blocks first: branches may jump forward
@@ -288,7 +299,7 @@ def _clone(op: Operation, mapping: dict) -> Operation:
                 inner = inner.next
             twin.last = last
             twin._count = count
-    new.successors = [get(b, b) for b in op.successors]
+    new.successors = [get(b, b) for b in op.successors] if op.successors else []
     return new
 
 
@@ -425,4 +436,7 @@ class Region:
     def walk(self) -> Iterator[Operation]:
         for block in self.blocks:
             for op in block.ops:
-                yield from op.walk()
+                if op.regions:
+                    yield from op.walk()
+                else:
+                    yield op

@@ -418,22 +418,20 @@ def register_op(cls):
 
 def _declared_effects(op):
     cls = type(op)
+    # segment sizes once per op, not once per effect (liveness asks of every buffer use)
+    groups = None if cls.direct_operands and cls.direct_results else operand_groups(op)
     result = []
-    groups = None
     for effect in cls.effects:
-        on = effect.on
+        kind, on = effect.kind, effect.on
         if on is None:
-            target = None
-        elif cls.direct_operands and cls.direct_results:
-            target = getattr(op, on)
-        else:  # segment sizes once per op, not once per effect (liveness asks often)
-            if groups is None:
-                groups = operand_groups(op)
-            target = groups[on] if on in groups else getattr(op, on)
+            result.append((kind, None))
+            continue
+        target = groups[on] if groups is not None and on in groups else getattr(op, on)
         if isinstance(target, list):
-            result.extend((effect.kind, v) for v in target)
+            for value in target:
+                result.append((kind, value))
         else:
-            result.append((effect.kind, target))
+            result.append((kind, target))
     return result
 
 
@@ -442,18 +440,22 @@ def operand_groups(op) -> dict:
     accessor at the cost of one (segment sizes are computed once)."""
     cls = type(op)
     defs = cls.operand_defs
-    sizes = segment_sizes(op, op.operands, defs, "operandSegmentSizes")
+    operands = op.operands
+    if cls.direct_operands and len(operands) == len(defs):
+        return {definition.field_name: value for definition, value in zip(defs, operands)}
+    sizes = segment_sizes(op, operands, defs, "operandSegmentSizes")
     if isinstance(sizes, str):
         raise op.error(sizes)
     groups = {}
     position = 0
     for definition, size in zip(defs, sizes):
-        group = op.operands[position:position + size]
-        if definition.kind == SINGLE:
-            group = group[0]
-        elif definition.kind == OPTIONAL:
-            group = group[0] if group else None
-        groups[definition.field_name] = group
+        kind = definition.kind
+        if kind == VARIADIC:
+            groups[definition.field_name] = operands[position:position + size]
+        elif kind == SINGLE:
+            groups[definition.field_name] = operands[position]
+        else:
+            groups[definition.field_name] = operands[position] if size else None
         position += size
     return groups
 

@@ -63,7 +63,7 @@ class Printer:
                 else:
                     for result in results:
                         self._assign(result, state)
-                if not (op.is_registered and op.has_trait(IsolatedFromAbove)):
+                if op.regions and not (op.is_registered and op.has_trait(IsolatedFromAbove)):
                     for nested in op.regions:
                         self._name_region(nested, state)
 

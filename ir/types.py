@@ -177,7 +177,7 @@ class ShapedType(ParametricType):
 
     @property
     def has_static_shape(self) -> bool:
-        return self.shape is not None and all(d is not None for d in self.shape)
+        return self.shape is not None and None not in self.shape
 
     def num_elements(self) -> int | None:
         if not self.has_static_shape:

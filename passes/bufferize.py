@@ -149,13 +149,15 @@ class _Function:
                                           "a function only")
 
     def _compute_last_uses(self, block) -> None:
+        position = self.position
+
         def last_use(value) -> int:
             last = -1
             for user, _ in value.uses:
                 while user is not None and user.parent is not block:
                     user = user.parent_op
-                if user is not None:
-                    last = max(last, self.position[user])
+                if user is not None and position[user] > last:
+                    last = position[user]
             return last
 
         for arg in block.args:
@@ -264,11 +266,11 @@ class _Function:
 
     def _compute(self, op: Operation, outs: list) -> None:
         ins = [self._mapped(v) for v in op.operands]
-        properties = {"op": A.StringAttr(op.name)}
+        properties = {"op": _op_name(op.name)}
         for key, value in op.properties.items():
             properties["graphSegmentSizes" if key == "operandSegmentSizes" else key] = value
         properties["operandSegmentSizes"] = _segment_sizes(len(ins), len(outs))
-        self._insert(op, ComputeOp(ins + outs, [], properties, dict(op.attributes)))
+        self._insert(op, ComputeOp(ins + outs, [], properties, op.attributes))  # (copied)
 
     def _in_place_operand(self, op: Operation, position: int) -> int | None:
         result_type = op.results[0].type
@@ -278,12 +280,12 @@ class _Function:
         for index in trait.candidates(op):
             value = op.operands[index]
             storage = self.storage.get(value)
-            if storage is None or value.type != result_type:
+            if storage is None:
                 continue
             if storage.kind != "alloc" and not (storage.kind == "arg" and self.writable_inputs):
                 continue
-            if not self._dies_at(storage, position):
-                continue
+            if not self._dies_at(storage, position) or value.type != result_type:
+                continue  # (the cheap checks first)
             if any(other is not value and self.storage.get(other) is storage
                    for other in op.operands):
                 continue
@@ -401,6 +403,11 @@ class _Function:
 @lru_cache(maxsize=256)  # immutable: one per (ins, outs) count, shared by the computes
 def _segment_sizes(ins: int, outs: int) -> A.DenseArrayAttr:
     return A.DenseArrayAttr(i32, (ins, outs))
+
+
+@lru_cache(maxsize=1024)  # immutable: one per graph op name
+def _op_name(name: str) -> A.StringAttr:
+    return A.StringAttr(name)
 
 
 def _type_of(buffer_value):

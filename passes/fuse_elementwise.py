@@ -22,6 +22,8 @@ BETWEEN_OK = ("buffer.alloc", "buffer.dealloc", "buffer.constant", "buffer.resha
 class _Step:
     """An elementwise compute that a `kernel.elementwise` step can run."""
 
+    __slots__ = ("compute", "op", "name", "args", "props", "out", "chain_position")
+
     def __init__(self, compute: _Compute, args: list, props: dict):
         self.compute = compute
         self.op = compute.op

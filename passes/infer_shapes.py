@@ -82,15 +82,20 @@ class _State:
 
     def has_bounds(self, operands, types) -> bool:
         """Whether an operand has bounded dims, or values holding a bounded dim."""
-        return any(isinstance(t, TensorType) and t.bounds is not None for t in types) or (
-            bool(self.token_bounds) and any(
-                v in self.symbolic and any(w in self.token_bounds for w in self.symbolic[v]
-                                           if not isinstance(w, (int, float)))
-                for v in operands))
+        for t in types:  # (a loop, not any(): asked of every op visited)
+            if getattr(t, "encoding", None) is not None and isinstance(t, TensorType) \
+                    and t.bounds is not None:
+                return True
+        return bool(self.token_bounds) and any(
+            v in self.symbolic and any(w in self.token_bounds for w in self.symbolic[v]
+                                       if not isinstance(w, (int, float)))
+            for v in operands)
 
 
 class _Lazy:
     """A list-like view that computes one operand's entry on first use."""
+
+    __slots__ = ("operands", "compute", "cache")  # three per op visited
 
     def __init__(self, operands, compute):
         self.operands = operands
@@ -155,8 +160,8 @@ def _retypable_returns(root: Operation) -> dict:
         name = fn.properties["sym_name"].value
         if name in called or not fn.regions or not fn.regions[0].blocks:
             continue
-        rets = [op for op in fn.regions[0].walk()
-                if op.name == "func.return" and op.parent_op is fn]
+        rets = [op for block in fn.regions[0].blocks for op in block.ops
+                if op.name == "func.return"]  # (the ops whose parent op is fn)
         if len(rets) == 1:
             found[id(rets[0])] = (fn, rets[0])
     return found
@@ -193,7 +198,7 @@ def _visit(op: GraphOp, state: _State, returns: dict, fold: bool,
             except ShapeError:
                 raise op.error(f"result #{index} has type '{value.type}' but infer-shapes "
                                f"computed '{expected}'") from None
-            if refined != value.type and _retypable(value, returns):
+            if refined is not value.type and _retypable(value, returns):  # (a new type)
                 value.type = refined
                 result.refined += 1
     if state.has_bounds(operands, types):
@@ -202,7 +207,10 @@ def _visit(op: GraphOp, state: _State, returns: dict, fold: bool,
     try:
         folded = cls.fold_values(args, result_types)
         symbolic = None
-        if cls.moves_values or "fold_symbols" in vars(cls):
+        # Dim tokens come from `?` dims: with none among the operands and none carried in
+        # known values so far, fold_symbols could only repeat fold_values (skipped).
+        if (cls.moves_values or "fold_symbols" in vars(cls)) and (
+                state.symbolic or not _static(types)):
             values = [state.known_of(v) for v in operands]
             for name in cls.moves_values:
                 for i in args.positions(name):
@@ -219,7 +227,7 @@ def _visit(op: GraphOp, state: _State, returns: dict, fold: bool,
         if values is not None and _fits(value, values) \
                 and any(v is not None and not isinstance(v, (int, float)) for v in values):
             state.symbolic[value] = values
-    if fold and op.name != "graph.constant":
+    if fold and folded and op.name != "graph.constant":  # results with known values
         state.foldable.append(op)
 
 
@@ -236,6 +244,14 @@ def _bound(op: GraphOp, state: _State, returns: dict, result: InferShapesResult)
         if bounded != value.type and _retypable(value, returns):
             value.type = bounded
             result.bounded += 1
+
+
+def _static(types) -> bool:
+    for t in types:
+        shape = getattr(t, "shape", None)
+        if shape is None or None in shape:
+            return False
+    return True
 
 
 def _fits(value, values) -> bool:

@@ -6,6 +6,7 @@ op would verify."""
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from types import SimpleNamespace
 
 from palimpsest.dialects import kernel as K
@@ -22,6 +23,8 @@ from palimpsest.ir.types import f32
 class _Compute:
     """A `buffer.compute`: graph op name, properties (as attributes), operand slots."""
 
+    __slots__ = ("op", "name", "props", "ins", "outs", "graph_class", "_slots")
+
     def __init__(self, op: Operation):
         self.op = op
         self.name = op.properties["op"].value
@@ -30,29 +33,39 @@ class _Compute:
             if "." not in key and key not in props:
                 props[key] = value
         self.props = props
-        groups = operand_groups(op)
-        self.ins = list(groups["ins"])
-        self.outs = list(groups["outs"])
+        groups = operand_groups(op)  # (fresh lists)
+        self.ins = groups["ins"]
+        self.outs = groups["outs"]
         self.graph_class = lookup_op(self.name)
-        self.slots: dict = {}
+        self._slots: dict | None = None
+
+    @property
+    def slots(self) -> dict:
+        """The ins by the graph op's operand names (computed when a rule first asks:
+        elementwise steps never do)."""
+        if self._slots is not None:
+            return self._slots
+        slots: dict = {}
         graph_class = self.graph_class
         if graph_class is not None and graph_class.direct_operands \
                 and len(self.ins) == len(graph_class.operand_defs):  # one in per operand
-            self.slots = {d.field_name: v for d, v in zip(graph_class.operand_defs, self.ins)}
+            slots = {d.field_name: v for d, v in zip(graph_class.operand_defs, self.ins)}
         elif graph_class is not None:
-            sizes = segment_sizes(SimpleNamespace(properties=props), self.ins,
-                                  self.graph_class.operand_defs, "operandSegmentSizes")
+            sizes = segment_sizes(SimpleNamespace(properties=self.props), self.ins,
+                                  graph_class.operand_defs, "operandSegmentSizes")
             if not isinstance(sizes, str):
                 position = 0
-                for definition, size in zip(self.graph_class.operand_defs, sizes):
+                for definition, size in zip(graph_class.operand_defs, sizes):
                     group = self.ins[position:position + size]
                     if definition.kind == SINGLE:
-                        self.slots[definition.field_name] = group[0]
+                        slots[definition.field_name] = group[0]
                     elif definition.kind == OPTIONAL:
-                        self.slots[definition.field_name] = group[0] if group else None
+                        slots[definition.field_name] = group[0] if group else None
                     else:
-                        self.slots[definition.field_name] = group
+                        slots[definition.field_name] = group
                     position += size
+        self._slots = slots
+        return slots
 
     def prop(self, name, default=None):
         attr = self.props.get(name)
@@ -104,6 +117,7 @@ def _f(value) -> A.FloatAttr:
     return A.FloatAttr(float(value), f32)
 
 
+@lru_cache(maxsize=1024)  # immutable: one per string (step names, modes)
 def _s(value) -> A.StringAttr:
     return A.StringAttr(value)
 
@@ -434,9 +448,9 @@ def _fits(cls, ins, outs, props) -> bool:
     return _fitting_config(cls, ins, outs, props) is not None
 
 
-def _fitting_config(cls, ins, outs, props) -> dict | None:
-    """The kernel's config (`config_of(props)`) when the kernel op would verify; None
-    when it would not (`emit` reuses the config)."""
+def _fitting_config(cls, ins, outs, props) -> tuple | None:
+    """(config, workspace roles, workspace types) when the kernel op would verify (the
+    config is `config_of(props)`; `emit` reuses all three); None when it would not."""
     for name, definition in cls.prop_defs.items():
         attr = props.get(name)
         if attr is None:
@@ -452,7 +466,8 @@ def _fitting_config(cls, ins, outs, props) -> dict | None:
             return None
         shapes = cls.result_shapes([tuple(t.shape) for t in in_types], config)
         elements = cls.result_elements(in_types, config)
-        cls.workspace_types(in_types, config)
+        roles = cls.workspace_roles(in_types, config)
+        workspaces = cls.workspace_types(in_types, config)
     except (S.ShapeError, KeyError, TypeError, IndexError, ValueError):
         return None
     if len(outs) != len(shapes):
@@ -462,4 +477,4 @@ def _fitting_config(cls, ins, outs, props) -> dict | None:
             return None
         if shape is not None and not K._compatible(shape, value.type.shape):
             return None
-    return config
+    return config, roles, workspaces

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 from palimpsest.dialects.buffer import AllocOp, BufferType, DeallocOp, ViewOp
 from palimpsest.ir.core import Operation, Value
-from palimpsest.ir.opdef import ALIAS, FREE, WRITE, FunctionLike
+from palimpsest.ir.opdef import ALIAS, FREE, WRITE, FunctionLike, may_alias
 from palimpsest.passes.pass_manager import ModulePass, register_pass
 
 __all__ = [
@@ -210,16 +210,33 @@ def compute_liveness(func: Operation) -> Liveness:
             found = effects[user] = user.memory_effects() if user.is_registered else None
         return found
 
+    kinds: dict = {}  # op -> {value: the kinds of its effects on it}; None: unknown
+
+    def kinds_of(user: Operation):
+        found = kinds.get(user, _ASK)
+        if found is _ASK:
+            listed = effects_of(user)
+            found = None if listed is None else {}
+            for kind_, target in listed or ():
+                found.setdefault(target, []).append(kind_)
+            kinds[user] = found
+        return found
+
     buffers, by_value = [], {}
     for value, kind, op, home, external in roots:
         closure = [value]
+        uses = []  # (closure member, its users): asked once
         members = {value}
         alias_ops = set()
         index = 0
         while index < len(closure):
             current = closure[index]
             index += 1
-            for user in current.users():
+            users = current.users()
+            uses.append((current, users))
+            for user in users:
+                if not may_alias(user):  # most users: no effects to build
+                    continue
                 for result in alias_results(user, current, effects_of(user)):
                     if result not in members:
                         members.add(result)
@@ -228,17 +245,17 @@ def compute_liveness(func: Operation) -> Liveness:
         first = last = None
         dealloc_end = None
         written = False
-        for current in closure:
-            for user in current.users():
+        for current, users in uses:
+            for user in users:
                 lo, hi = span(user, home)
-                if isinstance(user, DeallocOp) or _only_frees(effects_of(user), current):
+                if isinstance(user, DeallocOp) or _only_frees(kinds_of(user), current):
                     dealloc_end = hi if dealloc_end is None else max(dealloc_end, hi)
                     continue
-                if user in alias_ops and _only_aliases(user, effects_of(user), current):
+                if user in alias_ops and _only_aliases(user, kinds_of(user), current):
                     continue
                 first = lo if first is None else min(first, lo)
                 last = hi if last is None else max(last, hi)
-                if not written and _writes(effects_of(user), current):
+                if not written and _writes(kinds_of(user), current):
                     written = True
         own = positions.get(op) if op is not None else 0
         if external:
@@ -269,24 +286,24 @@ def compute_liveness(func: Operation) -> Liveness:
     return Liveness(func, ops, buffers, by_value, positions)
 
 
-def _only_frees(effects, value: Value) -> bool:
-    if not effects:
-        return False
-    on_value = [kind for kind, v in effects if v is value]
+# The helpers below take an op's effects as {value: [effect kinds]} (None: unknown).
+
+def _only_frees(kinds, value: Value) -> bool:
+    on_value = kinds.get(value) if kinds else None
     return bool(on_value) and all(kind == FREE for kind in on_value)
 
 
-def _only_aliases(op: Operation, effects, value: Value) -> bool:
-    """True when `op` (with memory `effects`) touches `value` only to make an alias of it."""
-    if effects is None or op.name == "func.call":
+def _only_aliases(op: Operation, kinds, value: Value) -> bool:
+    """True when `op` touches `value` only to make an alias of it."""
+    if kinds is None or op.name == "func.call":
         return False
-    return not any(v is value and kind != ALIAS for kind, v in effects)
+    return all(kind == ALIAS for kind in kinds.get(value, ()))
 
 
-def _writes(effects, value: Value) -> bool:
-    if effects is None:
+def _writes(kinds, value: Value) -> bool:
+    if kinds is None:
         return True
-    return any(kind == WRITE and v is value for kind, v in effects)
+    return WRITE in kinds.get(value, ())
 
 
 # ---------------------------------------------------------------------------- printing

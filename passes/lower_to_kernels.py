@@ -56,7 +56,7 @@ from palimpsest.passes.fuse_elementwise import (  # noqa: F401
     BETWEEN_OK, _as_step, _chain_out, _chains, _root, _Step,
 )
 from palimpsest.passes.kernel_rules import (  # noqa: F401
-    RULES, _Compute, _fits, _fitting_config, _i,
+    RULES, _Compute, _fits, _fitting_config, _i, _s,
 )
 from palimpsest.passes.pass_manager import ModulePass, register_pass
 
@@ -86,18 +86,20 @@ class _Lowering:
         return op
 
     def emit(self, anchor: Operation, cls, ins: list, outs: list, props: dict,
-             config: dict | None = None) -> tuple:
+             fit: tuple | None = None) -> tuple:
         """`cls` on ins/outs before `anchor`, its workspaces allocated right before it
-        and freed right after it: (the kernel op, the last op inserted). `config`: the
-        kernel's `config_of(props)`, when the caller has it."""
-        in_types = [v.type for v in ins]
-        config = cls.config_of(props) if config is None else config
-        roles = cls.workspace_roles(in_types, config)
-        types = cls.workspace_types(in_types, config)
+        and freed right after it: (the kernel op, the last op inserted). `fit`: what
+        `_fitting_config` returned for them, when the caller has it."""
+        if fit is None:
+            in_types = [v.type for v in ins]
+            config = cls.config_of(props)
+            fit = (config, cls.workspace_roles(in_types, config),
+                   cls.workspace_types(in_types, config))
+        _, roles, types = fit
         hint = outs[0].name_hint if outs and outs[0].name_hint else None
         workspaces = []
         for role, type_ in zip(roles, types):
-            alloc = AllocOp([], [type_], {"kind": A.StringAttr("workspace")},
+            alloc = AllocOp([], [type_], {"kind": _s("workspace")},
                             result_names=[f"{hint}_{role}" if hint else role])
             self._insert_before(anchor, alloc)
             workspaces.append(alloc.results[0])
@@ -130,11 +132,11 @@ class _Lowering:
     def compute(self, c: _Compute) -> None:
         rule = RULES.get(c.name)
         lowered = rule(c) if rule is not None else None
-        config = None if lowered is None else _fitting_config(lowered[0], lowered[1], c.outs,
-                                                               lowered[2])
-        if config is not None:
+        fit = None if lowered is None else _fitting_config(lowered[0], lowered[1], c.outs,
+                                                            lowered[2])
+        if fit is not None:
             cls, ins, props = lowered
-            self.emit(c.op, cls, ins, c.outs, props, config)
+            self.emit(c.op, cls, ins, c.outs, props, fit)
         else:
             self.generic(c)
         c.op.erase()
@@ -146,14 +148,14 @@ class _Lowering:
 
     def _single(self, step: _Step) -> None:
         ins = _unique(step.args)
-        props = {"steps": A.ArrayAttr((A.StringAttr(step.name),)),
+        props = {"steps": A.ArrayAttr((_s(step.name),)),
                  "wiring": A.ArrayAttr((A.ArrayAttr(tuple(_i(ins.index(v))
                                                           for v in step.args)),))}
         if step.props:
             props["step_props"] = A.ArrayAttr((A.DictionaryAttr.of(step.props),))
-        config = _fitting_config(K.ElementwiseOp, ins, [step.out], props)
-        if config is not None:
-            self.emit(step.op, K.ElementwiseOp, ins, [step.out], props, config)
+        fit = _fitting_config(K.ElementwiseOp, ins, [step.out], props)
+        if fit is not None:
+            self.emit(step.op, K.ElementwiseOp, ins, [step.out], props, fit)
         else:
             self.generic(step.compute)
         step.op.erase()
@@ -174,18 +176,18 @@ class _Lowering:
         n = len(ins)
         wiring = [[n + index - 1 if r is None else r for r in refs]
                   for index, refs in enumerate(wiring)]
-        props = {"steps": A.ArrayAttr(tuple(A.StringAttr(s.name) for s in chain)),
+        props = {"steps": A.ArrayAttr(tuple(_s(s.name) for s in chain)),
                  "wiring": A.ArrayAttr(tuple(A.ArrayAttr(tuple(_i(r) for r in refs))
                                              for refs in wiring))}
         if any(s.props for s in chain):
             props["step_props"] = A.ArrayAttr(tuple(A.DictionaryAttr.of(s.props)
                                                     for s in chain))
         out = _chain_out(chain)
-        config = _fitting_config(K.ElementwiseOp, ins, [out], props)
-        if config is None:
+        fit = _fitting_config(K.ElementwiseOp, ins, [out], props)
+        if fit is None:
             return False
         first, last = chain[0].op, chain[-1].op
-        kernel, anchor = self.emit(last, K.ElementwiseOp, ins, [out], props, config)
+        kernel, anchor = self.emit(last, K.ElementwiseOp, ins, [out], props, fit)
         # deallocs between the fused computes that free what the chain reads move after it
         read_roots = {_root(v) for v in ins}
         intermediates = _unique([s.out for s in chain[:-1] if s.out is not out])

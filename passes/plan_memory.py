@@ -357,11 +357,13 @@ def _no_room(item: _Item, tried) -> None:
 
 def plan_memory(module: Operation, algorithm: str = "auto", time_budget: float = 1.0,
                 inputs_as_activations: bool = False, default_alignment: int = 64,
-                seed: int = 0) -> PlanReport:
+                seed: int = 0, details: bool = True) -> PlanReport:
     """Plan every static buffer of every function of `module` and rewrite the IR.
 
-    Returns the :class:`PlanReport`. Raises DiagnosticError for an impossible plan and
-    PlanCheckError if the independent checker rejects a plan (a bug)."""
+    Returns the :class:`PlanReport`; with `details=False` it holds the pools' sizes only
+    (no buffers, names or lower bounds: the pass computes them only to print them).
+    Raises DiagnosticError for an impossible plan and PlanCheckError if the independent
+    checker rejects a plan (a bug)."""
     if algorithm not in ALGORITHMS:
         raise DiagnosticError(f"plan-memory: unknown algorithm '{algorithm}' "
                               f"(one of {', '.join(ALGORITHMS)})", module.loc)
@@ -374,7 +376,7 @@ def plan_memory(module: Operation, algorithm: str = "auto", time_budget: float =
     for func in functions_of(module):
         existing = [op for op in func.walk(include_self=False) if isinstance(op, ArenaOp)]
         liveness = compute_liveness(func)
-        names = value_names(func)
+        names = value_names(func) if details else {}
         static = [r for r in liveness.buffers if r.is_alloc and not r.dynamic
                   and r.kind in PLANNED_KINDS]
         if existing:
@@ -390,7 +392,7 @@ def plan_memory(module: Operation, algorithm: str = "auto", time_budget: float =
         items, placement, how = _place_function(liveness, pools, candidates, names,
                                                 algorithm, time_budget, inputs_as_activations)
         _check(items, placement, pools)
-        fn_plan = _function_plan(liveness, names, items, placement, how, pools)
+        fn_plan = _function_plan(liveness, names, items, placement, how, pools, details)
         report.functions.append(fn_plan)
         for pool_plan in fn_plan.pools:
             pools[pool_plan.pool].size = max(pools[pool_plan.pool].size, pool_plan.size)
@@ -425,12 +427,15 @@ def _check(items, placement, pools) -> None:
         raise PlanCheckError("plan-memory produced an invalid plan:\n  " + "\n  ".join(problems))
 
 
-def _function_plan(liveness, names, items, placement, how, pools) -> FunctionPlan:
+def _function_plan(liveness, names, items, placement, how, pools,
+                   details: bool = True) -> FunctionPlan:
     fn = FunctionPlan(liveness.name, len(liveness.ops))
     by_pool: dict = {}
     for it in items:
         pool, offset = placement[it.ident]
         by_pool.setdefault(pool, []).append(it)
+        if not details:
+            continue
         loc = it.anchor.loc
         fn.buffers.append(PlacedBuffer(names.get(it.record.value, "%?"), it.record.kind, pool,
                                        offset, it.size, it.start, it.end,
@@ -439,11 +444,13 @@ def _function_plan(liveness, names, items, placement, how, pools) -> FunctionPla
         members = by_pool.get(name)
         if not members:
             continue
-        intervals = [it.interval() for it in members]
         used = max(placement[it.ident][1] + it.size for it in members)
         label, optimal = how.get(name, ("?", False))
-        fn.pools.append(PoolPlan(name, used, lower_bound(intervals), pools[name].capacity,
+        bound = lower_bound([it.interval() for it in members]) if details else 0
+        fn.pools.append(PoolPlan(name, used, bound, pools[name].capacity,
                                  pools[name].alignment, label, len(members), optimal))
+    if not details:
+        return fn
     fn.lower_bound = lower_bound([it.interval() for it in items])
     fn.dynamic = [names.get(r.value, "%?") for r in liveness.buffers
                   if (r.is_alloc or r.external) and r.dynamic]
@@ -507,9 +514,8 @@ def _rewrite(func, items, placement, pools) -> None:
         record = it.record
         pool, offset = placement[it.ident]
         for value in [record.value, *record.aliases]:
-            for user in value.users():
-                if isinstance(user, DeallocOp):
-                    user.erase()
+            for user in [op for op, _ in value.uses if isinstance(op, DeallocOp)]:
+                user.erase()
         source = record.op
         view = ViewOp([arenas[pool]], [record.value.type],
                       properties={"offset": A.IntegerAttr(offset)},
@@ -554,7 +560,8 @@ class PlanMemory(ModulePass):
 
     def apply(self, module: Operation) -> None:
         result = plan_memory(module, self.algorithm, self.time_budget,
-                             self.inputs_as_activations, self.default_alignment)
+                             self.inputs_as_activations, self.default_alignment,
+                             details=self.report)
         if self.report:
             by_name = {f.properties["sym_name"].value: f for f in functions_of(module)}
             for fn in result.functions:

@@ -146,16 +146,20 @@ class GreedyRewriteDriver(RewriteListener):
         self._root = root
         stats = self.stats
         budget = self.max_rewrites
+        ops = None
         if budget is None:
-            budget = max(10000, 64 * sum(1 for _ in root.walk(include_self=False)))
+            ops = list(root.walk(include_self=False))  # (also the first iteration's)
+            budget = max(10000, 64 * len(ops))
         while True:
             if stats.iterations == self.max_iterations:
                 stats.stop_reason = "iteration limit"
                 break
             stats.iterations += 1
-            ops = list(root.walk(include_self=False))
+            if ops is None:
+                ops = list(root.walk(include_self=False))
             for op in (reversed(ops) if self.top_down else ops):
                 self._worklist.push(op)
+            ops = None
             self._changed = False
             if not self._drain(budget):
                 stats.stop_reason = "rewrite limit"
@@ -175,7 +179,9 @@ class GreedyRewriteDriver(RewriteListener):
                 return True
             if op.parent is None:
                 continue
-            if self.erase_dead and is_trivially_dead(op):
+            results = op.results  # (a used first result: alive, no need to ask)
+            if self.erase_dead and not (results and results[0].uses) \
+                    and is_trivially_dead(op):
                 rewriter.set_root(op)
                 rewriter.erase_op(op)
                 stats.erased += 1

@@ -268,15 +268,19 @@ class _ConstantOperands:
 # Arguments of a shape rule
 
 
-_DIRECT_SLOTS: dict = {}  # op class -> its slots when each declaration is one operand
+_SLOTS: dict = {}  # (op class, operand count) -> its slots, when the count decides them
 
 
 def _slots(cls, operand_types, properties) -> dict:
-    """{operand name: (kind, first position, count)}; shared (read-only) per class in the
-    common case, as infer-shapes builds an Args per op of every module."""
-    direct = cls.direct_operands and len(operand_types) == len(cls.operand_defs)
-    if direct and cls in _DIRECT_SLOTS:
-        return _DIRECT_SLOTS[cls]
+    """{operand name: (kind, first position, count)}; shared (read-only) per class and
+    operand count unless segment sizes are spelled out, as infer-shapes builds an Args
+    per op of every module."""
+    key = None
+    if "operandSegmentSizes" not in properties:  # else the property decides them
+        key = (cls, len(operand_types))
+        found = _SLOTS.get(key)
+        if found is not None:
+            return found
     sizes = segment_sizes(SimpleNamespace(properties=properties), operand_types,
                           cls.operand_defs, "operandSegmentSizes")
     if isinstance(sizes, str):
@@ -286,14 +290,17 @@ def _slots(cls, operand_types, properties) -> dict:
     for definition, size in zip(cls.operand_defs, sizes):
         slots[definition.field_name] = (definition.kind, position, size)
         position += size
-    if direct:
-        _DIRECT_SLOTS[cls] = slots
+    if key is not None:
+        _SLOTS[key] = slots
     return slots
 
 
 class Args:
     """One op's operands, by declared name: types, shapes, known values; and its
     attribute values with ONNX defaults applied."""
+
+    __slots__ = ("cls", "properties", "num_results", "_upper_values", "_dim_symbols",
+                 "_symbolic", "_slots", "_types", "_values")  # one per op infer-shapes visits
 
     def __init__(self, cls, operand_types, properties, values=None, num_results=None,
                  dim_symbols=None, symbolic=None, upper_values=None):
@@ -322,28 +329,36 @@ class Args:
     def has(self, name: str) -> bool:
         return len(self._positions(name)[1]) > 0
 
+    # (type, types, shape, element and value read the slot directly: rules ask them of
+    # every op infer-shapes visits)
     def type(self, name: str) -> TensorType | None:
-        positions = self._positions(name)[1]
-        return self._types[positions[0]] if len(positions) else None
+        _, start, size = self._slots[name]
+        return self._types[start] if size else None
 
     def types(self, name: str) -> list:
-        return [self._types[i] for i in self._positions(name)[1]]
+        _, start, size = self._slots[name]
+        return self._types[start:start + size]
 
     def shape(self, name: str):
         """The operand's shape; None when absent or of unknown rank."""
-        t = self.type(name)
-        return _shape_of(t)
+        _, start, size = self._slots[name]
+        if not size:
+            return None
+        t = self._types[start]
+        if not isinstance(t, TensorType) or t.shape is None:
+            return None
+        return tuple(t.shape)
 
     def shapes(self, name: str) -> list:
         return [_shape_of(t) for t in self.types(name)]
 
     def element(self, name: str):
-        t = self.type(name)
-        return t.element_type if t is not None else None
+        _, start, size = self._slots[name]
+        return self._types[start].element_type if size else None
 
     def value(self, name: str) -> list | None:
-        positions = self._positions(name)[1]
-        return self._values[positions[0]] if len(positions) else None
+        _, start, size = self._slots[name]
+        return self._values[start] if size else None
 
     def values(self, name: str) -> list:
         return [self._values[i] for i in self._positions(name)[1]]

@@ -106,6 +106,8 @@ def merge_shapes(a, b, what: str = "shapes"):
         return b
     if b is None:
         return a
+    if a == b:  # the common case when refining a type: nothing to merge
+        return tuple(a)
     if len(a) != len(b):
         raise ShapeError(f"{what} have different ranks: {fmt(a)} vs {fmt(b)}")
     result = []
