@@ -79,7 +79,7 @@ def pad(op, inputs, outputs, workspaces):
 @impl("kernel.resize")
 def resize(op, inputs, outputs, workspaces):
     from palimpsest.dialects.graph.reference.resize import (
-        _nearest_indices, _source_coords, _taps,
+        _nearest_indices, _source_coords, tap_table,
     )
 
     config = config_of(op)
@@ -104,15 +104,10 @@ def resize(op, inputs, outputs, workspaces):
             index = _nearest_indices(coords, config["nearest_mode"], in_len)
             np.take(data, index, axis=axis, out=target, mode="clip")
         else:
-            base = np.ceil(coords) - 1
-            start, weights = _taps(mode, coords - base, scale, bool(config["antialias"]),
-                                   config["cubic_coeff_a"])
+            neighbours, weights = tap_table(mode, coords, scale, bool(config["antialias"]),
+                                            config["cubic_coeff_a"],
+                                            config["exclude_outside"], in_len)
             taps = weights.shape[1]
-            neighbours = base[:, None].astype(np.int64) + start + np.arange(taps)[None, :]
-            if config["exclude_outside"]:
-                weights = np.where((neighbours < 0) | (neighbours >= in_len), 0.0, weights)
-                total = weights.sum(axis=1, keepdims=True)
-                weights = weights / np.where(total == 0, 1.0, total)
             index = np.clip(neighbours, 0, in_len - 1).astype(np.intp)
             weights = weights.astype(y.dtype)
             tap = _view_as(ws["taps"][:target.size], target.shape)

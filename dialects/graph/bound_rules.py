@@ -29,7 +29,7 @@ ends, expand and constant_of_shape shapes).
 
 from __future__ import annotations
 
-from palimpsest.dialects.graph.shapes import ShapeError, normalize_axis
+from palimpsest.dialects.graph.shapes import ShapeError, normalize_axis, product
 from palimpsest.ir.types import TensorType
 
 
@@ -44,15 +44,6 @@ def broadcast_upper(*shapes):
         dims = [s[i - rank + len(s)] for s in shapes if i - rank + len(s) >= 0]
         result.append(None if any(d is None for d in dims) else max(dims))
     return tuple(result)
-
-
-def _product(dims):
-    total = 1
-    for d in dims:
-        if d is None:
-            return None
-        total *= d
-    return total
 
 
 # ---------------------------------------------------------------------------
@@ -146,8 +137,8 @@ def reshape_bounds(cls, args):
             result.append(v)
             lowest.append(known if known is not None else 1)
     if infer_at is not None:
-        total = _product(x) if x is not None else None
-        others = _product(d for i, d in enumerate(lowest) if i != infer_at)
+        total = product(x) if x is not None else None
+        others = product(d for i, d in enumerate(lowest) if i != infer_at)
         if total is not None and others:
             result[infer_at] = total // others
     return [tuple(result)]

@@ -370,7 +370,7 @@ def _resize_nearest(call) -> list:
 
 def _resize_filtered(call) -> list:
     """Linear or cubic: one launch per axis, stage to stage as the numpy kernel goes."""
-    from palimpsest.dialects.graph.reference.resize import _taps
+    from palimpsest.dialects.graph.reference.resize import tap_table
 
     config = call.config
     x, out = call.ins[0], call.outs[0]
@@ -384,15 +384,10 @@ def _resize_filtered(call) -> list:
                                                 config["scales"])):
         in_len = shape[axis]
         coords, outside = _axis_coords(config, i, in_len)
-        base = np.ceil(coords) - 1
-        start, weights = _taps(config["mode"], coords - base, scale,
-                               bool(config["antialias"]), config["cubic_coeff_a"])
+        neighbours, weights = tap_table(config["mode"], coords, scale,
+                                        bool(config["antialias"]), config["cubic_coeff_a"],
+                                        config["exclude_outside"], in_len)
         taps = weights.shape[1]
-        neighbours = base[:, None].astype(np.int64) + start + np.arange(taps)[None, :]
-        if config["exclude_outside"]:
-            weights = np.where((neighbours < 0) | (neighbours >= in_len), 0.0, weights)
-            total = weights.sum(axis=1, keepdims=True)
-            weights = weights / np.where(total == 0, 1.0, total)
         weights = weights.astype(out.dtype)
         # tap j of out position o reads clamp(FIRST[o] + j) (the reference's clipped
         # neighbours): one index per position keeps the tables small

@@ -102,6 +102,22 @@ def _taps(mode, ratio, scale, antialias, cubic_a):
     return -1, _cubic(offs[None, :] - r, cubic_a)
 
 
+def tap_table(mode, coords, scale, antialias, cubic_a, exclude_outside, in_len):
+    """Linear/cubic taps of each output position along one axis: (neighbours, weights),
+    both (out, taps); neighbours are source indices before clipping, weights float64
+    (with `exclude_outside`, taps outside [0, in_len) get 0 and the rest renormalize)."""
+    # base = ceil(x) - 1, ratio in (0, 1]: an integral x takes ratio 1 on its left tap
+    base = np.ceil(coords) - 1
+    start, weights = _taps(mode, coords - base, scale, antialias, cubic_a)
+    taps = weights.shape[1]
+    neighbours = base[:, None].astype(np.int64) + start + np.arange(taps)[None, :]
+    if exclude_outside:
+        weights = np.where((neighbours < 0) | (neighbours >= in_len), 0.0, weights)
+        total = weights.sum(axis=1, keepdims=True)
+        weights = weights / np.where(total == 0, 1.0, total)
+    return neighbours, weights
+
+
 def _resize_axis(data, axis, out_int, scale, roi, opts):
     mode, ctm = opts["mode"], opts["ctm"]
     in_len = data.shape[axis]
@@ -113,16 +129,9 @@ def _resize_axis(data, axis, out_int, scale, roi, opts):
     if mode == "nearest":
         res = np.take(data, _nearest_indices(x, opts["nearest_mode"], in_len), axis=axis)
     else:
-        # base = ceil(x) - 1, ratio in (0, 1]: an integral x takes ratio 1 on its left tap
-        base = np.ceil(x) - 1
-        ratio = x - base
-        start, w = _taps(mode, ratio, scale, opts["antialias"], opts["cubic_a"])
+        nb, w = tap_table(mode, x, scale, opts["antialias"], opts["cubic_a"],
+                          opts["exclude_outside"], in_len)
         n = w.shape[1]
-        nb = base[:, None].astype(np.int64) + start + np.arange(n)[None, :]
-        if opts["exclude_outside"]:
-            w = np.where((nb < 0) | (nb >= in_len), 0.0, w)
-            s = w.sum(axis=1, keepdims=True)
-            w = w / np.where(s == 0, 1.0, s)
         idx = np.clip(nb, 0, in_len - 1).astype(np.intp)
         w = w.astype(data.dtype)
         wshape = (1,) * axis + (out_int,) + (1,) * (data.ndim - axis - 1)
