@@ -253,7 +253,7 @@ class Executor:
 
     def _materialize(self, pending: _Pending, shape, values) -> np.ndarray:
         if pending.type.bounds is not None:
-            _check_bounds(pending, shape)
+            check_bounds(pending, shape)
         if self.bound:
             user = self._bound_as(pending.value, shape)
             if user is not None:
@@ -444,7 +444,7 @@ class Executor:
             np.copyto(out, result)
 
 
-def _check_bounds(pending: _Pending, shape) -> None:
+def check_bounds(pending: _Pending, shape) -> None:
     """A buffer (an alloc's or a view's result) beyond its bounds is an error naming it."""
     upper = pending.type.upper_shape
     if len(shape) != len(upper) or any(u is not None and d > u for d, u in zip(shape, upper)):
@@ -549,4 +549,4 @@ def run_with_stats(func, inputs: dict, *, poison: bool = False) -> tuple[dict, R
     return outputs, stats
 
 
-__all__ = ["Executor", "RunStats", "run", "run_with_stats"]
+__all__ = ["Executor", "RunStats", "check_bounds", "run", "run_with_stats"]

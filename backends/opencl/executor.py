@@ -33,6 +33,8 @@ import numpy as np
 
 from palimpsest.backends.binding import bind_inputs, output_names
 from palimpsest.backends.numpy.arena import RunStats, dtype_of
+from palimpsest.backends.numpy.executor import check_bounds
+from palimpsest.backends.numpy.kernel_ops import kernel_info
 from palimpsest.backends.opencl.generic_ops import GenericOps
 from palimpsest.backends.opencl.kernels import GENERATORS
 from palimpsest.backends.opencl.kernels.base import Arg, KernelCall, Unsupported, strides_of
@@ -246,9 +248,7 @@ class OpenCLExecutor(GenericOps):
         view with bounded `?` dims its slot in the pool (planned at the bounds)."""
         if pending.slot is None:
             return self._new(pending.value, shape, pending.type.element_type, values)
-        from palimpsest.backends.numpy.executor import _check_bounds
-
-        _check_bounds(pending, shape)
+        check_bounds(pending, shape)
         source, offset = pending.slot
         array = DeviceArray(source.mem, source.offset + offset, tuple(int(d) for d in shape),
                             dtype_of(pending.type.element_type))
@@ -390,8 +390,6 @@ class OpenCLExecutor(GenericOps):
 
     # -- kernels -------------------------------------------------------------------------------
     def _kernel(self, op, values) -> None:
-        from palimpsest.backends.numpy.kernel_ops import kernel_info
-
         info = kernel_info(op)
         ins = [self._materialized(op, values, v) for v in op.ins]
         shapes = tuple(a.shape for a in ins)
