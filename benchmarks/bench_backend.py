@@ -27,6 +27,11 @@ environment of every worker before numpy is imported.
 Usage:
     python benchmarks/bench_backend.py [--quick] [--runs N] [--warmup N] [--profile]
                                        [--only resnet,mobilenet_v2,minilm] [--markdown PATH]
+                                       [--openblas-coretype NAME]
+
+OpenBLAS's kernel set (Haswell = AVX2, SkylakeX = AVX-512) decides the GEMM-bound share of
+the numpy backend's time, and onnxruntime's MLAS picks its own from the CPU: the report
+names the set numpy used. --openblas-coretype sets it for the numpy worker only.
 """
 
 from __future__ import annotations
@@ -184,6 +189,7 @@ def worker(engine: str, name: str, quick: bool, runs: int, warmup: int, profile:
         import onnx  # noqa: F401  (the numpy side imports the ONNX model too)
 
         from palimpsest.backends.binding import find_function
+        from palimpsest.backends.numpy.blas import blas_summary
         from palimpsest.backends.numpy.executor import Executor
         from palimpsest.dialects import load_all
         from palimpsest.dialects.graph.from_onnx import import_onnx
@@ -224,6 +230,7 @@ def worker(engine: str, name: str, quick: bool, runs: int, warmup: int, profile:
     np.savez(out_dir / f"{engine}-{name}.npz", **outputs)
     timing = _time_runs(call, warmup, runs)
     result = {"engine": engine, "model": name, "shape": shape, "prepare": prepare,
+              "blas": blas_summary() if engine == "numpy" else "",
               "first": first, **timing, "baseline_rss": baseline,
               "peak_rss_growth": _maxrss_bytes() - baseline}
     if engine == "numpy":
@@ -257,6 +264,8 @@ def run_worker(engine, name, args, out_dir: Path) -> dict:
     env = dict(os.environ)
     for var in THREAD_VARS:
         env[var] = "1"
+    if args.openblas_coretype and engine == "numpy":
+        env["OPENBLAS_CORETYPE"] = args.openblas_coretype
     command = [sys.executable, __file__, "--worker", engine, name, "--runs", str(args.runs),
                "--warmup", str(args.warmup), "--out-dir", str(out_dir)]
     if args.quick:
@@ -289,6 +298,7 @@ def build_report(info, args, rows) -> str:
            f"- Machine: {info['cpu']}, {info['cpus']} usable CPUs; Python {info['python']}; "
            f"{info['versions']}",
            "- One thread each: BLAS env vars = 1 for numpy; onnxruntime intra/inter-op = 1",
+           f"- numpy's {rows[0]['numpy']['blas']}" if rows else "",
            f"- Load average at start / end: {info['load']} / {info.get('load_end', '?')}",
            f"- Pipeline: `{PIPELINE}`; numpy backend (`backends/numpy/`)", "",
            "| model | input | numpy backend (median) | best | CPU | onnxruntime (median) | best "
@@ -344,6 +354,9 @@ def main(argv=None) -> int:
                         help="per-op-kind profile and executor overhead of the numpy backend")
     parser.add_argument("--only", help="comma-separated subset of " + ",".join(MODELS))
     parser.add_argument("--markdown", metavar="PATH", help="also write the report here")
+    parser.add_argument("--openblas-coretype", metavar="NAME",
+                        help="OPENBLAS_CORETYPE for the numpy backend's worker (default: "
+                             "the environment's); the report names the kernels used")
     parser.add_argument("--worker", nargs=2, metavar=("ENGINE", "MODEL"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--out-dir", help=argparse.SUPPRESS)
