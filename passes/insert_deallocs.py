@@ -8,6 +8,10 @@ A use inside a nested region counts as a use by the op holding the region, so a 
 used in a loop body is live for the whole loop. `buffer.dealloc` goes right after that op
 (right after the alloc when nothing uses the buffer).
 
+`dynamic-only` frees only buffers whose size is known at run time alone (an unbounded `?`
+dim): plan-memory places every other buffer in a pool and erases its dealloc, so a
+pipeline that plans (a session's shape-specialized compile) need not insert those.
+
 No dealloc is inserted for `output`, `input` or `constant` allocs, for a buffer that
 escapes (an alias reaches a terminator such as `func.return`, or is used outside the
 alloc's block other than through nested regions), or for one that already has a
@@ -93,11 +97,13 @@ class InsertDeallocsResult:
     escaping: int = 0   # activation/workspace buffers left alone because they escape
 
 
-def insert_deallocs(root: Operation) -> InsertDeallocsResult:
+def insert_deallocs(root: Operation, dynamic_only: bool = False) -> InsertDeallocsResult:
     result = InsertDeallocsResult()
     by_block: dict = {}
     for op in root.walk():
         if op.name == "buffer.alloc" and op.parent is not None:
+            if dynamic_only and _planned_statically(op.results[0].type):
+                continue
             by_block.setdefault(op.parent, []).append(op)
     for block, allocs in by_block.items():
         order = BlockOrder(block)
@@ -123,6 +129,11 @@ def insert_deallocs(root: Operation) -> InsertDeallocsResult:
     return result
 
 
+def _planned_statically(type_) -> bool:
+    """Whether plan-memory can place the buffer: static, or every `?` dim bounded."""
+    return type_.nbytes() is not None or type_.upper_nbytes() is not None
+
+
 def _escapes(values, last: Operation) -> bool:
     """A buffer returned by a terminator nested in `last`'s regions leaves its block."""
     for value in values:
@@ -139,9 +150,10 @@ class InsertDeallocs(ModulePass):
     name = "insert-deallocs"
     summary = ("insert buffer.dealloc after the last use (aliases and nested regions "
                "included) of every activation and workspace alloc")
+    dynamic_only: bool = False
 
     def apply(self, module: Operation) -> None:
-        insert_deallocs(module)
+        insert_deallocs(module, dynamic_only=self.dynamic_only)
 
 
 __all__ = ["FREED_KINDS", "BlockOrder", "InsertDeallocs", "InsertDeallocsResult",

@@ -295,8 +295,8 @@ class Session:
             elif self._bounded:
                 retype_inputs(func, self.input_types)  # the dynamic plan, at the bounds
             if not any(op.name == "memory.pool" for op in module.regions[0].block.ops):
-                pipeline = parse_pipeline(self.pipeline)  # (planned IR runs as is)
-                self._target.adapt_pipeline(pipeline)
+                pipeline = _deallocs_for_planning(parse_pipeline(self.pipeline))
+                self._target.adapt_pipeline(pipeline)  # (planned IR runs as is)
                 each = self.verify == "passes"
                 PassManager(pipeline, verify_each=each).run(module)
                 if self.verify == "plans" or (self.verify == "first" and not self.stats.compiles):
@@ -404,6 +404,21 @@ class _NumpyTarget:
 
     def executor(self):
         return Executor(self.poison)
+
+
+def _deallocs_for_planning(pipeline: list) -> list:
+    """insert-deallocs frees only run-time-sized buffers when plan-memory comes after it:
+    plan-memory erases the deallocs of the buffers it places (the same plan, less work in
+    a re-plan)."""
+    from palimpsest.passes.insert_deallocs import InsertDeallocs
+
+    names = [p.name for p in pipeline]
+    if "insert-deallocs" not in names or "plan-memory" not in names:
+        return pipeline
+    first_plan = names.index("plan-memory")
+    return [InsertDeallocs(dynamic_only=True)
+            if p.name == "insert-deallocs" and i < first_plan else p
+            for i, p in enumerate(pipeline)]
 
 
 def _target(backend: str, poison: bool, device):
