@@ -13,15 +13,19 @@ import os
 
 
 def _loaded_openblas() -> str | None:
+    """numpy's OpenBLAS among the loaded libraries (scipy may load its own beside it)."""
+    found = []
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
             for line in maps:
                 path = line.rstrip("\n").split(maxsplit=5)[-1]
-                if "openblas" in os.path.basename(path).lower() and ".so" in path:
-                    return path
+                name = os.path.basename(path).lower()
+                if "openblas" in name and ".so" in name and path not in found:
+                    found.append(path)
     except OSError:
         pass
-    return None
+    numpy_own = [path for path in found if "numpy" in path]
+    return (numpy_own or found or [None])[0]
 
 
 def _call_string(library, names) -> str | None:
