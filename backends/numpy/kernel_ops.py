@@ -20,13 +20,13 @@ the implementations live beside it and register themselves when this module is i
 
 | op | how |
 |---|---|
-| conv2d | per image: the padded workspace gets zero borders and the image copied in; the im2col workspace is filled with one `np.copyto` from an `as_strided` (C, kh, kw, Ho, Wo) view; one grouped `np.matmul(W, cols, out=Y[n])`; depthwise: per kernel offset, window * weight into the product workspace, added to Y; bias with `np.add(..., out=)` |
+| conv2d | per image: im2col into its workspace, then one grouped `np.matmul(W, cols, out=Y[n])` (BLAS). The im2col copy, stride 1 along the height: rows first, in two copies with long inner loops: T = the image's rows per kernel column (zeros for the pads, no padded copy), then each (p, q) block as one run of T (T past the im2col rows in use; or, with no room, at the start of the workspace, read in place by channel blocks from the last down, channel 0's T through the padded workspace). A strided conv whose windows overlap a lot (kh*kw >= 4*sh*sw, e.g. a 7x7/2 stem): the padded workspace holds the image's stride phases, each offset reads one phase at unit stride. Otherwise: the padded workspace gets zero borders and the image, and one `np.copyto` from an `as_strided` (C, kh, kw, Ho, Wo) view. An im2col matrix over 4 MiB is filled and multiplied in bands of output rows (~768 KiB, they stay in L2). 1x1 stride 1 without pads: the image is the matrix. Depthwise: per kernel offset, window * weight into the product workspace, added to Y. Bias with `np.add(..., out=)` |
 | matmul | `np.matmul(op(A), op(B), out=Y)` (transposes are strided views); alpha, beta*C in Y: `Y *= alpha/beta; Y += C; Y *= beta` |
-| pool2d | per image: borders of the padded workspace filled (-inf / the integer minimum / 0), image copied in; one `np.maximum` / `np.add` with `out=` per kernel offset over strided window views; avg divides by kh*kw or by the divisor workspace |
-| softmax | max into the stats workspace, subtract and exp into Y, sum into stats, divide |
-| layer_norm | mean into the mean workspace, Y = X - mean, `np.einsum` sum of squares into var, Y *= 1/sqrt(var + eps), *= scale, += B |
+| pool2d | with a padded workspace and every output reading the image through some tap: separable, rows then columns (`np.maximum` / `np.add` per tap over the range of outputs whose tap is inside the image; no padding cells are read or written), the row pass in the padded workspace; otherwise per image: borders of the padded workspace filled (-inf / the integer minimum / 0), image copied in, one ufunc per kernel offset over strided window views. avg divides by kh*kw or by the divisor workspace |
+| softmax | `np.fmax.reduce` into the stats workspace, subtract and exp into Y, row sums into stats (`np.einsum` for contiguous rows up to 1024 long, else `np.sum`), divide |
+| layer_norm | mean into the mean workspace (row sums as softmax's, / width), Y = X - mean, `np.einsum` sum of squares into var, Y *= 1/sqrt(var + eps), *= scale, += B |
 | reduce | `np.mean` / `np.sum` / `np.max` with `out=` (the acc workspace when accumulating in another type) |
-| elementwise | every step computed into Y (steps after the first read Y) with ufuncs and `out=`; leaky_relu, hard_swish, softsign, elu and selu use the scratch workspace; relu and two-bound clip are one `np.clip` (SIMD, 2-8x faster than maximum/minimum); f32/f16 erf is a rational approximation evaluated in float64 chunks |
+| elementwise | every step computed into Y (steps after the first read Y) with ufuncs and `out=`; leaky_relu, hard_swish, softsign, elu and selu use the scratch workspace; relu and two-bound clip are one `np.clip` (SIMD, 2-8x faster than maximum/minimum); f32/f16 erf is a rational approximation evaluated in float32 chunks |
 | transpose, concat, gather | `np.copyto` of a transposed view, `np.concatenate(out=)`, `np.take(out=, mode="wrap")` |
 | pad | interior copied, then borders: constant fills, or edge/reflect/wrap slab copies within Y |
 | resize | per axis, `np.take(out=)` into the next stage (a workspace, or Y for the last), linear/cubic taps weighted in place and summed through the taps workspace |
@@ -40,10 +40,13 @@ Temporaries numpy still makes (documented, all small or rare):
   lowered IR passes contiguous buffers): conv weights and inputs, layer_norm input.
 - `np.matmul` copies operands it cannot hand to BLAS as they are (e.g. a transposed
   operand in some layouts) and outs that overlap an operand.
-- erf steps: four float64 vectors of 16384 elements (512 KiB) per step; a non-contiguous
-  or non-float erf without scipy: the reference kernel's result, copied into Y.
+- erf steps: three float32 vectors of 32768 elements (384 KiB) per step, a fourth for
+  f16; a non-contiguous or non-float erf without scipy: the reference kernel's result,
+  copied into Y.
 - an elementwise in that overlaps Y but is not Y itself (never in lowered IR) is copied
   first.
+- the ufunc iterator's own buffers (at most 8192 elements per operand) on views it cannot
+  loop over directly: strided pooling windows, broadcast bias adds.
 """
 
 from __future__ import annotations
@@ -64,24 +67,41 @@ def impl(name: str):
     return register
 
 
-
 class _Info:
-    """An op's properties as Python values and its workspace roles, computed once (and
-    again if a pass changes the op's properties or operand types)."""
+    """An op's properties as Python values, its workspace roles and where its ins, outs
+    and workspaces lie among its operands, computed once (and again if a pass changes
+    the op's properties or operand types)."""
 
-    __slots__ = ("config", "roles", "key")
+    __slots__ = ("config", "roles", "properties", "types", "split")
 
-    def __init__(self, op, key):
-        self.key = key
+    def __init__(self, op):
+        # kept to compare with: unchanged attributes and types compare by identity (fast)
+        self.properties = dict(op.properties)
+        self.types = [v.type for v in op.operands]
         self.config = op.config()
-        self.roles = type(op).workspace_roles([v.type for v in op.ins], self.config)
+        ins, outs, workspaces = list(op.ins), list(op.outs), list(op.workspaces)
+        self.roles = type(op).workspace_roles([v.type for v in ins], self.config)
+        self.split = None
+        grouped = ins + outs + workspaces
+        if len(grouped) == len(op.operands) and all(
+                a is b for a, b in zip(grouped, op.operands)):
+            self.split = (len(ins), len(ins) + len(outs))
+
+
+# (op, info) of the kernel `execute_kernel` is running, validated on entry: the
+# implementation's own `config_of` / `workspaces_by_role` calls skip the check (a few us
+# per kernel). One tuple, read once: another thread's kernel can only miss it.
+_RUNNING: tuple = (None, None)
 
 
 def _info(op) -> _Info:
-    key = (tuple(op.properties.items()), tuple(v.type for v in op.ins))
+    running = _RUNNING
+    if running[0] is op:
+        return running[1]
     info = _CONFIGS.get(op)
-    if info is None or info.key != key:
-        info = _CONFIGS[op] = _Info(op, key)
+    if info is None or info.properties != op.properties or \
+            info.types != [v.type for v in op.operands]:
+        info = _CONFIGS[op] = _Info(op)
     return info
 
 
@@ -103,6 +123,7 @@ def workspaces_by_role(op, workspaces: list) -> dict:
 
 def execute_kernel(executor, op, values: dict) -> None:
     """Run kernel op `op` with the executor's buffers (`values`)."""
+    global _RUNNING
     if op.name == "kernel.generic":
         executor._compute(op, values)  # the same operands and properties as buffer.compute
         return
@@ -111,22 +132,33 @@ def execute_kernel(executor, op, values: dict) -> None:
         raise op.error(f"the numpy backend has no implementation of '{op.name}'")
     cls = type(op)
     info = _info(op)
-    inputs = [executor._materialized(op, values, v) for v in op.ins]
-    shapes = [a.shape for a in inputs]
-    outputs = [values[v] for v in op.outs]
-    workspaces = [values[v] for v in op.workspaces]
+    if info.split is None:
+        ins, outs, wss = op.ins, op.outs, op.workspaces
+    else:
+        operands = op.operands
+        a, b = info.split
+        ins, outs, wss = operands[:a], operands[a:b], operands[b:]
+    inputs = [executor._materialized(op, values, v) for v in ins]
+    outputs = [values[v] for v in outs]
+    workspaces = [values[v] for v in wss]
     try:
         if not all(isinstance(a, np.ndarray) for a in outputs):
+            shapes = [a.shape for a in inputs]
             sizes = cls.result_shapes(shapes, info.config)
             outputs = [a if isinstance(a, np.ndarray) else
                        executor._materialize(a, _concrete(op, shape), values)
                        for a, shape in zip(outputs, sizes)]
         if not all(isinstance(a, np.ndarray) for a in workspaces):
+            shapes = [a.shape for a in inputs]
             workspaces = [a if isinstance(a, np.ndarray) else executor._materialize(
                 a, _concrete(op, cls.workspace_shape(role, shapes, info.config)), values)
                 for a, role in zip(workspaces, info.roles)]
-        with np.errstate(all="ignore"):
-            fn(op, inputs, outputs, workspaces)
+        _RUNNING = (op, info)
+        try:
+            with np.errstate(all="ignore"):
+                fn(op, inputs, outputs, workspaces)
+        finally:
+            _RUNNING = (None, None)
     except (ValueError, TypeError, IndexError, KeyError, AttributeError) as error:
         raise op.error(f"failed at run time: {error}") from None
 

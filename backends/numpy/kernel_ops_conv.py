@@ -1,6 +1,7 @@
 """Sliding-window kernels on numpy: conv2d (im2col + grouped matmul, depthwise per kernel
-offset) and pool2d (max / avg over strided window views). Registered in `KERNEL_IMPLS`
-(kernel_ops.py, which imports this module); the table there says how each works."""
+offset) and pool2d (max / avg, separable through the padded workspace, or over strided
+window views). Registered in `KERNEL_IMPLS` (kernel_ops.py, which imports this module);
+the table there says how each works."""
 
 from __future__ import annotations
 
@@ -38,6 +39,15 @@ def _fill_border(canvas, top, left, height, width, value) -> None:
 
 # -- conv2d -----------------------------------------------------------------------------------
 
+# An im2col matrix larger than _CHUNK_FROM bytes is filled and multiplied a band of output
+# rows at a time, each band about _CHUNK_BYTES: the GEMM then packs columns still in L2
+# instead of reading back what the copy pushed out to memory (a 7x7 stem conv at 224x224:
+# 12% faster). Smaller matrices stay whole: a band re-reads the weights (a 512-channel
+# 7x7 layer: 40% slower in bands), and small GEMMs run below BLAS's peak.
+_CHUNK_FROM = 4 << 20
+_CHUNK_BYTES = 768 << 10
+
+
 @impl("kernel.conv2d")
 def conv2d(op, inputs, outputs, workspaces):
     config = config_of(op)
@@ -55,29 +65,185 @@ def conv2d(op, inputs, outputs, workspaces):
     mg = m // group
     weights = w.reshape(group, mg, cg * kh * kw)
     padded, cols = ws.get("padded"), ws.get("im2col")
-    if padded is not None:
-        _fill_border(padded, top, left, h, wd, 0)
     if K.Conv2dOp.is_depthwise(w.shape, config):
+        if padded is not None:
+            _fill_border(padded, top, left, h, wd, 0)
         _depthwise(x, w, y, padded, ws.get("product"), top, left, (sh, sw), (dh, dw))
         if bias is not None:
             np.add(y, bias.reshape(1, m, 1, 1), out=y)
         return
-    if cols is not None:
-        cols5 = _view_as(cols, (c, kh, kw, ho, wo))
-        matrix = _view_as(cols, (group, cg * kh * kw, ho * wo))
-    for image in range(n):
-        src = x[image]
-        if padded is not None:
-            np.copyto(padded[:, top:top + h, left:left + wd], src)
-            src = padded
-        if cols is not None:  # all kernel offsets in one strided copy
-            np.copyto(cols5, _im2col_view(src, kh, kw, dh, dw, sh, sw, ho, wo))
-            mat = matrix
-        else:  # 1x1, stride 1, no pads: the image is the matrix
-            mat = src.reshape(group, cg, h * wd)
-        np.matmul(weights, mat, out=_view_as(y[image], (group, mg, ho * wo)))
+    if cols is None:  # 1x1, stride 1, no pads: the image is the matrix
+        for image in range(n):
+            np.matmul(weights, x[image].reshape(group, cg, h * wd),
+                      out=_view_as(y[image], (group, mg, ho * wo)))
+    else:
+        flat = _view_as(cols, (cols.size,))
+        band = ho
+        if cols.nbytes > _CHUNK_FROM:
+            band = max(1, min(ho, _CHUNK_BYTES // max(1, cols.itemsize * c * kh * kw * wo)))
+        phases = _phase_layout(padded, c, (kh, kw), (sh, sw), (dh, dw))
+        rows_first = None
+        if phases is None and sh == 1:
+            rows_first = _rows_first(flat, padded, c, (kh, kw), dh, ho, wo, band)
+        if padded is not None and phases is None and rows_first is None:
+            _fill_border(padded, top, left, h, wd, 0)
+        for image in range(n):
+            src = x[image]
+            if phases is not None:
+                _split_phases(src, phases, top, left, (sh, sw))
+            elif rows_first is not None:
+                t_rows = ho + (kh - 1) * dh
+                t4 = _view_as(flat[rows_first[0]:rows_first[0] + c * kw * t_rows * wo],
+                              (c, kw, t_rows, wo))
+                _rows_t(src, t4, dw, sw, top, left)
+            elif padded is not None:
+                np.copyto(padded[:, top:top + h, left:left + wd], src)
+                src = padded
+            target = _view_as(y[image], (group, mg, ho * wo))
+            for r0 in range(0, ho, band):
+                rows = min(band, ho - r0)
+                part = flat[:c * kh * kw * rows * wo]
+                if phases is not None:
+                    _im2col_phases(phases, _view_as(part, (c, kh, kw, rows, wo)), r0,
+                                   (kh, kw), (sh, sw))
+                elif rows_first is not None:
+                    _im2col_rows_first(flat, rows_first, t4, r0, rows, (kh, kw), dh)
+                else:  # all kernel offsets in one strided copy
+                    np.copyto(_view_as(part, (c, kh, kw, rows, wo)),
+                              _im2col_view(src, kh, kw, dh, dw, sh, sw, ho, wo)
+                              [:, :, :, r0:r0 + rows])
+                np.matmul(weights, _view_as(part, (group, cg * kh * kw, rows * wo)),
+                          out=target[:, :, r0 * wo:(r0 + rows) * wo])
     if bias is not None:
         np.add(y, bias.reshape(1, m, 1, 1), out=y)
+
+
+def _rows_first(flat, padded, c, kernel, dh, ho, wo, band):
+    """Where the rows-first im2col (`_rows_t`, `_im2col_rows_first`) keeps its row-shifted
+    copy T of the image: (offset, None) past the largest band's im2col rows when it fits
+    there, else (0, spare) at the start of the im2col workspace, read in place (one band,
+    T at most half the im2col matrix, channel 0's T through `spare`, the flat padded
+    workspace); None when neither fits or the kernel is one row high."""
+    kh, kw = kernel
+    t_rows = ho + (kh - 1) * dh
+    if kh == 1:
+        return None
+    if c * kh * kw * band * wo + c * kw * t_rows * wo <= flat.size:
+        return (c * kh * kw * band * wo, None)
+    if band < ho or padded is None or 2 * t_rows > kh * ho or padded.size < kw * t_rows * wo:
+        return None
+    return (0, _view_as(padded, (padded.size,)))
+
+
+def _rows_t(image, t4, dw, sw, top, left):
+    """T[c, q] (`t4`, C x kw x (Ho + (kh-1)*dh) x Wo) = the padded image's rows read at
+    kernel column q, zeros in the pads: no padded copy."""
+    _, h, wd = image.shape
+    _, kw, hq, wo = t4.shape
+    lo = min(hq, top)  # T rows [lo, hi) lie inside the image
+    hi = max(lo, min(hq, top + h))
+    if lo:
+        t4[:, :, :lo] = 0
+    if hi < hq:
+        t4[:, :, hi:] = 0
+    for q in range(kw if hi > lo else 0):
+        inside = t4[:, q, lo:hi]
+        jlo = max(0, -((q * dw - left) // sw))
+        jhi = min(wo, (wd - 1 + left - q * dw) // sw + 1)
+        if jhi <= jlo:
+            inside[...] = 0
+            continue
+        if jlo:
+            inside[:, :, :jlo] = 0
+        if jhi < wo:
+            inside[:, :, jhi:] = 0
+        start = jlo * sw + q * dw - left
+        np.copyto(inside[:, :, jlo:jhi],
+                  image[:, lo - top:hi - top, start:start + (jhi - jlo - 1) * sw + 1:sw])
+
+
+def _im2col_rows_first(flat, layout, t4, r0, rows, kernel, dh):
+    """Output rows [r0, r0 + rows) of the im2col matrix, stride 1 along the height, from T
+    (`_rows_t`): im2col[c, p, q] = rows r0 + p*dh ... of T[c, q], one contiguous run of
+    rows*Wo each, where gathering every (p, q) window copies runs of Wo (15-30% faster for
+    28x28 to 7x7 images, whose rows are short)."""
+    c, kw, hq, wo = t4.shape
+    kh = kernel[0]
+    n = rows * wo
+    a, b = kh * kw * n, kw * hq * wo  # im2col and T elements per channel
+    size = flat.itemsize
+    strides = (b * size, dh * wo * size, hq * wo * size, size)
+    offset, spare = layout
+    if spare is None:  # T lies past the band's rows
+        np.copyto(_view_as(flat[:c * a], (c, kh, kw, n)),
+                  _as_strided(flat[offset + r0 * wo:], (c, kh, kw, n), strides))
+        return
+    # T is read in place, channel blocks from the last down: a block's T lies wholly
+    # below the im2col rows it writes (c1*b <= c0*a); channel 0's T moves to `spare`
+    c1 = c
+    while c1 > 1:
+        c0 = max(1, -(-c1 * b // a))
+        np.copyto(_view_as(flat[c0 * a:c1 * a], (c1 - c0, kh, kw, n)),
+                  _as_strided(flat[c0 * b:], (c1 - c0, kh, kw, n), strides))
+        c1 = c0
+    np.copyto(spare[:b], flat[:b])
+    np.copyto(_view_as(flat[:a], (1, kh, kw, n)), _as_strided(spare, (1, kh, kw, n), strides))
+
+
+def _as_strided(array, shape, strides):
+    from numpy.lib.stride_tricks import as_strided
+
+    return as_strided(array, shape, strides, writeable=False)
+
+
+def _phase_layout(padded, c, kernel, strides, dilations):
+    """The padded workspace seen as the stride phases of the padded image, (sh, sw, C,
+    Hq, Wq) with phase [a, b] = padded[:, a::sh, b::sw], when that pays: a strided conv
+    whose windows overlap enough (kh*kw >= 4*sh*sw, e.g. a 7x7 stride-2 stem) copies
+    each phase's rows whole instead of gathering every sh-th element kh*kw times (the
+    im2col copy 2x faster). None otherwise."""
+    (kh, kw), (sh, sw) = kernel, strides
+    if padded is None or tuple(dilations) != (1, 1) or sh * sw == 1 or kh * kw < 4 * sh * sw:
+        return None
+    hq, wq = -(-padded.shape[1] // sh), -(-padded.shape[2] // sw)
+    if sh * sw * c * hq * wq > padded.size:
+        return None
+    return _view_as(_view_as(padded, (padded.size,))[:sh * sw * c * hq * wq],
+                    (sh, sw, c, hq, wq))
+
+
+def _split_phases(image, phases, top, left, strides):
+    """Write the padded `image` (C, H, W) as its stride phases (zeros in the pads)."""
+    sh, sw = strides
+    _, h, wd = image.shape
+    phases.fill(0)
+    for a in range(sh):
+        i0 = max(0, -((a - top) // sh))  # first phase row inside the image
+        r = i0 * sh + a - top
+        rows = min(len(range(r, h, sh)), phases.shape[3] - i0)
+        for b in range(sw):
+            j0 = max(0, -((b - left) // sw))
+            q = j0 * sw + b - left
+            cols = min(len(range(q, wd, sw)), phases.shape[4] - j0)
+            if rows > 0 and cols > 0:
+                np.copyto(phases[a, b, :, i0:i0 + rows, j0:j0 + cols],
+                          image[:, r:r + (rows - 1) * sh + 1:sh, q:q + (cols - 1) * sw + 1:sw])
+
+
+def _im2col_phases(phases, cols5, r0, kernel, strides):
+    """Output rows [r0, r0 + rows) of the im2col matrix from the stride phases: kernel
+    offset (p, q) reads phase (p % sh, q % sw) at a unit-stride shift of (p//sh, q//sw)."""
+    from numpy.lib.stride_tricks import as_strided
+
+    (kh, kw), (sh, sw) = kernel, strides
+    c, _, _, rows, wo = cols5.shape
+    for a in range(min(sh, kh)):
+        for b in range(min(sw, kw)):
+            src = phases[a, b, :, r0:, :]
+            s0, s1, s2 = src.strides
+            view = as_strided(src, (c, len(range(a, kh, sh)), len(range(b, kw, sw)), rows, wo),
+                              (s0, s1, s2, s1, s2), writeable=False)
+            np.copyto(cols5[:, a::sh, b::sw], view)
 
 
 def _depthwise(x, w, y, padded, product, top, left, strides, dilations):
@@ -132,9 +298,86 @@ def pool2d(op, inputs, outputs, workspaces):
     top, left = config["pads"][0], config["pads"][1]
     ho, wo = y.shape[2], y.shape[3]
     is_max = config["mode"] == "max"
+    combine = np.maximum if is_max else np.add
     padded = ws.get("padded")
+    rows = _axis_taps(h, kh, sh, dh, top, ho)
+    cols = _axis_taps(wd, kw, sw, dw, left, wo)
+    if padded is not None and rows and cols and padded.size >= c * ho * wd:
+        # separable: rows first (their taps read whole image rows), then columns, through
+        # the padded workspace; padding cells are skipped, not read
+        middle = _view_as(_view_as(padded, (padded.size,))[:c * ho * wd], (c, ho, wd))
+        for image in range(n):
+            _pool_axis(x[image], middle, 1, rows, combine)
+            _pool_axis(middle, y[image], 2, cols, combine)
+    else:
+        _pool_windows(x, y, padded, config, combine)
+    if is_max:
+        return
+    divisor = ws.get("divisor")
+    if divisor is None:
+        np.divide(y, _scalar(kh * kw, y.dtype), out=y)
+        return
+    include = config["count_include_pad"]
+    pads = config["pads"]
+    rows_count = _window_counts(h, kh, sh, dh, pads[0], pads[2], ho, include)
+    cols_count = _window_counts(wd, kw, sw, dw, pads[1], pads[3], wo, include)
+    np.multiply.outer(np.asarray(rows_count, y.dtype), np.asarray(cols_count, y.dtype),
+                      out=divisor)
+    np.divide(y, divisor, out=y)
+
+
+def _axis_taps(size, k, s, d, begin, out):
+    """Along one axis: per kernel tap that reads the input, (input slice, output range
+    [lo, hi)), the tap that every output reads first; None when no tap reads the input
+    for every output (then a window can lie wholly in the padding)."""
+    taps = []
+    for t in range(k):
+        lo = max(0, -((t * d - begin) // s))
+        hi = min(out, (size - 1 + begin - t * d) // s + 1)
+        if hi > lo:
+            start = lo * s - begin + t * d
+            taps.append((slice(start, start + (hi - lo - 1) * s + 1, s), lo, hi))
+    full = [tap for tap in taps if tap[1] == 0 and tap[2] == out]
+    if not full:
+        return None
+    return full[:1] + [tap for tap in taps if tap is not full[0]]
+
+
+def _pool_axis(src, dst, axis, taps, combine):
+    """dst = combine over `taps` of src along `axis` (1 or 2 of C x H x W)."""
+    def at(a, index):
+        return a[:, index] if axis == 1 else a[:, :, index]
+
+    (base, _, out), others = taps[0], taps[1:]
+    if not others:
+        np.copyto(dst, at(src, base))
+        return
+    first, lo, hi = others[0]
+    # the base tap joins the second over the second's range, and is copied elsewhere
+    part = slice(base.start + lo * base.step, base.start + (hi - 1) * base.step + 1, base.step)
+    combine(at(src, part), at(src, first), out=at(dst, slice(lo, hi)))
+    if lo:
+        np.copyto(at(dst, slice(0, lo)), at(src, slice(base.start, base.start + (lo - 1) *
+                                                        base.step + 1, base.step)))
+    if hi < out:
+        start = base.start + hi * base.step
+        np.copyto(at(dst, slice(hi, out)),
+                  at(src, slice(start, start + (out - hi - 1) * base.step + 1, base.step)))
+    for tap, lo, hi in others[1:]:
+        window = at(dst, slice(lo, hi))
+        combine(window, at(src, tap), out=window)
+
+
+def _pool_windows(x, y, padded, config, combine):
+    """Every kernel offset's strided window combined into Y, through the padded image."""
+    n, c, h, wd = x.shape
+    kh, kw = config["kernel_shape"]
+    sh, sw = config["strides"]
+    dh, dw = config["dilations"]
+    top, left = config["pads"][0], config["pads"][1]
+    ho, wo = y.shape[2], y.shape[3]
     if padded is not None:
-        if not is_max:
+        if combine is np.add:
             fill = 0
         elif x.dtype.kind == "f":
             fill = -np.inf
@@ -153,20 +396,5 @@ def pool2d(op, inputs, outputs, workspaces):
             window = _window(src, p, q, dh, dw, sh, sw, ho, wo)
             if index == 0:
                 np.copyto(target, window)
-            elif is_max:
-                np.maximum(target, window, out=target)
             else:
-                np.add(target, window, out=target)
-    if is_max:
-        return
-    divisor = ws.get("divisor")
-    if divisor is None:
-        np.divide(y, _scalar(kh * kw, y.dtype), out=y)
-        return
-    include = config["count_include_pad"]
-    pads = config["pads"]
-    rows_count = _window_counts(h, kh, sh, dh, pads[0], pads[2], ho, include)
-    cols_count = _window_counts(wd, kw, sw, dw, pads[1], pads[3], wo, include)
-    np.multiply.outer(np.asarray(rows_count, y.dtype), np.asarray(cols_count, y.dtype),
-                      out=divisor)
-    np.divide(y, divisor, out=y)
+                combine(target, window, out=target)

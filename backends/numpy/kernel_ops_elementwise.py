@@ -61,45 +61,54 @@ def _erf(name, args, out, props, scratch):
 
 
 # erf(x) = x * P(x^2) / Q(x^2) on x clamped to [-4, 4] (Eigen's float erf), evaluated in
-# float64 in chunks of 16384 elements: max abs error 9.5e-8 after rounding to f32, 2-4x
-# faster than scipy's erf on f32. Temporaries: four chunk-sized float64 vectors (512 KiB).
+# float32 in chunks of 32768 elements: max abs error 4.5e-7 against float64 erf (9.5e-8 when
+# evaluated in float64, at twice the time: the polynomial passes are memory- and
+# dispatch-bound), 8x faster than scipy's erf on f32. Temporaries: three chunk-sized float32
+# vectors (384 KiB), a fourth for an f16 out.
 _ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
           -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
           -1.60960333262415e-02)
 _ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
           -7.37332916720468e-03, -1.42647390514189e-02)
-_ERF_CHUNK = 16384
+_ERF_P32 = tuple(np.float32(c) for c in _ERF_P)
+_ERF_Q32 = tuple(np.float32(c) for c in _ERF_Q)
+_ERF_CHUNK = 32768
 
 
 def _erf_rational(x: np.ndarray, out: np.ndarray) -> None:
     """erf of flat `x` into flat `out` (may be the same memory)."""
+    f32 = np.float32
     size = x.shape[0]
     chunk = min(size, _ERF_CHUNK)
-    v = np.empty(chunk, np.float64)
-    x2 = np.empty(chunk, np.float64)
-    p = np.empty(chunk, np.float64)
-    q = np.empty(chunk, np.float64)
-    p0, q0 = _ERF_P[0], _ERF_Q[0]
+    v = np.empty(chunk, f32)
+    x2 = np.empty(chunk, f32)
+    q = np.empty(chunk, f32)
+    p = None if out.dtype == f32 else np.empty(chunk, f32)
+    lo, hi = f32(-4.0), f32(4.0)
+    (p0, p1, *ps), (q0, q1, *qs) = _ERF_P32, _ERF_Q32
     for start in range(0, size, chunk):
         stop = min(start + chunk, size)
         n = stop - start
         if n != v.shape[0]:
-            v, x2, p, q = v[:n], x2[:n], p[:n], q[:n]
-        np.clip(x[start:stop], -4.0, 4.0, out=v)
+            v, x2, q = v[:n], x2[:n], q[:n]
+            p = p if p is None else p[:n]
+        np.clip(x[start:stop], lo, hi, out=v)  # read before `out` (maybe x) is written
+        acc = out[start:stop] if p is None else p
         np.multiply(v, v, out=x2)
-        np.multiply(x2, p0, out=p)
-        np.add(p, _ERF_P[1], out=p)
-        for c in _ERF_P[2:]:
-            np.multiply(p, x2, out=p)
-            np.add(p, c, out=p)
+        np.multiply(x2, p0, out=acc)
+        np.add(acc, p1, out=acc)
+        for c in ps:
+            np.multiply(acc, x2, out=acc)
+            np.add(acc, c, out=acc)
         np.multiply(x2, q0, out=q)
-        np.add(q, _ERF_Q[1], out=q)
-        for c in _ERF_Q[2:]:
+        np.add(q, q1, out=q)
+        for c in qs:
             np.multiply(q, x2, out=q)
             np.add(q, c, out=q)
-        np.divide(p, q, out=p)
-        np.multiply(p, v, out=p)
-        np.copyto(out[start:stop], p, casting="same_kind")
+        np.multiply(acc, v, out=acc)
+        np.divide(acc, q, out=acc)
+        if p is not None:
+            np.copyto(out[start:stop], acc, casting="same_kind")
 
 
 @step("graph.softplus")
