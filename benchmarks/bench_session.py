@@ -199,7 +199,7 @@ def _specialized_clone(module, batch: int):
 def replan_one(nodes: int, quick: bool, say) -> dict:
     import gc
 
-    from palimpsest.backends.numpy.session import Session
+    from palimpsest.backends.numpy.session import Session, deallocs_for_planning
     from palimpsest.dialects.graph.from_onnx import import_onnx
     from palimpsest.ir.verifier import verify
     from palimpsest.passes.pass_manager import PassManager, parse_pipeline
@@ -247,7 +247,8 @@ def replan_one(nodes: int, quick: bool, say) -> dict:
             clone = _specialized_clone(module, batch)
             steps.setdefault("clone + static arguments", []).append(
                 time.perf_counter() - start)
-            manager = PassManager(parse_pipeline("default"), verify_each=False)
+            manager = PassManager(deallocs_for_planning(parse_pipeline("default")),
+                                  verify_each=False)
             manager.run(clone)
             for name, seconds in manager.timings:
                 steps.setdefault(name, []).append(seconds)

@@ -295,7 +295,7 @@ class Session:
             elif self._bounded:
                 retype_inputs(func, self.input_types)  # the dynamic plan, at the bounds
             if not any(op.name == "memory.pool" for op in module.regions[0].block.ops):
-                pipeline = _deallocs_for_planning(parse_pipeline(self.pipeline))
+                pipeline = deallocs_for_planning(parse_pipeline(self.pipeline))
                 self._target.adapt_pipeline(pipeline)  # (planned IR runs as is)
                 each = self.verify == "passes"
                 PassManager(pipeline, verify_each=each).run(module)
@@ -406,7 +406,7 @@ class _NumpyTarget:
         return Executor(self.poison)
 
 
-def _deallocs_for_planning(pipeline: list) -> list:
+def deallocs_for_planning(pipeline: list) -> list:
     """insert-deallocs frees only run-time-sized buffers when plan-memory comes after it:
     plan-memory erases the deallocs of the buffers it places (the same plan, less work in
     a re-plan)."""
