@@ -102,7 +102,8 @@ def insert_deallocs(root: Operation, dynamic_only: bool = False) -> InsertDeallo
     by_block: dict = {}
     for op in root.walk():
         if op.name == "buffer.alloc" and op.parent is not None:
-            if dynamic_only and _planned_statically(op.results[0].type):
+            # static or fully bounded: plan-memory places it (liveness's `dynamic` rule)
+            if dynamic_only and op.results[0].type.upper_nbytes() is not None:
                 continue
             by_block.setdefault(op.parent, []).append(op)
     for block, allocs in by_block.items():
@@ -127,11 +128,6 @@ def insert_deallocs(root: Operation, dynamic_only: bool = False) -> InsertDeallo
                 block.insert_after(anchor, dealloc)
                 result.inserted += 1
     return result
-
-
-def _planned_statically(type_) -> bool:
-    """Whether plan-memory can place the buffer: static, or every `?` dim bounded."""
-    return type_.nbytes() is not None or type_.upper_nbytes() is not None
 
 
 def _escapes(values, last: Operation) -> bool:
