@@ -17,15 +17,19 @@ def _window(src, p, q, dh, dw, sh, sw, ho, wo):
     return src[:, p * dh:p * dh + (ho - 1) * sh + 1:sh, q * dw:q * dw + (wo - 1) * sw + 1:sw]
 
 
+def _as_strided(array, shape, strides):
+    """A read-only strided view of `array` (the im2col copies only read through these)."""
+    from numpy.lib.stride_tricks import as_strided
+
+    return as_strided(array, shape, strides, writeable=False)
+
+
 def _im2col_view(src, kh, kw, dh, dw, sh, sw, ho, wo):
     """The read-only (C, kh, kw, ho, wo) view of `src` (C, H, W): [c, p, q] is the window
     of kernel offset (p, q) (what `_window` gives), without a copy."""
-    from numpy.lib.stride_tricks import as_strided
-
     c = src.shape[0]
     s0, s1, s2 = src.strides
-    return as_strided(src, (c, kh, kw, ho, wo), (s0, s1 * dh, s2 * dw, s1 * sh, s2 * sw),
-                      writeable=False)
+    return _as_strided(src, (c, kh, kw, ho, wo), (s0, s1 * dh, s2 * dw, s1 * sh, s2 * sw))
 
 
 def _fill_border(canvas, top, left, height, width, value) -> None:
@@ -87,14 +91,15 @@ def conv2d(op, inputs, outputs, workspaces):
             rows_first = _rows_first(flat, padded, c, (kh, kw), dh, ho, wo, band)
         if padded is not None and phases is None and rows_first is None:
             _fill_border(padded, top, left, h, wd, 0)
+        if rows_first is not None:
+            t_rows = ho + (kh - 1) * dh
+            t4 = _view_as(flat[rows_first[0]:rows_first[0] + c * kw * t_rows * wo],
+                          (c, kw, t_rows, wo))
         for image in range(n):
             src = x[image]
             if phases is not None:
                 _split_phases(src, phases, top, left, (sh, sw))
             elif rows_first is not None:
-                t_rows = ho + (kh - 1) * dh
-                t4 = _view_as(flat[rows_first[0]:rows_first[0] + c * kw * t_rows * wo],
-                              (c, kw, t_rows, wo))
                 _rows_t(src, t4, dw, sw, top, left)
             elif padded is not None:
                 np.copyto(padded[:, top:top + h, left:left + wd], src)
@@ -116,6 +121,15 @@ def conv2d(op, inputs, outputs, workspaces):
                           out=target[:, :, r0 * wo:(r0 + rows) * wo])
     if bias is not None:
         np.add(y, bias.reshape(1, m, 1, 1), out=y)
+
+
+def _tap_range(size, offset, stride, begin, out):
+    """Along one axis, for a window tap at `offset` (tap index x dilation) with `begin`
+    pads: the outputs [lo, hi) whose input index j*stride + offset - begin lies inside
+    [0, size), and that index for output lo."""
+    lo = max(0, -((offset - begin) // stride))
+    hi = max(lo, min(out, (size - 1 + begin - offset) // stride + 1))
+    return lo, hi, lo * stride + offset - begin
 
 
 def _rows_first(flat, padded, c, kernel, dh, ho, wo, band):
@@ -148,16 +162,14 @@ def _rows_t(image, t4, dw, sw, top, left):
         t4[:, :, hi:] = 0
     for q in range(kw if hi > lo else 0):
         inside = t4[:, q, lo:hi]
-        jlo = max(0, -((q * dw - left) // sw))
-        jhi = min(wo, (wd - 1 + left - q * dw) // sw + 1)
-        if jhi <= jlo:
+        jlo, jhi, start = _tap_range(wd, q * dw, sw, left, wo)
+        if jhi == jlo:
             inside[...] = 0
             continue
         if jlo:
             inside[:, :, :jlo] = 0
         if jhi < wo:
             inside[:, :, jhi:] = 0
-        start = jlo * sw + q * dw - left
         np.copyto(inside[:, :, jlo:jhi],
                   image[:, lo - top:hi - top, start:start + (jhi - jlo - 1) * sw + 1:sw])
 
@@ -190,12 +202,6 @@ def _im2col_rows_first(flat, layout, t4, r0, rows, kernel, dh):
     np.copyto(_view_as(flat[:a], (1, kh, kw, n)), _as_strided(spare, (1, kh, kw, n), strides))
 
 
-def _as_strided(array, shape, strides):
-    from numpy.lib.stride_tricks import as_strided
-
-    return as_strided(array, shape, strides, writeable=False)
-
-
 def _phase_layout(padded, c, kernel, strides, dilations):
     """The padded workspace seen as the stride phases of the padded image, (sh, sw, C,
     Hq, Wq) with phase [a, b] = padded[:, a::sh, b::sw], when that pays: a strided conv
@@ -218,13 +224,11 @@ def _split_phases(image, phases, top, left, strides):
     _, h, wd = image.shape
     phases.fill(0)
     for a in range(sh):
-        i0 = max(0, -((a - top) // sh))  # first phase row inside the image
-        r = i0 * sh + a - top
-        rows = min(len(range(r, h, sh)), phases.shape[3] - i0)
+        i0, i1, r = _tap_range(h, a, sh, top, phases.shape[3])  # phase rows in the image
+        rows = i1 - i0
         for b in range(sw):
-            j0 = max(0, -((b - left) // sw))
-            q = j0 * sw + b - left
-            cols = min(len(range(q, wd, sw)), phases.shape[4] - j0)
+            j0, j1, q = _tap_range(wd, b, sw, left, phases.shape[4])
+            cols = j1 - j0
             if rows > 0 and cols > 0:
                 np.copyto(phases[a, b, :, i0:i0 + rows, j0:j0 + cols],
                           image[:, r:r + (rows - 1) * sh + 1:sh, q:q + (cols - 1) * sw + 1:sw])
@@ -233,16 +237,14 @@ def _split_phases(image, phases, top, left, strides):
 def _im2col_phases(phases, cols5, r0, kernel, strides):
     """Output rows [r0, r0 + rows) of the im2col matrix from the stride phases: kernel
     offset (p, q) reads phase (p % sh, q % sw) at a unit-stride shift of (p//sh, q//sw)."""
-    from numpy.lib.stride_tricks import as_strided
-
     (kh, kw), (sh, sw) = kernel, strides
     c, _, _, rows, wo = cols5.shape
     for a in range(min(sh, kh)):
         for b in range(min(sw, kw)):
             src = phases[a, b, :, r0:, :]
             s0, s1, s2 = src.strides
-            view = as_strided(src, (c, len(range(a, kh, sh)), len(range(b, kw, sw)), rows, wo),
-                              (s0, s1, s2, s1, s2), writeable=False)
+            view = _as_strided(src, (c, len(range(a, kh, sh)), len(range(b, kw, sw)), rows, wo),
+                               (s0, s1, s2, s1, s2))
             np.copyto(cols5[:, a::sh, b::sw], view)
 
 
@@ -332,10 +334,8 @@ def _axis_taps(size, k, s, d, begin, out):
     for every output (then a window can lie wholly in the padding)."""
     taps = []
     for t in range(k):
-        lo = max(0, -((t * d - begin) // s))
-        hi = min(out, (size - 1 + begin - t * d) // s + 1)
+        lo, hi, start = _tap_range(size, t * d, s, begin, out)
         if hi > lo:
-            start = lo * s - begin + t * d
             taps.append((slice(start, start + (hi - lo - 1) * s + 1, s), lo, hi))
     full = [tap for tap in taps if tap[1] == 0 and tap[2] == out]
     if not full:
