@@ -70,11 +70,7 @@ def conv2d(op, inputs, outputs, workspaces):
     weights = w.reshape(group, mg, cg * kh * kw)
     padded, cols = ws.get("padded"), ws.get("im2col")
     if K.Conv2dOp.is_depthwise(w.shape, config):
-        if padded is not None:
-            _fill_border(padded, top, left, h, wd, 0)
-        _depthwise(x, w, y, padded, ws.get("product"), top, left, (sh, sw), (dh, dw))
-        if bias is not None:
-            np.add(y, bias.reshape(1, m, 1, 1), out=y)
+        _depthwise(x, w, bias, y, padded, cols, (top, left), (sh, sw), (dh, dw))
         return
     if cols is None:  # 1x1, stride 1, no pads: the image is the matrix
         for image in range(n):
@@ -209,7 +205,16 @@ def _phase_layout(padded, c, kernel, strides, dilations):
     each phase's rows whole instead of gathering every sh-th element kh*kw times (the
     im2col copy 2x faster). None otherwise."""
     (kh, kw), (sh, sw) = kernel, strides
-    if padded is None or tuple(dilations) != (1, 1) or sh * sw == 1 or kh * kw < 4 * sh * sw:
+    if kh * kw < 4 * sh * sw:
+        return None
+    return _phase_view(padded, c, strides, dilations)
+
+
+def _phase_view(padded, c, strides, dilations):
+    """The padded workspace as the (sh, sw, C, Hq, Wq) stride phases of the padded image,
+    when it holds them and the conv is strided and undilated; None otherwise."""
+    sh, sw = strides
+    if padded is None or tuple(dilations) != (1, 1) or sh * sw == 1:
         return None
     hq, wq = -(-padded.shape[1] // sh), -(-padded.shape[2] // sw)
     if sh * sw * c * hq * wq > padded.size:
@@ -248,32 +253,77 @@ def _im2col_phases(phases, cols5, r0, kernel, strides):
             np.copyto(cols5[:, a::sh, b::sw], view)
 
 
-def _depthwise(x, w, y, padded, product, top, left, strides, dilations):
-    """One input channel per group: y[n, c*mg + j] = sum over kernel offsets of
-    w[c*mg + j, 0, p, q] * window(p, q)[c], accumulated in Y through `product`."""
+def _depthwise(x, w, bias, y, padded, cols, pads, strides, dilations):
+    """One input channel per group. A band of channels at a time (as many as the im2col
+    workspace holds), each channel's kernel-offset rows are copied into the workspace and
+    one batched matmul multiplies them by that channel's weights:
+    y[n, c*mg + j] = w[c*mg + j] . rows[c], bias added as the results are copied to Y.
+
+    The rows are runs of the source image read at a unit stride, so each copies one long
+    run per channel: stride 1, the padded image (or X) flat, row (p, q) starting at
+    p*dh*Wp + q*dw; strided and undilated, its stride phases (in the padded workspace),
+    row (p, q) in phase (p % sh, q % sw) at (p//sh)*Wq + q//sw. A result row then has the
+    source's width, of which Y takes the first Wo. Otherwise (strided and dilated, or a
+    strided X without pads) the rows are the exact (Ho, Wo) windows."""
     n, c, h, wd = x.shape
     m, _, kh, kw = w.shape
-    mg = m // c
+    mg, taps = m // c, kh * kw
     ho, wo = y.shape[2], y.shape[3]
-    (sh, sw), (dh, dw) = strides, dilations
-    weights = w.reshape(c, mg, kh, kw)
-    if product is not None:
-        product4 = _view_as(product, (c, mg, ho, wo))
+    (sh, sw), (dh, dw), (top, left) = strides, dilations, pads
+    weights = w.reshape(c, mg, taps)
+    bias4 = None if bias is None else bias.reshape(c, mg, 1, 1)
+    phases = _phase_view(padded, c, strides, dilations)
+    if padded is not None and phases is None:
+        _fill_border(padded, top, left, h, wd, 0)
+    size = y.itemsize
     for image in range(n):
         src = x[image]
-        if padded is not None:
+        if phases is not None:
+            _split_phases(src, phases, top, left, strides)
+        elif padded is not None:
             np.copyto(padded[:, top:top + h, left:left + wd], src)
             src = padded
         target = _view_as(y[image], (c, mg, ho, wo))
-        for p in range(kh):
-            for q in range(kw):
-                window = _window(src, p, q, dh, dw, sh, sw, ho, wo)[:, None]
-                scale = weights[:, :, p, q][:, :, None, None]
-                if p == 0 and q == 0:
-                    np.multiply(window, scale, out=target)
-                else:
-                    np.multiply(window, scale, out=product4)
-                    np.add(target, product4, out=target)
+        if cols is None:  # 1x1: each channel's window times its weights
+            np.multiply(_window(src, 0, 0, dh, dw, sh, sw, ho, wo)[:, None],
+                        weights[:, :, :, None], out=target)
+            if bias4 is not None:
+                np.add(target, bias4, out=target)
+            continue
+        s0, s1, s2 = src.strides
+        if phases is not None:
+            wq = phases.shape[4]
+        elif (sh, sw) == (1, 1) and s1 == src.shape[2] * s2:
+            wq = src.shape[2]
+        else:
+            wq = wo
+        run = (ho - 1) * wq + wo if wq != wo else ho * wo
+        band = max(1, min(c, cols.size // ((taps + mg) * run)))
+        for c0 in range(0, c, band):
+            k = min(band, c - c0)
+            rows = _view_as(cols[:k * taps * run], (k, kh, kw, run))
+            if phases is not None:
+                for a in range(min(sh, kh)):
+                    for b in range(min(sw, kw)):
+                        part = phases[a, b, c0:c0 + k]
+                        p0, p1, p2 = part.strides
+                        np.copyto(rows[:, a::sh, b::sw], _as_strided(
+                            part, (k, len(range(a, kh, sh)), len(range(b, kw, sw)), run),
+                            (p0, p1, p2, p2)))
+            elif wq != wo:
+                np.copyto(rows, _as_strided(src[c0:c0 + k], (k, kh, kw, run),
+                                            (s0, s1 * dh, s2 * dw, s2)))
+            else:
+                np.copyto(_view_as(rows, (k, kh, kw, ho, wo)),
+                          _im2col_view(src, kh, kw, dh, dw, sh, sw, ho, wo)[c0:c0 + k])
+            results = _view_as(cols[k * taps * run:k * (taps + mg) * run], (k, mg, run))
+            np.matmul(weights[c0:c0 + k], _view_as(rows, (k, taps, run)), out=results)
+            fresh = _as_strided(results, (k, mg, ho, wo),
+                                (mg * run * size, run * size, wq * size, size))
+            if bias4 is None:
+                np.copyto(target[c0:c0 + k], fresh)
+            else:
+                np.add(fresh, bias4[c0:c0 + k], out=target[c0:c0 + k])
 
 
 # -- pool2d -------------------------------------------------------------------------------------

@@ -237,6 +237,28 @@ def test_kernel_views_smaller_than_their_slots(ocr):
                               or op.results[0].type.has_static_shape for op in workspaces)
 
 
+DEPTHWISE_TEXT = """
+func.func @main(%x: tensor<1x48x?x?xf32>, %w: tensor<48x1x3x3xf32>, %b: tensor<48xf32>) -> tensor<*xf32> {
+  %y = graph.conv %x, %w, %b {group = 48, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: %s, %s>} : (tensor<1x48x?x?xf32>, tensor<48x1x3x3xf32>, tensor<48xf32>) -> tensor<*xf32>
+  func.return %y : tensor<*xf32>
+}"""
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_band_within_its_bound(stride):
+    """The depthwise im2col band (a channel count that shrinks as the image grows) is
+    sized at the bounds; every smaller image runs in that slot, in one or several bands."""
+    module = parse(DEPTHWISE_TEXT.replace("%s", str(stride)), "<test>")
+    session = Session(module, specialize=False, bounds={"x": {2: 96, 3: 96}}, poison=True)
+    rng = np.random.default_rng(stride)
+    w = rng.standard_normal((48, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(48).astype(np.float32)
+    for h, wd in [(96, 96), (5, 7), (40, 33), (95, 90), (64, 1)]:
+        feeds = {"x": rng.standard_normal((1, 48, h, wd)).astype(np.float32), "w": w, "b": b}
+        check(module, session.run(feeds), feeds, f"{h}x{wd}")
+    assert session.stats.compiles == 1
+
+
 def test_inputs_as_activations_with_bounds():
     module = parse(PLAN_TEXT, "<test>")
     pipeline = ("infer-shapes,canonicalize,bufferize{inputs-as-activations=true},"

@@ -189,14 +189,14 @@ def test_conv2d_random(seed):
     model, feeds, pads, k, strides, depthwise = _conv_case(seed)
     roles = ["padded"] if any(pads) else []
     if depthwise:
-        roles += [] if k == [1, 1] else ["product"]
+        roles += [] if k == [1, 1] else ["im2col"]
     elif not (k == [1, 1] and strides == [1, 1] and not any(pads)):
         roles.append("im2col")
     check(model, feeds, "kernel.conv2d", roles)
 
 
 @pytest.mark.parametrize("multiplier, kernel", [(1, [3, 3]), (2, [2, 3]), (1, [1, 1])])
-def test_conv2d_depthwise_needs_no_im2col(multiplier, kernel):
+def test_conv2d_depthwise_im2col_is_a_band(multiplier, kernel):
     rng = np.random.default_rng(3)
     x = rand(rng, (2, 4, 7, 6))
     attrs = {"group": 4, "pads": [1, 0, 1, 2], "strides": [2, 1]}
@@ -204,11 +204,48 @@ def test_conv2d_depthwise_needs_no_im2col(multiplier, kernel):
                      {"w": rand(rng, (4 * multiplier, 1) + tuple(kernel)),
                       "b": rand(rng, (4 * multiplier,))})
     module, _ = check(model, {"x": x}, "kernel.conv2d",
-                      ["padded"] + ([] if kernel == [1, 1] else ["product"]))
+                      ["padded"] + ([] if kernel == [1, 1] else ["im2col"]))
     op = kernel_ops(module, "kernel.conv2d")[0]
     if kernel != [1, 1]:
-        product = list(op.workspaces[1].type.shape)
-        assert product == [4 * multiplier] + list(op.outs[0].type.shape[2:])
+        # all 4 channels fit in the band: per channel its kh*kw rows and its multiplier's
+        # results, Ho rows of the padded width (6 + 0 + 2)
+        ho = op.outs[0].type.shape[2]
+        per = (kernel[0] * kernel[1] + multiplier) * ho * 8
+        assert list(op.workspaces[1].type.shape) == [4 * per]
+
+
+# Every way the depthwise kernel reads its rows: stride 1 from the padded image or from X
+# itself (flat runs, dilated too), stride 2 from the stride phases (3x3, 5x5, uneven
+# pads), the exact windows (strided and dilated; strided X without pads; phases that do
+# not fit the padded workspace, an odd padded height); several bands
+# of channels (the 40x40 images: 64 channels do not fit one band), a multiplier, a batch.
+@pytest.mark.parametrize("c, mg, hw, kernel, strides, dilations, pads, n", [
+    (6, 1, (9, 8), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 2),
+    (6, 2, (9, 8), (3, 3), (1, 1), (1, 1), (0, 0, 0, 0), 1),
+    (5, 1, (10, 9), (3, 2), (1, 1), (2, 3), (2, 1, 0, 2), 1),
+    (6, 1, (10, 8), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 2),
+    (6, 1, (9, 8), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),
+    (4, 3, (12, 12), (5, 5), (2, 2), (1, 1), (2, 2, 2, 2), 1),
+    (4, 1, (11, 10), (3, 3), (3, 2), (1, 1), (0, 2, 1, 0), 1),
+    (4, 1, (11, 10), (3, 3), (2, 2), (2, 1), (1, 1, 1, 1), 1),
+    (4, 2, (11, 10), (3, 3), (2, 1), (1, 1), (0, 0, 0, 0), 2),
+    (64, 1, (40, 40), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+    (64, 1, (40, 40), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1),
+    (64, 2, (40, 40), (3, 3), (2, 2), (2, 2), (1, 1, 1, 1), 1),
+])
+def test_conv2d_depthwise_layouts(c, mg, hw, kernel, strides, dilations, pads, n):
+    rng = np.random.default_rng(c * 7 + mg)
+    x = rand(rng, (n, c) + hw)
+    attrs = {"group": c, "pads": list(pads), "strides": list(strides),
+             "dilations": list(dilations)}
+    model = model_of([node("Conv", ["x", "w", "b"], attrs)], {"x": x},
+                     {"w": rand(rng, (c * mg, 1) + kernel), "b": rand(rng, (c * mg,))})
+    module, _ = check(model, {"x": x}, "kernel.conv2d",
+                      (["padded"] if any(pads) else []) + ["im2col"])
+    op = kernel_ops(module, "kernel.conv2d")[0]
+    band = op.workspaces[-1].type.shape[0]
+    per = (kernel[0] * kernel[1] + mg) * op.outs[0].type.shape[2] * (hw[1] + pads[1] + pads[3])
+    assert band == max(per, min(c * per, K.Conv2dOp.DEPTHWISE_BAND))
 
 
 @pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
