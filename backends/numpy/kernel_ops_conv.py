@@ -105,8 +105,8 @@ def conv2d(op, inputs, outputs, workspaces):
                 rows = min(band, ho - r0)
                 part = flat[:c * kh * kw * rows * wo]
                 if phases is not None:
-                    _im2col_phases(phases, _view_as(part, (c, kh, kw, rows, wo)), r0,
-                                   (kh, kw), (sh, sw))
+                    _copy_phase_taps(phases[:, :, :, r0:], _view_as(part, (c, kh, kw, rows, wo)),
+                                     (kh, kw), (sh, sw))
                 elif rows_first is not None:
                     _im2col_rows_first(flat, rows_first, t4, r0, rows, (kh, kw), dh)
                 else:  # all kernel offsets in one strided copy
@@ -239,18 +239,20 @@ def _split_phases(image, phases, top, left, strides):
                           image[:, r:r + (rows - 1) * sh + 1:sh, q:q + (cols - 1) * sw + 1:sw])
 
 
-def _im2col_phases(phases, cols5, r0, kernel, strides):
-    """Output rows [r0, r0 + rows) of the im2col matrix from the stride phases: kernel
-    offset (p, q) reads phase (p % sh, q % sw) at a unit-stride shift of (p//sh, q//sw)."""
+def _copy_phase_taps(phases, dest, kernel, strides):
+    """dest[:, p, q] (C x kh x kw x tail) from the stride phases (sh, sw, C, Hq, Wq):
+    kernel offset (p, q) reads phase (p % sh, q % sw) at a unit-stride shift of (p//sh,
+    q//sw); the tail is (rows, Wo) of the phase, or one flat run along its rows."""
     (kh, kw), (sh, sw) = kernel, strides
-    c, _, _, rows, wo = cols5.shape
+    tail = dest.shape[3:]
     for a in range(min(sh, kh)):
         for b in range(min(sw, kw)):
-            src = phases[a, b, :, r0:, :]
+            src = phases[a, b]
             s0, s1, s2 = src.strides
-            view = _as_strided(src, (c, len(range(a, kh, sh)), len(range(b, kw, sw)), rows, wo),
-                               (s0, s1, s2, s1, s2))
-            np.copyto(cols5[:, a::sh, b::sw], view)
+            view = _as_strided(src, (dest.shape[0], len(range(a, kh, sh)),
+                                     len(range(b, kw, sw))) + tail,
+                               (s0, s1, s2) + ((s1, s2) if len(tail) == 2 else (s2,)))
+            np.copyto(dest[:, a::sh, b::sw], view)
 
 
 def _depthwise(x, w, bias, y, padded, cols, pads, strides, dilations):
@@ -275,6 +277,14 @@ def _depthwise(x, w, bias, y, padded, cols, pads, strides, dilations):
     phases = _phase_view(padded, c, strides, dilations)
     if padded is not None and phases is None:
         _fill_border(padded, top, left, h, wd, 0)
+    # the rows' layout (the same source strides for every image): a run of the result
+    # row width wq per output row, the last Wo long
+    width, (s0, s1, s2) = (wd, x.strides[1:]) if padded is None else \
+        (padded.shape[2], padded.strides)
+    flat = phases is None and (sh, sw) == (1, 1) and s1 == width * s2
+    wq = phases.shape[4] if phases is not None else width if flat else wo
+    run = (ho - 1) * wq + wo
+    band = c if cols is None else max(1, min(c, cols.size // ((taps + mg) * run)))
     size = y.itemsize
     for image in range(n):
         src = x[image]
@@ -290,27 +300,12 @@ def _depthwise(x, w, bias, y, padded, cols, pads, strides, dilations):
             if bias4 is not None:
                 np.add(target, bias4, out=target)
             continue
-        s0, s1, s2 = src.strides
-        if phases is not None:
-            wq = phases.shape[4]
-        elif (sh, sw) == (1, 1) and s1 == src.shape[2] * s2:
-            wq = src.shape[2]
-        else:
-            wq = wo
-        run = (ho - 1) * wq + wo if wq != wo else ho * wo
-        band = max(1, min(c, cols.size // ((taps + mg) * run)))
         for c0 in range(0, c, band):
             k = min(band, c - c0)
             rows = _view_as(cols[:k * taps * run], (k, kh, kw, run))
             if phases is not None:
-                for a in range(min(sh, kh)):
-                    for b in range(min(sw, kw)):
-                        part = phases[a, b, c0:c0 + k]
-                        p0, p1, p2 = part.strides
-                        np.copyto(rows[:, a::sh, b::sw], _as_strided(
-                            part, (k, len(range(a, kh, sh)), len(range(b, kw, sw)), run),
-                            (p0, p1, p2, p2)))
-            elif wq != wo:
+                _copy_phase_taps(phases[:, :, c0:c0 + k], rows, (kh, kw), strides)
+            elif flat:
                 np.copyto(rows, _as_strided(src[c0:c0 + k], (k, kh, kw, run),
                                             (s0, s1 * dh, s2 * dw, s2)))
             else:
