@@ -9,7 +9,8 @@ constant_operands)`.
 from __future__ import annotations
 
 from palimpsest.dialects.graph import (  # noqa: F401  (registration)
-    ops_constant, ops_elementwise, ops_nn, ops_reduce, ops_shape,
+    ops_attention, ops_constant, ops_control, ops_data, ops_elementwise, ops_nn, ops_quant,
+    ops_recurrent, ops_reduce, ops_shape, ops_signal, ops_spatial,
 )
 from palimpsest.dialects.graph.ops_base import GraphOp, refine_type
 from palimpsest.dialects.graph.shapes import ShapeError

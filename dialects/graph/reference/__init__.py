@@ -28,7 +28,10 @@ Pure numpy; importing this module imports numpy (palimpsest-opt must not import 
 from __future__ import annotations
 
 # importing the modules registers their kernels
-from . import elementwise, nn, normalization, reduce, resize, tensor  # noqa: F401
+from . import (  # noqa: F401
+    attention, control, data, elementwise, nn, normalization, quant, recurrent, reduce, resize,
+    signal, spatial, tensor,
+)
 from ._common import KERNELS, ONNX_DTYPES
 
 __all__ = ["KERNELS", "ONNX_DTYPES", "evaluate"]

@@ -1,0 +1,3 @@
+"""Graph ops: control (see naming.py for the ONNX ops this module declares)."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""Numpy reference kernels: attention."""
+
+from __future__ import annotations

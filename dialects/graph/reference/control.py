@@ -1,0 +1,3 @@
+"""Numpy reference kernels: control."""
+
+from __future__ import annotations

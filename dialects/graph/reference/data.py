@@ -1,0 +1,3 @@
+"""Numpy reference kernels: data."""
+
+from __future__ import annotations

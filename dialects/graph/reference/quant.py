@@ -1,0 +1,3 @@
+"""Numpy reference kernels: quant."""
+
+from __future__ import annotations

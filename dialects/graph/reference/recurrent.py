@@ -1,0 +1,3 @@
+"""Numpy reference kernels: recurrent."""
+
+from __future__ import annotations

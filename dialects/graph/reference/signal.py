@@ -1,0 +1,3 @@
+"""Numpy reference kernels: signal."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""Numpy reference kernels: spatial."""
+
+from __future__ import annotations
