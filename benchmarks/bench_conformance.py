@@ -132,13 +132,16 @@ def _is_refusal(error: Exception) -> bool:
 
 
 def classify(runner, model, feeds, expected, clean) -> tuple[str, str]:
+    """(outcome, detail): the detail of a failure is the whole message (a refusal's must be
+    one line)."""
+    signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(CASE_SECONDS)
     try:
         got = runner(model, feeds)
     except _Timeout as error:
         return "crash", str(error)
     except Exception as error:  # noqa: BLE001 - every failure is classified
-        text = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+        text = f"{type(error).__name__}: {error}"
         return ("refused" if clean(error) else "crash"), text
     finally:
         signal.alarm(0)
@@ -152,7 +155,6 @@ def run_all(op_filter=None, with_ort=True, progress=False) -> dict:
     index = cases.load_index()
     results = {}
     names = sorted(index, key=lambda n: (index[n]["op_type"], n))
-    signal.signal(signal.SIGALRM, _alarm)
     for count, name in enumerate(names):
         entry = index[name]
         if op_filter and entry["op_type"] not in op_filter:
@@ -231,7 +233,7 @@ def main(argv=None) -> int:
             outcome, detail = row["palimpsest"]
             if outcome != "pass":
                 ort = row.get("onnxruntime", ("-", ""))[0]
-                print(f"{outcome:8} (ort {ort:7}) {name}: {detail}")
+                print(f"{outcome:8} (ort {ort:7}) {name}: {detail.splitlines()[0][:300]}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, sort_keys=True))
     print(f"\n{len(results)} cases in {time.perf_counter() - start:.0f} s",

@@ -20,6 +20,7 @@ import re
 from palimpsest.dialects.builtin import ModuleOp
 from palimpsest.dialects.func import FuncOp, ReturnOp
 from palimpsest.dialects.graph.naming import ONNX_TO_GRAPH
+from palimpsest.dialects.graph.onnx_opsets import OpsetError, adapt
 from palimpsest.dialects.graph.ops_base import ONNX_DTYPES
 from palimpsest.ir import attributes as A
 from palimpsest.ir.diagnostics import DiagnosticError, NameLoc
@@ -49,7 +50,8 @@ class _Importer:
         self.model = model
         self.model_name = model_name
         self.inline_limit = inline_limit
-        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+        self.opsets = {o.domain or "": o.version for o in model.opset_import}
+        self.opset = self.opsets.get("", self.opsets.get("ai.onnx", 13))
         self.values: dict = {}
         self.types: dict = {}
         self.blob_keys: set[str] = set()
@@ -57,7 +59,7 @@ class _Importer:
     def fail(self, message: str, node=None) -> OnnxImportError:
         where = ""
         if node is not None:
-            where = f"node '{node.name or '(unnamed)'}' ({node.op_type}): "
+            where = f"node '{node.name or '(unnamed)'}' ({node.op_type}, opset {self.opset}): "
         return OnnxImportError(f"{where}{message}", NameLoc(self.model_name))
 
     # -- types -------------------------------------------------------------------------
@@ -163,16 +165,21 @@ class _Importer:
 
     def node(self, node, block):
         if node.domain not in ("", "ai.onnx"):
-            raise self.fail(f"operator domain '{node.domain}' is not supported", node)
+            version = self.opsets.get(node.domain)
+            raise self.fail(f"operator domain '{node.domain}'"
+                            f"{f' (opset {version})' if version else ''} is not supported; "
+                            f"only the standard ONNX domain is", node)
         if node.op_type == "Constant":
             return self.constant_node(node, block)
+        try:
+            node = adapt(node, self.opset)   # into the latest opset's form (onnx_opsets.py)
+        except OpsetError as error:
+            raise self.fail(str(error), node) from None
         name = ONNX_TO_GRAPH.get(node.op_type)
         cls = lookup_op(name) if name else None
         if cls is None:
-            raise self.fail(f"ONNX op '{node.op_type}' is not supported (supported: "
-                            f"{', '.join(sorted(ONNX_TO_GRAPH))})", node)
-        if node.op_type in ("Softmax", "LogSoftmax") and self.opset < 13:
-            self.check_old_softmax(node)
+            raise self.fail("this operator is not supported (the README lists the supported "
+                            "operators)", node)
         groups = self.operand_groups(node, cls)
         properties = {}
         operand_names = {d.field_name for d in cls.operand_defs}
@@ -195,8 +202,9 @@ class _Importer:
         outputs = list(node.output)
         while outputs and not outputs[-1]:
             outputs.pop()
-        if any(not o for o in outputs):
-            raise self.fail("an omitted output before a used one is not supported", node)
+        # An omitted output before a used one (LSTM's Y when only Y_h is wanted) is still a
+        # result of the op, unused: the planner gives it a slot only while the op runs.
+        outputs = [o or f"{node.name or node.op_type}_unused_{i}" for i, o in enumerate(outputs)]
         result_types = []
         for output in outputs:
             known = self.types.get(output)
@@ -243,19 +251,11 @@ class _Importer:
             array = np.array(attr.i, dtype=np.int64)
         elif attr.type == kind.FLOAT:
             array = np.array(attr.f, dtype=np.float32)
+        elif attr.type == kind.FLOATS:
+            array = np.array(list(attr.floats), dtype=np.float32)
         else:
             raise self.fail(f"attribute '{attr.name}' cannot become an operand", node)
         return self.constant(block, array, f"{node.name or node.op_type}_{attr.name}")
-
-    def check_old_softmax(self, node):
-        axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
-        rank = None
-        source = self.types.get(node.input[0])
-        if source is not None and source.shape is not None:
-            rank = len(source.shape)
-        if not (axis == -1 or (rank is not None and axis in (rank - 1, -1))):
-            raise self.fail(f"Softmax before opset 13 flattens from axis {axis}; only the last "
-                            f"axis is supported (the model has opset {self.opset})", node)
 
     def lookup(self, name, node):
         value = self.values.get(name)
