@@ -19,7 +19,10 @@ _UNARY = {"graph.neg": np.negative, "graph.abs": np.abs, "graph.exp": np.exp,
           "graph.log": np.log, "graph.sqrt": np.sqrt, "graph.tanh": np.tanh,
           "graph.sign": np.sign, "graph.floor": np.floor, "graph.ceil": np.ceil,
           "graph.round": np.round, "graph.sin": np.sin, "graph.cos": np.cos,
-          "graph.reciprocal": np.reciprocal}
+          "graph.reciprocal": np.reciprocal, "graph.acos": np.arccos,
+          "graph.acosh": np.arccosh, "graph.asin": np.arcsin, "graph.asinh": np.arcsinh,
+          "graph.atan": np.arctan, "graph.atanh": np.arctanh, "graph.cosh": np.cosh,
+          "graph.sinh": np.sinh, "graph.tan": np.tan, "graph.bitwise_not": np.invert}
 
 
 @step(*_UNARY)
@@ -169,8 +172,70 @@ def _leaky_relu(name, args, out, props, scratch):
     np.add(out, scratch, out=out)
 
 
+@step("graph.celu")
+def _celu(name, args, out, props, scratch):
+    # max(x, 0) + min(0, alpha * expm1(x / alpha))
+    x = args[0]
+    alpha = _scalar(props.get("alpha", 1.0), out.dtype)
+    np.divide(x, alpha, out=scratch)
+    np.expm1(scratch, out=scratch)
+    np.multiply(scratch, alpha, out=scratch)
+    np.minimum(scratch, _scalar(0, out.dtype), out=scratch)
+    np.maximum(x, _scalar(0, out.dtype), out=out)
+    np.add(out, scratch, out=out)
+
+
+@step("graph.mish")
+def _mish(name, args, out, props, scratch):
+    x = args[0]
+    np.logaddexp(_scalar(0, out.dtype), x, out=scratch)
+    np.tanh(scratch, out=scratch)
+    np.multiply(x, scratch, out=out)
+
+
+@step("graph.swish")
+def _swish(name, args, out, props, scratch):
+    x = args[0]
+    np.multiply(x, _scalar(-props.get("alpha", 1.0), out.dtype), out=scratch)
+    np.exp(scratch, out=scratch)
+    np.add(scratch, _scalar(1, out.dtype), out=scratch)
+    np.divide(x, scratch, out=out)
+
+
+@step("graph.thresholded_relu")
+def _thresholded_relu(name, args, out, props, scratch):
+    below = args[0] <= _scalar(props.get("alpha", 1.0), out.dtype)   # a bool temporary
+    np.copyto(out, args[0])
+    out[below] = 0
+
+
+@step("graph.shrink")
+def _shrink(name, args, out, props, scratch):
+    x = args[0]
+    bias = _scalar(props.get("bias", 0.0), out.dtype)
+    lambd = _scalar(props.get("lambd", 0.5), out.dtype)
+    low, high = x < -lambd, x > lambd          # bool temporaries, read before out is written
+    np.copyto(out, x)
+    out[~(low | high)] = 0
+    np.add(out, bias, out=out, where=low)
+    np.subtract(out, bias, out=out, where=high)
+
+
+@step("graph.prelu")
+def _prelu(name, args, out, props, scratch):
+    # where(x < 0, slope * x, x) == max(x, 0) + slope * min(x, 0)
+    x, slope = args
+    zero = _scalar(0, out.dtype)
+    np.minimum(x, zero, out=scratch)
+    np.multiply(scratch, slope, out=scratch)
+    np.maximum(x, zero, out=out)
+    np.add(out, scratch, out=out)
+
+
 _BINARY = {"graph.add": np.add, "graph.sub": np.subtract, "graph.mul": np.multiply,
-           "graph.div": np.true_divide, "graph.pow": np.power}
+           "graph.div": np.true_divide, "graph.pow": np.power,
+           "graph.bitwise_and": np.bitwise_and, "graph.bitwise_or": np.bitwise_or,
+           "graph.bitwise_xor": np.bitwise_xor}
 
 
 @step(*_BINARY)

@@ -30,7 +30,13 @@ def _step(name: str, args: list, props: dict, t: str) -> str:
              "graph.reciprocal": f"({c(1)} / {x})",
              "graph.sigmoid": f"({c(1)} / ({c(1)} + exp(-{x})))",
              "graph.softplus": f"(fmax({x}, {c(0)}) + log1p(exp(-fabs({x}))))",
-             "graph.softsign": f"({x} / ({c(1)} + fabs({x})))"}
+             "graph.softsign": f"({x} / ({c(1)} + fabs({x})))",
+             "graph.acos": f"acos({x})", "graph.acosh": f"acosh({x})",
+             "graph.asin": f"asin({x})", "graph.asinh": f"asinh({x})",
+             "graph.atan": f"atan({x})", "graph.atanh": f"atanh({x})",
+             "graph.cosh": f"cosh({x})", "graph.sinh": f"sinh({x})", "graph.tan": f"tan({x})",
+             "graph.mish": f"({x} * tanh(fmax({x}, {c(0)}) + log1p(exp(-fabs({x})))))",
+             "graph.bitwise_not": f"(~{x})"}
     if name in unary:
         return unary[name]
     if name == "graph.relu":
@@ -51,6 +57,22 @@ def _step(name: str, args: list, props: dict, t: str) -> str:
         alpha = props.get("alpha", _SELU_ALPHA if selu else 1.0)
         body = f"(fmax({x}, {c(0)}) + {c(alpha)} * expm1(fmin({x}, {c(0)})))"
         return f"({c(props.get('gamma', _SELU_GAMMA))} * {body})" if selu else body
+    if name == "graph.celu":
+        alpha = c(props.get("alpha", 1.0))
+        return f"(fmax({x}, {c(0)}) + fmin({c(0)}, {alpha} * expm1({x} / {alpha})))"
+    if name == "graph.swish":
+        return f"({x} / ({c(1)} + exp({c(-props.get('alpha', 1.0))} * {x})))"
+    if name == "graph.thresholded_relu":
+        return f"({x} > {c(props.get('alpha', 1.0))} ? {x} : {c(0)})"
+    if name == "graph.shrink":
+        bias, lambd = c(props.get("bias", 0.0)), c(props.get("lambd", 0.5))
+        return f"({x} < -{lambd} ? {x} + {bias} : ({x} > {lambd} ? {x} - {bias} : {c(0)}))"
+    if name == "graph.prelu":
+        return f"({args[0]} < {c(0)} ? {args[0]} * {args[1]} : {args[0]})"
+    if name in ("graph.bitwise_and", "graph.bitwise_or", "graph.bitwise_xor"):
+        symbol = {"graph.bitwise_and": "&", "graph.bitwise_or": "|",
+                  "graph.bitwise_xor": "^"}[name]
+        return f"({args[0]} {symbol} {args[1]})"
     if name in ("graph.add", "graph.sub", "graph.mul", "graph.div"):
         symbol = {"graph.add": "+", "graph.sub": "-", "graph.mul": "*", "graph.div": "/"}[name]
         return f"({args[0]} {symbol} {args[1]})"

@@ -1,0 +1,146 @@
+"""More elementwise graph ops: inverse and hyperbolic trigonometry, the activations of
+later opsets (Celu, Mish, Swish, Shrink, ThresholdedRelu, PRelu), IsInf/IsNaN and the
+bitwise integer ops. All are `kernel.elementwise` steps (dialects/kernel_elementwise.py)
+except where noted."""
+
+from __future__ import annotations
+
+from palimpsest.dialects.graph import bound_rules as B
+from palimpsest.dialects.graph import shapes as S
+from palimpsest.dialects.graph.ops_base import (
+    AnyTensor, BoolTensor, FloatTensor, GraphOp, NumericTensor, ShapeError, float_prop,
+    int_prop, str_prop, tensor, tensor_where,
+)
+from palimpsest.dialects.graph.ops_elementwise import BinaryOp, FloatUnaryOp, UnaryOp
+from palimpsest.ir.opdef import InPlace, operand, register_op, result_def
+from palimpsest.ir.types import IntegerType, i1
+
+IntegerTensor = tensor_where("a tensor of integers",
+                             lambda t: isinstance(t, IntegerType) and t.width > 1)
+
+
+def _float_unary(op_name: str, class_name: str, **props):
+    cls = type(class_name, (FloatUnaryOp,), {"name": op_name, "__module__": __name__, **props})
+    return register_op(cls)
+
+
+AcosOp = _float_unary("graph.acos", "AcosOp")
+AcoshOp = _float_unary("graph.acosh", "AcoshOp")
+AsinOp = _float_unary("graph.asin", "AsinOp")
+AsinhOp = _float_unary("graph.asinh", "AsinhOp")
+AtanOp = _float_unary("graph.atan", "AtanOp")
+AtanhOp = _float_unary("graph.atanh", "AtanhOp")
+CoshOp = _float_unary("graph.cosh", "CoshOp")
+SinhOp = _float_unary("graph.sinh", "SinhOp")
+TanOp = _float_unary("graph.tan", "TanOp")
+MishOp = _float_unary("graph.mish", "MishOp")
+CeluOp = _float_unary("graph.celu", "CeluOp", alpha=float_prop(1.0))
+SwishOp = _float_unary("graph.swish", "SwishOp", alpha=float_prop(1.0))
+ThresholdedReluOp = _float_unary("graph.thresholded_relu", "ThresholdedReluOp",
+                                 alpha=float_prop(1.0))
+
+
+@register_op
+class ShrinkOp(UnaryOp):
+    """y = x - bias if x > lambd, x + bias if x < -lambd, else 0 (any numeric type)."""
+
+    name = "graph.shrink"
+    bias = float_prop(0.0)
+    lambd = float_prop(0.5)
+
+
+@register_op
+class PReluOp(GraphOp):
+    """y = x if x >= 0 else slope * x; slope broadcasts to x (unidirectionally)."""
+
+    name = "graph.prelu"
+    traits = GraphOp.traits + (InPlace((0,)),)
+    x = operand(NumericTensor)
+    slope = operand(NumericTensor)
+    y = result_def(AnyTensor)
+
+    bound_rule = classmethod(B.at_upper)
+
+    @classmethod
+    def rule(cls, args):
+        element = args.same_element("x", "slope")
+        x, slope = args.shape("x"), args.shape("slope")
+        if x is not None and slope is not None:
+            shape = S.broadcast(x, slope)
+            if len(shape) != len(x) or any(
+                    a is not None and b is not None and a != b for a, b in zip(shape, x)):
+                raise ShapeError(f"slope of shape {S.fmt(slope)} does not broadcast to X's "
+                                 f"shape {S.fmt(x)}")
+        return [tensor(x, element)]
+
+
+class _ClassifyOp(GraphOp):
+    traits = GraphOp.traits
+    x = operand(FloatTensor)
+    y = result_def(BoolTensor)
+
+    bound_rule = classmethod(B.at_upper)
+
+    @classmethod
+    def rule(cls, args):
+        return [tensor(args.shape("x"), i1)]
+
+
+@register_op
+class IsNaNOp(_ClassifyOp):
+    name = "graph.is_nan"
+
+
+@register_op
+class IsInfOp(_ClassifyOp):
+    name = "graph.is_inf"
+    detect_negative = int_prop(1, values=(0, 1))
+    detect_positive = int_prop(1, values=(0, 1))
+
+
+class _BitwiseOp(BinaryOp):
+    a = operand(IntegerTensor)
+    b = operand(IntegerTensor)
+
+
+@register_op
+class BitwiseAndOp(_BitwiseOp):
+    name = "graph.bitwise_and"
+
+    @staticmethod
+    def apply(x, y):
+        return x & y
+
+
+@register_op
+class BitwiseOrOp(_BitwiseOp):
+    name = "graph.bitwise_or"
+
+    @staticmethod
+    def apply(x, y):
+        return x | y
+
+
+@register_op
+class BitwiseXorOp(_BitwiseOp):
+    name = "graph.bitwise_xor"
+
+    @staticmethod
+    def apply(x, y):
+        return x ^ y
+
+
+@register_op
+class BitwiseNotOp(UnaryOp):
+    name = "graph.bitwise_not"
+    x = operand(IntegerTensor)
+
+
+@register_op
+class BitShiftOp(BinaryOp):
+    """Logical left, arithmetic right shifts of integers (signed ones since opset 28)."""
+
+    name = "graph.bit_shift"
+    a = operand(IntegerTensor)
+    b = operand(IntegerTensor)
+    direction = str_prop(choices=("LEFT", "RIGHT"))
