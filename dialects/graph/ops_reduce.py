@@ -147,6 +147,12 @@ class ReduceLogSumExpOp(ReduceOp):
     noop_is_identity = False
 
 
+@register_op
+class ReduceLogSumOp(ReduceOp):
+    name = "graph.reduce_log_sum"
+    noop_is_identity = False
+
+
 class ArgReduceOp(GraphOp):
     """Index (i64) of the max / min along `axis`."""
 

@@ -125,7 +125,12 @@ def _log_sum_exp(x, axes, keep):
     return y
 
 
+def _log_sum(x, axes, keep):
+    return np.log(_sum(x, axes, keep))
+
+
 kernel("ReduceSum")(_reduction("ReduceSum", _sum))
+kernel("ReduceLogSum")(_reduction("ReduceLogSum", _log_sum))
 kernel("ReduceMean")(_reduction("ReduceMean", _mean))
 kernel("ReduceMax")(_reduction("ReduceMax", _max))
 kernel("ReduceMin")(_reduction("ReduceMin", _min))
