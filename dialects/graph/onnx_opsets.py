@@ -139,6 +139,13 @@ def _cast_string_to(node, opset):
     return _set_attrs(node, add={"to": code})
 
 
+def _dft_17(node, opset):
+    """DFT-17: `axis` is an attribute, default 1 (opset 20: an input, default -2)."""
+    if "axis" in _attrs(node):
+        return node
+    return _set_attrs(node, add={"axis": 1})
+
+
 _BINARY = ("Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "Greater", "And", "Or", "Xor",
            "PRelu")
 _LEGACY = ("Relu", "Sigmoid", "Tanh", "Exp", "Log", "Neg", "Abs", "Reciprocal", "Floor", "Ceil",
@@ -155,6 +162,7 @@ RULES: list = [
     (("Upsample",), 10**6, _resize_10),
     (("TopK",), 10, _top_k),
     (("Cast",), 6, _cast_string_to),
+    (("DFT",), 20, _dft_17),
     (_LEGACY, 7, _drop_legacy),
 ]
 
