@@ -227,8 +227,8 @@ def _lower_softmax(c: _Compute):
     if x is None or not K.is_float(_element(x)) or not _shape(x):
         return None
     axis = _normalized_axis(c, len(_shape(x)), -1)
-    if axis is None:
-        return None
+    if axis is None or (c.prop("coerce_2d", 0) and axis != len(_shape(x)) - 1):
+        return None   # softmax over several flattened dims: kernel.generic
     return K.SoftmaxOp, [x], {"axis": _i(axis)}
 
 

@@ -317,9 +317,13 @@ class LayerNormOp(GraphOp):
 
 
 class _SoftmaxLike(GraphOp):
+    """Along `axis`; with `coerce_2d = 1` (the semantics before opset 13, which the
+    importer sets for old models), along the flattened dims [axis, rank)."""
+
     input = operand(FloatTensor)
     output = result_def(AnyTensor)
     axis = int_prop(-1)
+    coerce_2d = int_prop(0, values=(0, 1))
 
     bound_rule = classmethod(B.at_upper)
 
@@ -339,6 +343,11 @@ class SoftmaxOp(_SoftmaxLike):
 @register_op
 class LogSoftmaxOp(_SoftmaxLike):
     name = "graph.log_softmax"
+
+
+@register_op
+class HardmaxOp(_SoftmaxLike):
+    name = "graph.hardmax"
 
 
 @register_op

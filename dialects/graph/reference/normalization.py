@@ -107,28 +107,52 @@ def instance_norm(inputs, attrs):
     return [y.astype(x.dtype, copy=False)]
 
 
-@kernel("Softmax")
-def softmax(inputs, attrs):
-    """Softmax along one axis (opset-13 semantics; default axis -1)."""
-    x = req("Softmax", inputs, 0, "input")
-    axis = norm_axis("Softmax", i_attr(attrs, "axis", -1), x.ndim)
-    xc = x.astype(float_compute_dtype(x.dtype), copy=False)
-    e = np.exp(xc - xc.max(axis=axis, keepdims=True))
-    y = e / e.sum(axis=axis, keepdims=True)
-    return [y.astype(x.dtype, copy=False)]
+def _along_axis(onnx_op, compute):
+    """A kernel applying `compute(x, axis)` along `axis` (opset 13+, default -1), or, with
+    `coerce_2d` (opsets before 13, default axis 1), along the flattened dims [axis, rank)
+    of x seen as 2-D."""
+    def fn(inputs, attrs):
+        x = req(onnx_op, inputs, 0, "input")
+        coerce = i_attr(attrs, "coerce_2d", 0)
+        axis = i_attr(attrs, "axis", 1 if coerce else -1)
+        axis = norm_axis(onnx_op, axis, x.ndim) if x.ndim else 0
+        xc = x.astype(float_compute_dtype(x.dtype), copy=False)
+        if coerce:
+            rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+            y = compute(xc.reshape(rows, -1), 1).reshape(x.shape)
+        else:
+            y = compute(xc, axis)
+        return [y.astype(x.dtype, copy=False)]
+
+    fn.__name__ = onnx_op.lower()
+    return fn
 
 
-@kernel("LogSoftmax")
-def log_softmax(inputs, attrs):
-    """LogSoftmax along one axis (opset-13 semantics; default axis -1):
-    x - max - log(sum(exp(x - max)))."""
-    x = req("LogSoftmax", inputs, 0, "input")
-    axis = norm_axis("LogSoftmax", i_attr(attrs, "axis", -1), x.ndim)
-    xc = x.astype(float_compute_dtype(x.dtype), copy=False)
+def _softmax(x, axis):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _log_softmax(x, axis):
+    """x - max - log(sum(exp(x - max)))."""
     with np.errstate(all="ignore"):
-        d = xc - xc.max(axis=axis, keepdims=True)
-        y = d - np.log(np.exp(d).sum(axis=axis, keepdims=True))
-    return [y.astype(x.dtype, copy=False)]
+        d = x - x.max(axis=axis, keepdims=True)
+        return d - np.log(np.exp(d).sum(axis=axis, keepdims=True))
+
+
+def _hardmax(x, axis):
+    """1 at the first maximum along the axis, 0 elsewhere."""
+    if x.size == 0:
+        return np.zeros_like(x)
+    first = np.expand_dims(np.argmax(x, axis=axis), axis)
+    out = np.zeros_like(x)
+    np.put_along_axis(out, first, 1, axis=axis)
+    return out
+
+
+kernel("Softmax")(_along_axis("Softmax", _softmax))
+kernel("LogSoftmax")(_along_axis("LogSoftmax", _log_softmax))
+kernel("Hardmax")(_along_axis("Hardmax", _hardmax))
 
 
 @kernel("Dropout", multi=True)
