@@ -9,7 +9,7 @@ constant_operands)`.
 from __future__ import annotations
 
 from palimpsest.dialects.graph import (  # noqa: F401  (registration)
-    ops_attention, ops_constant, ops_control, ops_data, ops_elementwise, ops_math, ops_nn, ops_quant,
+    ops_attention, ops_constant, ops_control, ops_data, ops_elementwise, ops_loss, ops_math, ops_nn, ops_quant,
     ops_recurrent, ops_reduce, ops_shape, ops_signal, ops_spatial,
 )
 from palimpsest.dialects.graph.ops_base import GraphOp, refine_type

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 # importing the modules registers their kernels
 from . import (  # noqa: F401
-    attention, control, data, elementwise, math, nn, normalization, quant, recurrent, reduce, resize,
+    attention, control, data, elementwise, loss, math, nn, normalization, quant, recurrent, reduce, resize,
     signal, spatial, tensor,
 )
 from ._common import KERNELS, ONNX_DTYPES
