@@ -146,6 +146,13 @@ def _dft_17(node, opset):
     return _set_attrs(node, add={"axis": 1})
 
 
+def _roi_align_10(node, opset):
+    """RoiAlign-10 had no coordinate_transformation_mode: it did `output_half_pixel`."""
+    if "coordinate_transformation_mode" in _attrs(node):
+        return node
+    return _set_attrs(node, add={"coordinate_transformation_mode": "output_half_pixel"})
+
+
 _BINARY = ("Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "Greater", "And", "Or", "Xor",
            "PRelu")
 _LEGACY = ("Relu", "Sigmoid", "Tanh", "Exp", "Log", "Neg", "Abs", "Reciprocal", "Floor", "Ceil",
@@ -163,6 +170,7 @@ RULES: list = [
     (("TopK",), 10, _top_k),
     (("Cast",), 6, _cast_string_to),
     (("DFT",), 20, _dft_17),
+    (("RoiAlign",), 16, _roi_align_10),
     (_LEGACY, 7, _drop_legacy),
 ]
 

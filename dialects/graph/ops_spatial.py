@@ -1,3 +1,224 @@
-"""Graph ops: spatial (see naming.py for the ONNX ops this module declares)."""
+"""Spatial and image graph ops: GridSample, AffineGrid, RoiAlign, Col2Im, DeformConv,
+MaxUnpool, CenterCropPad, SpaceToDepth and DepthToSpace."""
 
 from __future__ import annotations
+
+from palimpsest.dialects.graph import bound_rules as B
+from palimpsest.dialects.graph import shapes as S
+from palimpsest.dialects.graph.ops_base import (
+    AnyTensor, FloatTensor, GraphOp, IndexTensor, ShapeError, float_prop, int_prop, ints_prop,
+    non_negative, positive, segments_prop, str_prop, tensor,
+)
+from palimpsest.ir.opdef import operand, optional_operand, register_op, result_def
+
+
+def _rank(args, name, low, high=None):
+    shape = args.shape(name)
+    if shape is not None and not low <= len(shape) <= (high or low):
+        raise ShapeError(f"'{name}' must have rank {low}" + (f" to {high}" if high else "")
+                         + f", got {S.fmt(shape)}")
+    return shape
+
+
+@register_op
+class GridSampleOp(GraphOp):
+    """X: N x C x D1..Dr, grid: N x O1..Or x r -> N x C x O1..Or."""
+
+    name = "graph.grid_sample"
+    x = operand(AnyTensor)
+    grid = operand(FloatTensor)
+    y = result_def(AnyTensor)
+    align_corners = int_prop(0, values=(0, 1))
+    mode = str_prop("linear", choices=("linear", "bilinear", "nearest", "cubic", "bicubic"))
+    padding_mode = str_prop("zeros", choices=("zeros", "border", "reflection"))
+
+    @classmethod
+    def rule(cls, args):
+        x, grid = args.shape("x"), args.shape("grid")
+        if x is None or grid is None:
+            return [tensor(None, args.element("x"))]
+        if len(grid) != len(x) or grid[-1] not in (None, len(x) - 2):
+            raise ShapeError(f"grid {S.fmt(grid)} does not fit X {S.fmt(x)}")
+        return [tensor((x[0], x[1]) + tuple(grid[1:-1]), args.element("x"))]
+
+
+@register_op
+class AffineGridOp(GraphOp):
+    """theta: N x 2 x 3 (2-D) or N x 3 x 4 (3-D), size: [N, C, H, W(, D)]."""
+
+    name = "graph.affine_grid"
+    theta = operand(FloatTensor)
+    size = operand(IndexTensor)
+    grid = result_def(AnyTensor)
+    align_corners = int_prop(0, values=(0, 1))
+
+    @classmethod
+    def rule(cls, args):
+        size = args.value("size")
+        theta = args.shape("theta")
+        if size is None:
+            return [tensor(None if theta is None else (theta[0], None, None, theta[1]) if
+                           theta[1] == 2 else None, args.element("theta"))]
+        spatial = tuple(int(v) for v in size[2:])
+        return [tensor((int(size[0]),) + spatial + (len(spatial),), args.element("theta"))]
+
+
+@register_op
+class RoiAlignOp(GraphOp):
+    name = "graph.roi_align"
+    x = operand(FloatTensor)
+    rois = operand(FloatTensor)
+    batch_indices = operand(IndexTensor)
+    y = result_def(AnyTensor)
+    coordinate_transformation_mode = str_prop("half_pixel",
+                                              choices=("half_pixel", "output_half_pixel"))
+    mode = str_prop("avg", choices=("avg", "max"))
+    output_height = int_prop(1, check=positive)
+    output_width = int_prop(1, check=positive)
+    sampling_ratio = int_prop(0, check=non_negative)
+    spatial_scale = float_prop(1.0)
+
+    @classmethod
+    def rule(cls, args):
+        x, rois = _rank(args, "x", 4), _rank(args, "rois", 2)
+        return [tensor((rois[0] if rois else None, x[1] if x else None,
+                        args["output_height"], args["output_width"]), args.element("x"))]
+
+
+@register_op
+class Col2ImOp(GraphOp):
+    name = "graph.col2im"
+    input = operand(AnyTensor)
+    image_shape = operand(IndexTensor)
+    block_shape = operand(IndexTensor)
+    output = result_def(AnyTensor)
+    dilations = ints_prop(check=positive)
+    pads = ints_prop(check=non_negative)
+    strides = ints_prop(check=positive)
+
+    @classmethod
+    def rule(cls, args):
+        x = _rank(args, "input", 3)
+        image, block = args.value("image_shape"), args.value("block_shape")
+        if x is None or image is None or block is None:
+            return [tensor(None, args.element("input"))]
+        blocks = S.product([int(b) for b in block])
+        channels = x[1] // blocks if x[1] is not None else None
+        return [tensor((x[0], channels) + tuple(int(v) for v in image), args.element("input"))]
+
+
+@register_op
+class DeformConvOp(GraphOp):
+    name = "graph.deform_conv"
+    x = operand(FloatTensor)
+    w = operand(FloatTensor)
+    offset = operand(FloatTensor)
+    b = optional_operand(FloatTensor)
+    mask = optional_operand(FloatTensor)
+    y = result_def(AnyTensor)
+    dilations = ints_prop(check=positive)
+    group = int_prop(1, check=positive)
+    kernel_shape = ints_prop(check=positive)
+    offset_group = int_prop(1, check=positive)
+    pads = ints_prop(check=non_negative)
+    strides = ints_prop(check=positive)
+    operandSegmentSizes = segments_prop()
+
+    @classmethod
+    def rule(cls, args):
+        element = args.same_element("x", "w", "offset")
+        shape = S.conv(args.shape("x"), args.shape("w"), args["kernel_shape"],
+                       args["strides"], args["pads"], args["dilations"], args["group"],
+                       "NOTSET")
+        return [tensor(shape, element)]
+
+
+@register_op
+class MaxUnpoolOp(GraphOp):
+    name = "graph.max_unpool"
+    x = operand(FloatTensor)
+    indices = operand(IndexTensor)
+    output_shape = optional_operand(IndexTensor)
+    y = result_def(AnyTensor)
+    kernel_shape = ints_prop(optional=False, check=positive)
+    pads = ints_prop(check=non_negative)
+    strides = ints_prop(check=positive)
+
+    @classmethod
+    def rule(cls, args):
+        x = args.shape("x")
+        if args.has("output_shape"):
+            known = args.value("output_shape")
+            return [tensor(tuple(int(v) for v in known) if known is not None else None,
+                           args.element("x"))]
+        if x is None:
+            return [tensor(None, args.element("x"))]
+        kernel = args["kernel_shape"]
+        strides = args["strides"] or [1] * len(kernel)
+        pads = args["pads"] or [0] * (2 * len(kernel))
+        spatial = tuple(None if d is None else (d - 1) * s + k - pads[i] - pads[i + len(kernel)]
+                        for i, (d, s, k) in enumerate(zip(x[2:], strides, kernel)))
+        return [tensor(tuple(x[:2]) + spatial, args.element("x"))]
+
+
+@register_op
+class CenterCropPadOp(GraphOp):
+    name = "graph.center_crop_pad"
+    input_data = operand(AnyTensor)
+    shape = operand(IndexTensor)
+    output_data = result_def(AnyTensor)
+    axes = ints_prop()
+
+    @classmethod
+    def rule(cls, args):
+        x, target = args.shape("input_data"), args.value("shape")
+        if x is None:
+            return [tensor(None, args.element("input_data"))]
+        axes = S.normalize_axes(args["axes"] or list(range(len(x))), len(x))
+        out = list(x)
+        for i, axis in enumerate(axes):
+            out[axis] = int(target[i]) if target is not None else None
+        return [tensor(tuple(out), args.element("input_data"))]
+
+
+class _BlockOp(GraphOp):
+    input = operand(AnyTensor)
+    output = result_def(AnyTensor)
+    blocksize = int_prop(check=positive)
+    mode = str_prop("DCR", choices=("DCR", "CRD"))
+
+    bound_rule = classmethod(B.at_upper)
+
+
+@register_op
+class SpaceToDepthOp(_BlockOp):
+    name = "graph.space_to_depth"
+
+    @classmethod
+    def rule(cls, args):
+        x, b = _rank(args, "input", 4), args["blocksize"]
+        if x is None:
+            return [tensor(None, args.element("input"))]
+        for d in x[2:]:
+            if d is not None and d % b:
+                raise ShapeError(f"spatial dims {S.fmt(x[2:])} must divide by blocksize {b}")
+        n, c, h, w = x
+        return [tensor((n, None if c is None else c * b * b, None if h is None else h // b,
+                        None if w is None else w // b), args.element("input"))]
+
+
+@register_op
+class DepthToSpaceOp(_BlockOp):
+    name = "graph.depth_to_space"
+
+    @classmethod
+    def rule(cls, args):
+        x, b = _rank(args, "input", 4), args["blocksize"]
+        if x is None:
+            return [tensor(None, args.element("input"))]
+        n, c, h, w = x
+        if c is not None and c % (b * b):
+            raise ShapeError(f"{c} channels must divide by blocksize^2 = {b * b}")
+        return [tensor((n, None if c is None else c // (b * b), None if h is None else h * b,
+                        None if w is None else w * b), args.element("input"))]
+
