@@ -303,18 +303,32 @@ class DenseArrayAttr(Attribute):
 # Dense elements
 
 _NUMPY_DTYPES = {
-    "f16": "float16", "f32": "float32", "f64": "float64", "bf16": None,
+    "f16": "float16", "f32": "float32", "f64": "float64",
     "i1": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
     "si8": "int8", "si16": "int16", "si32": "int32", "si64": "int64",
     "ui8": "uint8", "ui16": "uint16", "ui32": "uint32", "ui64": "uint64",
     "index": "int64",
 }
+# The small types are ml_dtypes' (onnx depends on it); each holds one element per byte,
+# so i4, ui4, i2, ui2 and f4E2M1FN tensors take a byte an element in buffers and plans.
+_ML_DTYPES = {
+    "bf16": "bfloat16", "f8E4M3FN": "float8_e4m3fn", "f8E4M3FNUZ": "float8_e4m3fnuz",
+    "f8E5M2": "float8_e5m2", "f8E5M2FNUZ": "float8_e5m2fnuz", "f8E8M0FNU": "float8_e8m0fnu",
+    "f4E2M1FN": "float4_e2m1fn", "i4": "int4", "si4": "int4", "ui4": "uint4", "i2": "int2",
+    "si2": "int2", "ui2": "uint2",
+}
 
 
 def numpy_dtype_name(element_type: Type) -> str:
-    name = _NUMPY_DTYPES.get(str(element_type))
+    """The name `np.dtype` knows the element type by (ml_dtypes' types are registered
+    with numpy when ml_dtypes is imported, which this does for them)."""
+    key = str(element_type)
+    name = _NUMPY_DTYPES.get(key)
     if name is None:
-        raise ValueError(f"no numpy dtype for element type {element_type}")
+        name = _ML_DTYPES.get(key)
+        if name is None:
+            raise ValueError(f"no numpy dtype for element type {element_type}")
+        import ml_dtypes  # noqa: F401 - registers the names with numpy
     return name
 
 

@@ -33,6 +33,7 @@ class IntegerType(Type):
 FLOAT_WIDTHS = {
     "f16": 16, "bf16": 16, "f32": 32, "f64": 64, "f80": 80, "f128": 128, "tf32": 19,
     "f8E5M2": 8, "f8E4M3FN": 8, "f8E4M3": 8, "f8E5M2FNUZ": 8, "f8E4M3FNUZ": 8,
+    "f8E8M0FNU": 8, "f4E2M1FN": 4,
 }
 
 

@@ -183,7 +183,10 @@ ONNX_DTYPES: dict[int, Type] = {
     1: FloatType("f32"), 2: IntegerType(8, "unsigned"), 3: IntegerType(8),
     4: IntegerType(16, "unsigned"), 5: IntegerType(16), 6: IntegerType(32), 7: i64, 9: i1,
     10: FloatType("f16"), 11: FloatType("f64"), 12: IntegerType(32, "unsigned"),
-    13: IntegerType(64, "unsigned"), 16: FloatType("bf16"),
+    13: IntegerType(64, "unsigned"), 16: FloatType("bf16"), 17: FloatType("f8E4M3FN"),
+    18: FloatType("f8E4M3FNUZ"), 19: FloatType("f8E5M2"), 20: FloatType("f8E5M2FNUZ"),
+    21: IntegerType(4, "unsigned"), 22: IntegerType(4), 23: FloatType("f4E2M1FN"),
+    24: FloatType("f8E8M0FNU"), 25: IntegerType(2, "unsigned"), 26: IntegerType(2),
 }
 ONNX_DTYPE_CODES: dict[Type, int] = {t: code for code, t in ONNX_DTYPES.items()}
 

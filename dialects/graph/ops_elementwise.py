@@ -550,6 +550,7 @@ class CastOp(GraphOp):
     output = result_def(AnyTensor)
     to = int_prop(values=tuple(sorted(ONNX_DTYPES)))
     saturate = int_prop(1, values=(0, 1))
+    round_mode = str_prop("up", choices=("up", "down", "nearest"))
 
     bound_rule = classmethod(B.at_upper)
 

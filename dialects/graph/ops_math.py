@@ -1,6 +1,6 @@
 """More elementwise graph ops: inverse and hyperbolic trigonometry, the activations of
-later opsets (Celu, Mish, Swish, Shrink, ThresholdedRelu, PRelu), IsInf/IsNaN and the
-bitwise integer ops. All are `kernel.elementwise` steps (dialects/kernel_elementwise.py)
+later opsets (Celu, Mish, Swish, Shrink, ThresholdedRelu, PRelu), IsInf/IsNaN, the
+bitwise integer ops and CastLike. Most are `kernel.elementwise` steps (kernel_elementwise.py)
 except where noted."""
 
 from __future__ import annotations
@@ -144,3 +144,21 @@ class BitShiftOp(BinaryOp):
     a = operand(IntegerTensor)
     b = operand(IntegerTensor)
     direction = str_prop(choices=("LEFT", "RIGHT"))
+
+
+@register_op
+class CastLikeOp(GraphOp):
+    """Cast `input` to the element type of `target_type` (whose values are not read)."""
+
+    name = "graph.cast_like"
+    input = operand(AnyTensor)
+    target_type = operand(AnyTensor)
+    output = result_def(AnyTensor)
+    saturate = int_prop(1, values=(0, 1))
+    round_mode = str_prop("up", choices=("up", "down", "nearest"))
+
+    bound_rule = classmethod(B.at_upper)
+
+    @classmethod
+    def rule(cls, args):
+        return [tensor(args.shape("input"), args.element("target_type"))]

@@ -54,13 +54,20 @@ class AffineGridOp(GraphOp):
 
     @classmethod
     def rule(cls, args):
+        theta, size_shape = _rank(args, "theta", 3), _rank(args, "size", 1)
+        if theta is not None and theta[1:] not in ((2, 3), (3, 4)) and None not in theta[1:]:
+            raise ShapeError(f"theta must be N x 2 x 3 or N x 3 x 4, got {S.fmt(theta)}")
         size = args.value("size")
-        theta = args.shape("theta")
-        if size is None:
-            return [tensor(None if theta is None else (theta[0], None, None, theta[1]) if
-                           theta[1] == 2 else None, args.element("theta"))]
-        spatial = tuple(int(v) for v in size[2:])
-        return [tensor((int(size[0]),) + spatial + (len(spatial),), args.element("theta"))]
+        if size is not None:
+            spatial = tuple(int(v) for v in size[2:])
+            return [tensor((int(size[0]),) + spatial + (len(spatial),), args.element("theta"))]
+        # the grid's extent is data: its rank still follows from theta or from size's length
+        rank = theta[1] if theta is not None and theta[1] is not None else (
+            size_shape[0] - 2 if size_shape is not None and size_shape[0] is not None else None)
+        if rank is None:
+            return [tensor(None, args.element("theta"))]
+        return [tensor((theta[0] if theta else None,) + (None,) * rank + (rank,),
+                       args.element("theta"))]
 
 
 @register_op
@@ -99,12 +106,22 @@ class Col2ImOp(GraphOp):
     @classmethod
     def rule(cls, args):
         x = _rank(args, "input", 3)
+        image_rank = _rank(args, "image_shape", 1)
         image, block = args.value("image_shape"), args.value("block_shape")
-        if x is None or image is None or block is None:
+        if image is not None:
+            spatial = tuple(int(v) for v in image)
+        elif image_rank is not None and image_rank[0] is not None:
+            spatial = (None,) * image_rank[0]     # the image's extent is data
+        else:
             return [tensor(None, args.element("input"))]
-        blocks = S.product([int(b) for b in block])
-        channels = x[1] // blocks if x[1] is not None else None
-        return [tensor((x[0], channels) + tuple(int(v) for v in image), args.element("input"))]
+        channels = None
+        if x is not None and x[1] is not None and block is not None:
+            blocks = S.product([int(b) for b in block])
+            if x[1] % blocks:
+                raise ShapeError(f"input's {x[1]} columns do not split into blocks of "
+                                 f"{blocks}")
+            channels = x[1] // blocks
+        return [tensor((x[0] if x else None, channels) + spatial, args.element("input"))]
 
 
 @register_op
@@ -149,8 +166,9 @@ class MaxUnpoolOp(GraphOp):
         x = args.shape("x")
         if args.has("output_shape"):
             known = args.value("output_shape")
-            return [tensor(tuple(int(v) for v in known) if known is not None else None,
-                           args.element("x"))]
+            if known is not None:
+                return [tensor(tuple(int(v) for v in known), args.element("x"))]
+            return [tensor(None if x is None else (None,) * len(x), args.element("x"))]
         if x is None:
             return [tensor(None, args.element("x"))]
         kernel = args["kernel_shape"]

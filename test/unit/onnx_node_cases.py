@@ -34,7 +34,7 @@ CACHE_FORMAT = 1
 _INDEX = "index.json"
 
 # ONNX element types the reference evaluates (numpy-native); see _common.ONNX_DTYPES.
-SUPPORTED_ELEM_TYPES = frozenset({1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13})
+SUPPORTED_ELEM_TYPES = frozenset({1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, *range(16, 27)})
 
 FLOAT_TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 # one float16 ulp is ~9.8e-4 relative: a float16 result cannot be held to 1e-4

@@ -310,7 +310,7 @@ def error_files(tmp_path_factory):
     from onnx import TensorProto, helper
 
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="/relu/Relu"),
-             helper.make_node("Hardmax", ["r"], ["h"], name="/head/Hardmax", axis=-1),
+             helper.make_node("RandomNormalLike", ["r"], ["h"], name="/head/RandomNormalLike"),
              helper.make_node("Relu", ["h"], ["y"], name="/out/Relu")]
     graph = helper.make_graph(nodes, "unsupported",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
@@ -355,9 +355,9 @@ ERROR_CASES = {
     "not an onnx file": (["palimpsest-import", "{d}/garbage.onnx", "-o", "{d}/garbage.pal"],
                          ["garbage.onnx"]),
     "unsupported op (import)": (["palimpsest-import", "{d}/unsupported.onnx", "-o",
-                                 "{d}/unsupported.pal"], ["Hardmax", "/head/Hardmax"]),
+                                 "{d}/unsupported.pal"], ["RandomNormalLike", "/head/RandomNormalLike"]),
     "unsupported op (run)": (["palimpsest-run", "{d}/unsupported.onnx", "--random-inputs"],
-                             ["Hardmax", "/head/Hardmax"]),
+                             ["RandomNormalLike", "/head/RandomNormalLike"]),
     "side file missing": (["palimpsest-run", "{d}/moved/minilm.pal", "--random-inputs",
                            "--shape", "input_ids=1x4", "--shape", "attention_mask=1x4"],
                           ["minilm.pal.weights.bin"]),

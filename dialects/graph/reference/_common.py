@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from palimpsest.dialects.graph.naming import ONNX_TO_GRAPH
@@ -107,7 +108,7 @@ def norm_axis(onnx_op: str, axis: int, rank: int, what: str = "axis") -> int:
 def float_compute_dtype(dtype: np.dtype) -> np.dtype:
     """The dtype to accumulate in: float16 computes in float32, other floats as themselves."""
     dtype = np.dtype(dtype)
-    if dtype == np.float16:
+    if dtype == np.float16 or dtype in SMALL_FLOATS:
         return np.dtype(np.float32)
     if dtype.kind == "f":
         return dtype
@@ -128,7 +129,19 @@ ONNX_DTYPES: dict[int, np.dtype] = {
     11: np.dtype(np.float64),  # DOUBLE
     12: np.dtype(np.uint32),  # UINT32
     13: np.dtype(np.uint64),  # UINT64
+    16: np.dtype(ml_dtypes.bfloat16),
+    17: np.dtype(ml_dtypes.float8_e4m3fn),
+    18: np.dtype(ml_dtypes.float8_e4m3fnuz),
+    19: np.dtype(ml_dtypes.float8_e5m2),
+    20: np.dtype(ml_dtypes.float8_e5m2fnuz),
+    21: np.dtype(ml_dtypes.uint4),
+    22: np.dtype(ml_dtypes.int4),
+    23: np.dtype(ml_dtypes.float4_e2m1fn),
+    24: np.dtype(ml_dtypes.float8_e8m0fnu),
+    25: np.dtype(ml_dtypes.uint2),
+    26: np.dtype(ml_dtypes.int2),
 }
+SMALL_FLOATS = frozenset(ONNX_DTYPES[code] for code in (16, 17, 18, 19, 20, 23, 24))
 
 ONNX_DTYPE_NAMES: dict[int, str] = {
     0: "UNDEFINED", 1: "FLOAT", 2: "UINT8", 3: "INT8", 4: "UINT16", 5: "INT16", 6: "INT32",

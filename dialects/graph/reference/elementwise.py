@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from ._common import (
+    ONNX_DTYPES,
     f_attr,
     float_compute_dtype,
     i_attr,
@@ -366,18 +367,68 @@ def where(inputs, attrs):
     return [np.where(cond.astype(np.bool_, copy=False), x, y).astype(x.dtype, copy=False)]
 
 
+_FLOAT8 = (17, 18, 19, 20)
+
+
+def _to_float8e8m0(x, saturate: bool, round_mode: str):
+    """The power-of-two exponent of each float32 (the only bits float8e8m0 has), rounded
+    as `round_mode` says; NaN and infinities become the NaN pattern 0xFF."""
+    import ml_dtypes
+
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    exponent = ((bits >> 23) & 0xFF).astype(np.uint16)
+    special = exponent == 0xFF
+    if round_mode == "nearest":
+        guard = (bits & 0x400000) > 0
+        rest = (bits & 0x3FFFFF) > 0
+        up = guard & (rest | (exponent > 0) | ((bits & 0x200000) > 0))
+    elif round_mode == "up":
+        up = (bits & 0x7FFFFF) > 0
+    elif round_mode == "down":
+        up = np.zeros(bits.shape, bool)
+    else:
+        raise unsupported("Cast", "round_mode", round_mode, ("up", "down", "nearest"))
+    up &= ~special
+    if saturate:
+        up &= exponent != 0xFE
+    out = np.where(special, 0xFF, exponent + up).astype(np.uint8)
+    return out.view(ml_dtypes.float8_e8m0fnu)
+
+
+def cast_to(x: np.ndarray, to: int, saturate: bool = True, round_mode: str = "up"):
+    """`x` as ONNX element type `to`: floats to integers truncate toward zero, anything to
+    bool is `!= 0`; to a float8 type with `saturate`, out-of-range values (infinities
+    too) become the type's largest finite value, else NaN/inf."""
+    import ml_dtypes
+
+    dtype = onnx_dtype("Cast", to)
+    with np.errstate(all="ignore"):
+        if dtype == np.bool_:
+            return x.astype(np.float64) != 0 if x.dtype.isbuiltin != 1 else x != 0
+        if to == 24:
+            return _to_float8e8m0(x.astype(np.float32), saturate, round_mode)
+        if to in _FLOAT8 and saturate:
+            info = ml_dtypes.finfo(dtype)
+            wide = x.astype(np.float32)
+            return np.clip(wide, float(info.min), float(info.max)).astype(dtype)
+        if x.dtype.isbuiltin != 1 and dtype.kind in "iu":   # ml_dtypes float -> integer
+            return x.astype(np.float32).astype(dtype)
+        return x.astype(dtype)
+
+
 @kernel("Cast")
 def cast(inputs, attrs):
-    """Cast to the ONNX TensorProto element type `to` (FLOAT=1 ... UINT64=13; no STRING,
-    BFLOAT16, FLOAT8*, INT4/UINT4, FLOAT4). Float -> integer truncates toward zero;
-    anything -> bool is `!= 0`. `saturate` only concerns float8 targets and is ignored."""
     x = req("Cast", inputs, 0, "input")
     if "to" not in attrs:
         raise op_error("Cast", "missing required attribute 'to'")
-    to = onnx_dtype("Cast", i_attr(attrs, "to", 0))
-    if x.dtype.kind not in "biuf":
-        raise op_error("Cast", f"unsupported input element type {x.dtype}")
-    with np.errstate(all="ignore"):
-        if to == np.bool_:
-            return [x != 0]
-        return [x.astype(to)]
+    return [cast_to(x, i_attr(attrs, "to", 0), bool(i_attr(attrs, "saturate", 1)),
+                    s_attr(attrs, "round_mode", "up"))]
+
+
+@kernel("CastLike")
+def cast_like(inputs, attrs):
+    x = req("CastLike", inputs, 0, "input")
+    target = req("CastLike", inputs, 1, "target_type")
+    code = next(c for c, dtype in ONNX_DTYPES.items() if dtype == target.dtype)
+    return [cast_to(x, code,
+                    bool(i_attr(attrs, "saturate", 1)), s_attr(attrs, "round_mode", "up"))]

@@ -1,4 +1,4 @@
-"""Reference kernels of ops_spatial.py."""
+"""Reference kernels of ops_spatial.py, and Upsample (which the importer turns into Resize)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import itertools
 import numpy as np
 
 from ._common import i_attr, ints_attr, ints_of, kernel, norm_axis, op_error, opt, req, s_attr
+from .resize import resize
 
 # -- GridSample ---------------------------------------------------------------------------
 
@@ -59,11 +60,11 @@ def grid_sample(inputs, attrs):
         low, high = (0.0, size - 1.0) if align else (-0.5, size - 0.5)
         if mode == "nearest":
             pos = np.rint(pos)
-        outside = (pos < low) | (pos > high)
-        if padding == "border":
-            pos = np.where(outside, np.clip(pos, 0, size - 1), pos)
-        elif padding == "reflection":
-            pos = np.where(outside, _reflect(pos, low, high), pos)
+        # Padding applies to each tap, as in PyTorch and onnxruntime. Reflecting the
+        # position too changes nothing (the reflected signal is symmetric) but keeps far
+        # positions near the image; clamping it would change cubic taps near the border.
+        if padding == "reflection":
+            pos = np.where((pos < low) | (pos > high), _reflect(pos, low, high), pos)
         if mode == "nearest":
             taps = [(pos.astype(np.int64), np.ones_like(pos))]
         else:
@@ -294,7 +295,13 @@ def max_unpool(inputs, attrs):
     inferred = list(x.shape[:2]) + [(d - 1) * s + k - pads[i] - pads[i + rank] for i, (
         d, s, k) in enumerate(zip(x.shape[2:], strides, kernel_shape))]
     unpooled = np.zeros(int(np.prod(inferred)), x.dtype)
-    unpooled[indices.reshape(-1)] = x.reshape(-1)
+    flat = indices.reshape(-1)
+    outside = flat[(flat < 0) | (flat >= unpooled.size)]
+    if outside.size:
+        # ONNX indexes the unpooled shape the attributes infer (output_shape only pads it)
+        raise op_error("MaxUnpool", f"index {int(outside[0])} is outside the unpooled shape "
+                       f"{inferred} inferred from the pooling attributes")
+    unpooled[flat] = x.reshape(-1)
     unpooled = unpooled.reshape(inferred)
     shape = opt(inputs, 2)
     if shape is None:
@@ -354,3 +361,24 @@ def depth_to_space(inputs, attrs):
     else:
         y = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
     return [np.ascontiguousarray(y.reshape(n, c // (b * b), h * b, w * b))]
+
+
+# -- Upsample -----------------------------------------------------------------------------
+
+
+@kernel("Upsample")
+def upsample(inputs, attrs):
+    """Upsample-7 (a `scales` attribute) and -9 (a scales operand): Resize with asymmetric
+    coordinates, nearest rounding down (the rewrite onnx_opsets.py makes on import)."""
+    x = req("Upsample", inputs, 0, "X")
+    scales = opt(inputs, 1)
+    if scales is None:
+        scales = attrs.get("scales")
+    if scales is None:
+        raise op_error("Upsample", "needs scales (an operand since opset 9, before an attribute)")
+    mode = s_attr(attrs, "mode", "nearest")
+    if mode not in ("nearest", "linear", "bilinear"):
+        raise op_error("Upsample", f"unsupported mode {mode!r} (nearest, linear)")
+    return resize([x, None, np.asarray(scales, np.float32)], {
+        "mode": "linear" if mode == "bilinear" else mode,
+        "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"})
