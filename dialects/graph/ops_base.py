@@ -107,8 +107,8 @@ def int_prop(default: int | None = None, *, optional: bool = False, check=None,
                    check=_and(_check_int, extra), description="an i64 integer")
 
 
-def float_prop(default: float | None = None) -> PropDef:
-    return PropDef(A.FloatAttr, optional=default is not None,
+def float_prop(default: float | None = None, *, optional: bool = False) -> PropDef:
+    return PropDef(A.FloatAttr, optional=optional or default is not None,
                    default=A.FloatAttr(float(default), FloatType("f32"))
                    if default is not None else None,
                    check=_check_float, description="an f32 float")

@@ -32,6 +32,13 @@ class LpNormOp(_SameShapeFloatOp):
     axis = int_prop(-1)
     p = int_prop(2, values=(1, 2))
 
+    @classmethod
+    def rule(cls, args):
+        x = args.shape("x")
+        if x is not None:
+            S.normalize_axis(args["axis"], len(x))
+        return super().rule(args)
+
 
 @register_op
 class LRNOp(_SameShapeFloatOp):
@@ -46,6 +53,13 @@ class LRNOp(_SameShapeFloatOp):
 class MeanVarianceNormOp(_SameShapeFloatOp):
     name = "graph.mean_variance_norm"
     axes = ints_prop()
+
+    @classmethod
+    def rule(cls, args):
+        x = args.shape("x")
+        if x is not None:
+            S.normalize_axes(args["axes"] or [0, 2, 3], len(x))
+        return super().rule(args)
 
 
 @register_op

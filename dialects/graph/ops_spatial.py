@@ -88,8 +88,22 @@ class RoiAlignOp(GraphOp):
     @classmethod
     def rule(cls, args):
         x, rois = _rank(args, "x", 4), _rank(args, "rois", 2)
+        batch = _rank(args, "batch_indices", 1)
+        if rois is not None and rois[1] not in (None, 4):
+            raise ShapeError(f"rois must be num_rois x 4, got {S.fmt(rois)}")
+        if rois is not None and batch is not None:
+            S.merge_shapes(rois[:1], batch, "batch_indices and the number of rois")
         return [tensor((rois[0] if rois else None, x[1] if x else None,
                         args["output_height"], args["output_width"]), args.element("x"))]
+
+
+def _block_counts(image, block, dilations, pads, strides):
+    """How many blocks fit along each dim of the padded image."""
+    rank = len(image)
+    dilations, strides = dilations or [1] * rank, strides or [1] * rank
+    pads = pads or [0] * (2 * rank)
+    return [(image[i] + pads[i] + pads[i + rank] - dilations[i] * (block[i] - 1) - 1)
+            // strides[i] + 1 for i in range(rank)]
 
 
 @register_op
@@ -121,6 +135,13 @@ class Col2ImOp(GraphOp):
                 raise ShapeError(f"input's {x[1]} columns do not split into blocks of "
                                  f"{blocks}")
             channels = x[1] // blocks
+        if x is not None and x[2] is not None and image is not None and block is not None:
+            blocks_per_image = S.product(_block_counts(
+                spatial, [int(b) for b in block], args["dilations"], args["pads"],
+                args["strides"]))
+            if x[2] != blocks_per_image:
+                raise ShapeError(f"input has {x[2]} blocks, the image_shape and attributes "
+                                 f"give {blocks_per_image}")
         return [tensor((x[0] if x else None, channels) + spatial, args.element("input"))]
 
 
@@ -144,9 +165,26 @@ class DeformConvOp(GraphOp):
     @classmethod
     def rule(cls, args):
         element = args.same_element("x", "w", "offset")
-        shape = S.conv(args.shape("x"), args.shape("w"), args["kernel_shape"],
-                       args["strides"], args["pads"], args["dilations"], args["group"],
-                       "NOTSET")
+        x = args.shape("x")
+        shape = S.conv(x, args.shape("w"), args["kernel_shape"], args["strides"],
+                       args["pads"], args["dilations"], args["group"], "NOTSET")
+        groups = args["offset_group"]
+        if x is not None and x[1] is not None and x[1] % groups:
+            raise ShapeError(f"input channels ({x[1]}) are not divisible by offset_group "
+                             f"({groups})")
+        if shape is None:
+            return [tensor(None, element)]
+        w = args.shape("w")
+        taps = S.product(args["kernel_shape"] or (w[2:] if w is not None else [None]))
+        dims = len(shape) - 2
+        # offset: N x (offset_group * taps * dims) x output dims; mask: one value per tap
+        for name, per_tap in (("offset", dims), ("mask", 1)):
+            expected = (shape[0], None if taps is None else groups * taps * per_tap) + \
+                tuple(shape[2:])
+            merged = S.merge_shapes(args.shape(name), expected,
+                                    f"'{name}' and N x {groups * per_tap} * kernel taps x "
+                                    f"output dims")
+            shape = tuple(shape[:2]) + tuple(merged[2:])
         return [tensor(shape, element)]
 
 
@@ -164,6 +202,9 @@ class MaxUnpoolOp(GraphOp):
     @classmethod
     def rule(cls, args):
         x = args.shape("x")
+        indices = args.shape("indices")
+        if x is not None and indices is not None:
+            S.merge_shapes(tuple(x), tuple(indices), "X and I")
         if args.has("output_shape"):
             known = args.value("output_shape")
             if known is not None:
@@ -172,6 +213,9 @@ class MaxUnpoolOp(GraphOp):
         if x is None:
             return [tensor(None, args.element("x"))]
         kernel = args["kernel_shape"]
+        if kernel is None or len(kernel) != len(x) - 2:
+            raise ShapeError(f"kernel_shape must give the {len(x) - 2} spatial dims of X "
+                             f"{S.fmt(x)}, got {kernel}")
         strides = args["strides"] or [1] * len(kernel)
         pads = args["pads"] or [0] * (2 * len(kernel))
         spatial = tuple(None if d is None else (d - 1) * s + k - pads[i] - pads[i + len(kernel)]
@@ -193,6 +237,8 @@ class CenterCropPadOp(GraphOp):
         if x is None:
             return [tensor(None, args.element("input_data"))]
         axes = S.normalize_axes(args["axes"] or list(range(len(x))), len(x))
+        if target is not None and len(target) != len(axes):
+            raise ShapeError(f"shape has {len(target)} entries for {len(axes)} axes")
         out = list(x)
         for i, axis in enumerate(axes):
             out[axis] = int(target[i]) if target is not None else None

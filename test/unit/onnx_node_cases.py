@@ -292,7 +292,10 @@ def check_case(case: NodeCase, policy: Policy | None = None, through_ir: bool | 
     device (run_case_through_ir).
     Floats: rtol 1e-4 / atol 1e-5 (float16 results: rtol 1e-3), unless the policy says
     otherwise for this case; integers and bools: exact. Dtypes and shapes must match."""
+    import ml_dtypes
     import numpy as np
+
+    from palimpsest.dialects.graph.reference._common import SMALL_FLOATS
 
     if case.error:
         raise AssertionError(f"{case.name}: could not load: {case.error}")
@@ -312,12 +315,16 @@ def check_case(case: NodeCase, policy: Policy | None = None, through_ir: bool | 
         where = f"{case.name}: output {i} ({case.node.output[i]})"
         assert got.dtype == exp.dtype, f"{where}: dtype {got.dtype}, expected {exp.dtype}"
         assert got.shape == exp.shape, f"{where}: shape {got.shape}, expected {exp.shape}"
-        if exp.dtype.kind == "f":
+        if exp.dtype.kind == "f" or exp.dtype in SMALL_FLOATS:
             if override:
                 tol = {"rtol": override[0], "atol": override[1]}
+            elif exp.dtype in SMALL_FLOATS:   # bf16, float8, float4: one unit in the last place
+                eps = float(ml_dtypes.finfo(exp.dtype).eps)
+                tol = {"rtol": eps, "atol": eps}
             else:
                 tol = FLOAT16_TOLERANCE if exp.dtype == np.float16 else FLOAT_TOLERANCE
-            np.testing.assert_allclose(got, exp, equal_nan=True, err_msg=where, **tol)
+            np.testing.assert_allclose(got.astype(np.float64), exp.astype(np.float64),
+                                       equal_nan=True, err_msg=where, **tol)
         else:
             np.testing.assert_array_equal(got, exp, err_msg=where)
 

@@ -73,6 +73,12 @@ TOLERANCES = {
         1e-4,
         "expected values hand-rounded to 4 decimals by ONNX's generator",
     ),
+    # RoiAlign's and bicubic GridSample's expected outputs are written out by hand to 4
+    # decimals (0.4664, -0.1406): up to 8.4e-5 absolute from the exact values, which the
+    # kernels match to 2e-6 against ONNX's reference implementation.
+    **{name: (1e-3, 1e-4, "expected values hand-rounded to 4 decimals by ONNX's generator")
+       for name in ("test_roialign_aligned_false", "test_roialign_aligned_true",
+                    "test_gridsample_bicubic")},
 }
 
 POLICY = nc.Policy(SKIP_CASES, SKIP_ELEM_TYPES, NON_TENSOR_REASON, TOLERANCES)

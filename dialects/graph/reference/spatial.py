@@ -153,6 +153,9 @@ def roi_align(inputs, attrs):
     x = req("RoiAlign", inputs, 0, "X")
     rois = req("RoiAlign", inputs, 1, "rois").astype(np.float64)
     batch = ints_of(req("RoiAlign", inputs, 2, "batch_indices"))
+    if any(not 0 <= b < x.shape[0] for b in batch):
+        raise op_error("RoiAlign", f"batch_indices {batch} are out of range for a batch of "
+                       f"{x.shape[0]}")
     out_h, out_w = i_attr(attrs, "output_height", 1), i_attr(attrs, "output_width", 1)
     ratio = i_attr(attrs, "sampling_ratio", 0)
     scale = float(attrs.get("spatial_scale", 1.0))
@@ -224,63 +227,64 @@ def col2im(inputs, attrs):
     return [np.ascontiguousarray(out[(slice(None), slice(None)) + crop])]
 
 
-def _bilinear_zero_outside(image, ys, xs):
-    """image: C x H x W sampled at float positions (any shape), 0 outside (-1, H) x (-1, W)
-    and for the corners that fall outside."""
-    height, width = image.shape[1:]
-    y0, x0 = np.floor(ys).astype(np.int64), np.floor(xs).astype(np.int64)
-    inside = (ys > -1) & (ys < height) & (xs > -1) & (xs < width)
-    out = np.zeros((image.shape[0],) + ys.shape)
-    for dy in (0, 1):
-        for dx in (0, 1):
-            yi, xi = y0 + dy, x0 + dx
-            weight = (1 - np.abs(ys - yi)) * (1 - np.abs(xs - xi))
-            ok = inside & (yi >= 0) & (yi < height) & (xi >= 0) & (xi < width)
-            values = image[:, np.clip(yi, 0, height - 1), np.clip(xi, 0, width - 1)]
-            out += np.where(ok, weight, 0.0) * values
+def _linear_zero_outside(image, positions):
+    """image: C x D1..Dn sampled at float positions (n arrays of one shape) by multilinear
+    interpolation; corners outside the image count as 0."""
+    dims = image.shape[1:]
+    lows = [np.floor(p).astype(np.int64) for p in positions]
+    out = np.zeros((image.shape[0],) + positions[0].shape)
+    for corner in itertools.product((0, 1), repeat=len(dims)):
+        weight = np.ones(positions[0].shape)
+        index = [slice(None)]
+        for p, low, step, size in zip(positions, lows, corner, dims):
+            i = low + step
+            weight = np.where((i >= 0) & (i < size), weight * (1 - np.abs(p - i)), 0.0)
+            index.append(np.clip(i, 0, size - 1))
+        out += weight * image[tuple(index)]
     return out
 
 
 @kernel("DeformConv")
 def deform_conv(inputs, attrs):
-    """Conv whose kernel taps are moved by `offset` (bilinear samples, 0 outside) and
-    scaled by `mask`; 2-D."""
+    """Conv whose kernel taps are moved by `offset` (multilinear samples, 0 outside) and
+    scaled by `mask`; any number of spatial dims."""
     x = req("DeformConv", inputs, 0, "X").astype(np.float64)
     w = req("DeformConv", inputs, 1, "W").astype(np.float64)
     offset = req("DeformConv", inputs, 2, "offset").astype(np.float64)
     bias, mask = opt(inputs, 3), opt(inputs, 4)
-    n, c, height, width = x.shape
-    out_c, _, kh, kw = w.shape
-    dilations, pads, strides = _spatial_attrs(attrs, 2)
+    n, c = x.shape[:2]
+    out_c, kernel = w.shape[0], w.shape[2:]
+    rank = len(kernel)
+    dilations, pads, strides = _spatial_attrs(attrs, rank)
     group, offset_group = i_attr(attrs, "group", 1), i_attr(attrs, "offset_group", 1)
-    oh, ow = offset.shape[2:]
-    taps = kh * kw
-    offset = offset.reshape(n, offset_group, taps, 2, oh, ow)
-    mask = np.ones((n, offset_group, taps, oh, ow)) if mask is None else \
-        mask.astype(np.float64).reshape(n, offset_group, taps, oh, ow)
-    base_y = (np.arange(oh) * strides[0] - pads[0])[:, None]
-    base_x = (np.arange(ow) * strides[1] - pads[1])[None, :]
-    columns = np.zeros((n, c, taps, oh, ow))
+    out = offset.shape[2:]
+    taps = int(np.prod(kernel))
+    offset = offset.reshape((n, offset_group, taps, rank) + out)
+    mask = np.ones((n, offset_group, taps) + out) if mask is None else \
+        mask.astype(np.float64).reshape((n, offset_group, taps) + out)
+    # each output position's first kernel tap, along each dim (broadcastable to `out`)
+    bases = [(np.arange(o) * s - p).reshape([-1 if i == d else 1 for i in range(rank)])
+             for d, (o, s, p) in enumerate(zip(out, strides, pads))]
+    columns = np.zeros((n, c, taps) + out)
     per_group = c // offset_group
     for b in range(n):
         for g in range(offset_group):
-            image = x[b, g * per_group:(g + 1) * per_group]
-            for k in range(taps):
-                i, j = divmod(k, kw)
-                ys = base_y + i * dilations[0] + offset[b, g, k, 0]
-                xs = base_x + j * dilations[1] + offset[b, g, k, 1]
-                columns[b, g * per_group:(g + 1) * per_group, k] = \
-                    _bilinear_zero_outside(image, ys, xs) * mask[b, g, k]
+            channels = slice(g * per_group, (g + 1) * per_group)
+            for k, tap in enumerate(itertools.product(*[range(size) for size in kernel])):
+                positions = [bases[d] + tap[d] * dilations[d] + offset[b, g, k, d]
+                             for d in range(rank)]
+                columns[b, channels, k] = _linear_zero_outside(x[b, channels], positions) \
+                    * mask[b, g, k]
     in_per_group, out_per_group = c // group, out_c // group
-    y = np.zeros((n, out_c, oh, ow))
+    positions = int(np.prod(out))
+    y = np.zeros((n, out_c, positions))
     for g in range(group):
-        cols = columns[:, g * in_per_group:(g + 1) * in_per_group].reshape(n, -1, oh * ow)
+        cols = columns[:, g * in_per_group:(g + 1) * in_per_group].reshape(n, -1, positions)
         weights = w[g * out_per_group:(g + 1) * out_per_group].reshape(out_per_group, -1)
-        y[:, g * out_per_group:(g + 1) * out_per_group] = (weights @ cols).reshape(
-            n, out_per_group, oh, ow)
+        y[:, g * out_per_group:(g + 1) * out_per_group] = weights @ cols
     if bias is not None:
-        y += bias.reshape(1, -1, 1, 1)
-    return [y.astype(inputs[0].dtype)]
+        y += bias.reshape(1, -1, 1)
+    return [y.reshape((n, out_c) + out).astype(inputs[0].dtype)]
 
 
 @kernel("MaxUnpool")
