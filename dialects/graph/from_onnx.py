@@ -130,6 +130,9 @@ class _Importer:
         if attr.type == kind.FLOATS:
             return A.DenseArrayAttr(FloatType("f32"), tuple(
                 A.round_to_type(float(v), FloatType("f32")) for v in attr.floats))
+        if attr.type == kind.STRINGS:
+            return A.ArrayAttr(tuple(A.StringAttr(s.decode("utf-8", errors="replace"))
+                                     for s in attr.strings))
         if attr.type == kind.TENSOR:
             array = numpy_helper.to_array(attr.t)
             return self.tensor_attr(array, self.array_type(array, f"attribute '{attr.name}'"),

@@ -1,3 +1,154 @@
-"""Numpy reference kernels: recurrent."""
+"""Reference kernels of LSTM, GRU and RNN (ops_recurrent.py).
+
+One loop over time per direction, vectorized over the batch: X's projection for every
+step is one matmul up front; a batch entry past its `sequence_lens` keeps its state and
+writes zeros to Y; the reverse direction runs each entry's own sequence backwards."""
 
 from __future__ import annotations
+
+import numpy as np
+
+from ._common import float_compute_dtype, i_attr, kernel, op_error, opt, req, s_attr
+
+# name -> (function of (x, alpha, beta), default alpha, default beta)
+_ACTIVATIONS = {
+    "Relu": (lambda x, a, b: np.maximum(x, 0), None, None),
+    "Tanh": (lambda x, a, b: np.tanh(x), None, None),
+    "Sigmoid": (lambda x, a, b: 0.5 * (1 + np.tanh(0.5 * x)), None, None),
+    "Affine": (lambda x, a, b: a * x + b, 1.0, 0.0),
+    "LeakyRelu": (lambda x, a, b: np.where(x >= 0, x, a * x), 0.01, None),
+    "ThresholdedRelu": (lambda x, a, b: np.where(x > a, x, 0), 1.0, None),
+    "ScaledTanh": (lambda x, a, b: a * np.tanh(b * x), 1.0, 1.0),
+    "HardSigmoid": (lambda x, a, b: np.clip(a * x + b, 0, 1), 0.2, 0.5),
+    "Elu": (lambda x, a, b: np.where(x >= 0, x, a * np.expm1(np.minimum(x, 0))), 1.0, None),
+    "Softsign": (lambda x, a, b: x / (1 + np.abs(x)), None, None),
+    "Softplus": (lambda x, a, b: np.logaddexp(0, x), None, None),
+}
+
+_DEFAULTS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh"), "RNN": ("Tanh",)}
+
+
+def _activations(onnx_op, attrs, dirs):
+    """Per direction, the list of activation callables (alphas and betas consumed in
+    order by the functions that take them)."""
+    names = attrs.get("activations") or list(_DEFAULTS[onnx_op]) * dirs
+    names = [n.decode() if isinstance(n, bytes) else n for n in names]
+    per_dir = len(_DEFAULTS[onnx_op])
+    if len(names) != per_dir * dirs:
+        raise op_error(onnx_op, f"needs {per_dir * dirs} activations, got {len(names)}")
+    alphas = list(attrs.get("activation_alpha") or [])
+    betas = list(attrs.get("activation_beta") or [])
+    functions = []
+    for name in names:
+        if name not in _ACTIVATIONS:
+            raise op_error(onnx_op, f"unknown activation '{name}'")
+        fn, alpha, beta = _ACTIVATIONS[name]
+        a = alphas.pop(0) if alpha is not None and alphas else alpha
+        b = betas.pop(0) if beta is not None and betas else beta
+        functions.append(lambda x, fn=fn, a=a, b=b: fn(x, a, b))
+    return [functions[d * per_dir:(d + 1) * per_dir] for d in range(dirs)]
+
+
+def _backwards(x, lengths):
+    """Each batch entry's first `lengths[b]` steps in reverse order (then zeros)."""
+    steps = x.shape[0]
+    s = np.arange(steps)[:, None]
+    source = lengths[None, :] - 1 - s
+    valid = source >= 0
+    picked = x[np.where(valid, source, 0), np.arange(x.shape[1])[None, :]]
+    return np.where(valid[..., None], picked, 0), np.where(valid, source, 0), valid
+
+
+def _run(onnx_op, inputs, attrs, num_results):
+    x = req(onnx_op, inputs, 0, "X")
+    dtype = x.dtype
+    compute = float_compute_dtype(dtype)
+    layout = i_attr(attrs, "layout", 0)
+    w = req(onnx_op, inputs, 1, "W").astype(compute)
+    r = req(onnx_op, inputs, 2, "R").astype(compute)
+    b, lengths, h0 = opt(inputs, 3), opt(inputs, 4), opt(inputs, 5)
+    c0 = opt(inputs, 6) if onnx_op == "LSTM" else None
+    peep = opt(inputs, 7) if onnx_op == "LSTM" else None
+    if layout:
+        x = x.transpose(1, 0, 2)
+        h0 = None if h0 is None else h0.transpose(1, 0, 2)
+        c0 = None if c0 is None else c0.transpose(1, 0, 2)
+    x = x.astype(compute)
+    steps, batch = x.shape[:2]
+    dirs = w.shape[0]
+    hidden = r.shape[2]
+    gates = w.shape[1] // hidden
+    direction = s_attr(attrs, "direction", "forward")
+    clip = attrs.get("clip")
+    lengths = (np.full(batch, steps, np.int64) if lengths is None
+               else np.asarray(lengths, np.int64).reshape(-1))
+    bias = (np.zeros((dirs, 2 * gates * hidden), compute) if b is None else b.astype(compute))
+    h0 = np.zeros((dirs, batch, hidden), compute) if h0 is None else h0.astype(compute)
+    c0 = np.zeros((dirs, batch, hidden), compute) if c0 is None else c0.astype(compute)
+    peep = np.zeros((dirs, 3 * hidden), compute) if peep is None else peep.astype(compute)
+    activations = _activations(onnx_op, attrs, dirs)
+    y = np.zeros((steps, dirs, batch, hidden), compute)
+    final_h = np.zeros((dirs, batch, hidden), compute)
+    final_c = np.zeros((dirs, batch, hidden), compute)
+    for d in range(dirs):
+        backwards = direction == "reverse" or d == 1
+        xs, where_from, valid = (_backwards(x, lengths) if backwards else
+                                 (x, None, np.arange(steps)[:, None] < lengths[None, :]))
+        wb, rb = bias[d, :gates * hidden], bias[d, gates * hidden:]
+        projected = xs @ w[d].T + wb          # every step's X W^T at once
+        h, c = h0[d], c0[d]
+        fns = activations[d]
+        for t in range(steps):
+            h_new, c_new = _cell(onnx_op, projected[t], h, c, r[d], rb, peep[d], fns, clip,
+                                 attrs, hidden)
+            keep = valid[t][:, None]
+            h = np.where(keep, h_new, h)
+            c = np.where(keep, c_new, c)
+            out = np.where(keep, h_new, 0)
+            if backwards:
+                y[where_from[t], d, np.arange(batch)] = np.where(
+                    keep, out, y[where_from[t], d, np.arange(batch)])
+            else:
+                y[t, d] = out
+        final_h[d], final_c[d] = h, c
+    if layout:
+        results = [y.transpose(2, 0, 1, 3), final_h.transpose(1, 0, 2),
+                   final_c.transpose(1, 0, 2)]
+    else:
+        results = [y, final_h, final_c]
+    return [a.astype(dtype) for a in results[:num_results or 1]]
+
+
+def _cell(onnx_op, xw, h, c, r, rb, peep, fns, clip, attrs, hidden):
+    """One step: (new hidden state, new cell state)."""
+    def clipped(v):
+        return np.clip(v, -clip, clip) if clip is not None else v
+
+    if onnx_op == "RNN":
+        return fns[0](clipped(xw + h @ r.T + rb)), c
+    if onnx_op == "GRU":
+        f, g = fns
+        xz, xr, xh = np.split(xw, 3, axis=-1)
+        rz, rr, rh = np.split(r, 3, axis=0)
+        bz, br, bh = np.split(rb, 3)
+        z = f(clipped(xz + h @ rz.T + bz))
+        reset = f(clipped(xr + h @ rr.T + br))
+        if i_attr(attrs, "linear_before_reset", 0):
+            candidate = g(clipped(xh + reset * (h @ rh.T + bh)))
+        else:
+            candidate = g(clipped(xh + (reset * h) @ rh.T + bh))
+        return (1 - z) * candidate + z * h, c
+    f, g, act_h = fns
+    gates = xw + h @ r.T + rb
+    gi, go, gf, gc = np.split(gates, 4, axis=-1)
+    pi, po, pf = np.split(peep, 3)
+    i = f(clipped(gi + pi * c))
+    forget = 1 - i if i_attr(attrs, "input_forget", 0) else f(clipped(gf + pf * c))
+    c_new = forget * c + i * g(clipped(gc))
+    o = f(clipped(go + po * c_new))
+    return o * act_h(c_new), c_new
+
+
+for _op in ("LSTM", "GRU", "RNN"):
+    kernel(_op, multi=True)(
+        lambda inputs, attrs, num_results=None, _op=_op: _run(_op, inputs, attrs, num_results))
