@@ -1,3 +1,177 @@
-"""Graph ops: quant (see naming.py for the ONNX ops this module declares)."""
+"""Quantization graph ops: QuantizeLinear and DequantizeLinear (per tensor, per axis,
+blocked; integer, float8 and 4-bit types), DynamicQuantizeLinear, QLinearMatMul,
+QLinearConv, ConvInteger and MatMulInteger. Quantized tensors are 1-byte (or smaller)
+element types, so the planner counts their bytes as such."""
 
 from __future__ import annotations
+
+from palimpsest.dialects.graph import bound_rules as B
+from palimpsest.dialects.graph import shapes as S
+from palimpsest.dialects.graph.ops_base import (
+    ONNX_DTYPES, AnyTensor, FloatTensor, GraphOp, NumericTensor, ShapeError, int_prop,
+    ints_prop, non_negative, positive, segments_prop, tensor,
+)
+from palimpsest.dialects.graph.ops_nn import AUTO_PAD
+from palimpsest.ir.opdef import operand, optional_operand, register_op, result_def
+from palimpsest.ir.types import IntegerType, f32, i32
+
+ui8 = IntegerType(8, "unsigned")
+
+
+def _dtype(code, what):
+    element = ONNX_DTYPES.get(code)
+    if element is None:
+        raise ShapeError(f"{what} {code} is not a supported element type")
+    return element
+
+
+@register_op
+class QuantizeLinearOp(GraphOp):
+    """y = saturate(round(x / y_scale) + y_zero_point), in the zero point's type (or
+    output_dtype, default uint8)."""
+
+    name = "graph.quantize_linear"
+    x = operand(AnyTensor)
+    y_scale = operand(AnyTensor)
+    y_zero_point = optional_operand(AnyTensor)
+    y = result_def(AnyTensor)
+    axis = int_prop(1)
+    block_size = int_prop(0, check=non_negative)
+    output_dtype = int_prop(0)
+    precision = int_prop(0)
+    saturate = int_prop(1, values=(0, 1))
+
+    bound_rule = classmethod(B.at_upper)
+
+    @classmethod
+    def rule(cls, args):
+        if args.has("y_zero_point"):
+            element = args.element("y_zero_point")
+            if args["output_dtype"] and _dtype(args["output_dtype"], "output_dtype") != element:
+                raise ShapeError("output_dtype and the zero point's type differ")
+        elif args["output_dtype"]:
+            element = _dtype(args["output_dtype"], "output_dtype")
+        else:
+            element = ui8
+        return [tensor(args.shape("x"), element)]
+
+
+@register_op
+class DequantizeLinearOp(GraphOp):
+    """y = (x - x_zero_point) * x_scale, in the scale's type (or output_dtype)."""
+
+    name = "graph.dequantize_linear"
+    x = operand(AnyTensor)
+    x_scale = operand(AnyTensor)
+    x_zero_point = optional_operand(AnyTensor)
+    y = result_def(AnyTensor)
+    axis = int_prop(1)
+    block_size = int_prop(0, check=non_negative)
+    output_dtype = int_prop(0)
+
+    bound_rule = classmethod(B.at_upper)
+
+    @classmethod
+    def rule(cls, args):
+        element = (_dtype(args["output_dtype"], "output_dtype") if args["output_dtype"]
+                   else args.element("x_scale"))
+        return [tensor(args.shape("x"), element)]
+
+
+@register_op
+class DynamicQuantizeLinearOp(GraphOp):
+    """Results y (uint8), y_scale and y_zero_point (scalars) from x's range."""
+
+    name = "graph.dynamic_quantize_linear"
+    x = operand(FloatTensor)
+    y = result_def(AnyTensor)
+    y_scale = result_def(AnyTensor)
+    y_zero_point = result_def(AnyTensor)
+
+    @classmethod
+    def rule(cls, args):
+        return [tensor(args.shape("x"), ui8), tensor((), f32), tensor((), ui8)]
+
+
+@register_op
+class QLinearMatMulOp(GraphOp):
+    name = "graph.qlinear_matmul"
+    a = operand(NumericTensor)
+    a_scale = operand(AnyTensor)
+    a_zero_point = operand(AnyTensor)
+    b = operand(NumericTensor)
+    b_scale = operand(AnyTensor)
+    b_zero_point = operand(AnyTensor)
+    y_scale = operand(AnyTensor)
+    y_zero_point = operand(AnyTensor)
+    y = result_def(AnyTensor)
+
+    @classmethod
+    def rule(cls, args):
+        return [tensor(S.matmul(args.shape("a"), args.shape("b")),
+                       args.element("y_zero_point"))]
+
+
+@register_op
+class MatMulIntegerOp(GraphOp):
+    name = "graph.matmul_integer"
+    a = operand(NumericTensor)
+    b = operand(NumericTensor)
+    a_zero_point = optional_operand(NumericTensor)
+    b_zero_point = optional_operand(NumericTensor)
+    y = result_def(AnyTensor)
+    operandSegmentSizes = segments_prop()
+
+    @classmethod
+    def rule(cls, args):
+        return [tensor(S.matmul(args.shape("a"), args.shape("b")), i32)]
+
+
+class _QuantConvLike(GraphOp):
+    auto_pad = AUTO_PAD
+    dilations = ints_prop(check=positive)
+    group = int_prop(1, check=positive)
+    kernel_shape = ints_prop(check=positive)
+    pads = ints_prop(check=non_negative)
+    strides = ints_prop(check=positive)
+
+    @classmethod
+    def conv_shape(cls, args):
+        return S.conv(args.shape("x"), args.shape("w"), args["kernel_shape"], args["strides"],
+                      args["pads"], args["dilations"], args["group"], args["auto_pad"])
+
+
+@register_op
+class ConvIntegerOp(_QuantConvLike):
+    name = "graph.conv_integer"
+    x = operand(NumericTensor)
+    w = operand(NumericTensor)
+    x_zero_point = optional_operand(NumericTensor)
+    w_zero_point = optional_operand(NumericTensor)
+    y = result_def(AnyTensor)
+    operandSegmentSizes = segments_prop()
+
+    @classmethod
+    def rule(cls, args):
+        return [tensor(cls.conv_shape(args), i32)]
+
+
+@register_op
+class QLinearConvOp(_QuantConvLike):
+    name = "graph.qlinear_conv"
+    x = operand(NumericTensor)
+    x_scale = operand(AnyTensor)
+    x_zero_point = operand(AnyTensor)
+    w = operand(NumericTensor)
+    w_scale = operand(AnyTensor)
+    w_zero_point = operand(AnyTensor)
+    y_scale = operand(AnyTensor)
+    y_zero_point = operand(AnyTensor)
+    bias = optional_operand(AnyTensor)
+    y = result_def(AnyTensor)
+
+    @classmethod
+    def rule(cls, args):
+        return [tensor(cls.conv_shape(args), args.element("y_zero_point"))]
+
+

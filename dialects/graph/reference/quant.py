@@ -1,3 +1,161 @@
-"""Numpy reference kernels: quant."""
+"""Reference kernels of ops_quant.py."""
 
 from __future__ import annotations
+
+import numpy as np
+
+from ._common import ONNX_DTYPES, i_attr, kernel, norm_axis, op_error, opt, req
+from .elementwise import cast_to
+from .nn import conv
+
+_INTEGER_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127),
+                   np.dtype(np.uint16): (0, 65535), np.dtype(np.int16): (-32768, 32767),
+                   ONNX_DTYPES[21]: (0, 15), ONNX_DTYPES[22]: (-8, 7),
+                   ONNX_DTYPES[25]: (0, 3), ONNX_DTYPES[26]: (-2, 1)}
+_DTYPE_CODES = {dtype: code for code, dtype in ONNX_DTYPES.items()}
+
+
+def _along(param, x, axis, block_size, onnx_op):
+    """A scale or zero point broadcast against x: per tensor (one element), per axis
+    (1-D along `axis`) or blocked (x's shape with `axis` divided into blocks)."""
+    param = np.asarray(param)
+    if param.size == 1:
+        return param.reshape(())
+    axis = norm_axis(onnx_op, axis, x.ndim)
+    if block_size:
+        expanded = np.repeat(param, block_size, axis=axis)
+        return np.take(expanded, np.arange(x.shape[axis]), axis=axis)
+    if param.ndim != 1 or param.shape[0] != x.shape[axis]:
+        raise op_error(onnx_op, f"a scale of shape {param.shape} fits neither per-tensor nor "
+                                f"per-axis ({x.shape[axis]} along axis {axis}) quantization")
+    shape = [1] * x.ndim
+    shape[axis] = -1
+    return param.reshape(shape)
+
+
+def _wide(x):
+    return x.astype(np.float64) if x.dtype.isbuiltin != 1 or x.dtype.kind != "f" else x
+
+
+def quantize(value, scale, zero_point, dtype, saturate=True):
+    """value / scale rounded half to even, plus the zero point, saturated to `dtype`."""
+    scaled = value / scale
+    if dtype in _INTEGER_RANGES:
+        low, high = _INTEGER_RANGES[dtype]
+        q = np.rint(scaled)
+        if zero_point is not None:
+            q = q + zero_point.astype(np.float64)
+        return np.clip(q, low, high).astype(dtype)
+    if zero_point is not None:
+        scaled = scaled + zero_point.astype(np.float64)
+    return cast_to(np.asarray(scaled, np.float32), _DTYPE_CODES[dtype], saturate)
+
+
+@kernel("QuantizeLinear")
+def quantize_linear(inputs, attrs):
+    x = req("QuantizeLinear", inputs, 0, "x")
+    scale, zero_point = req("QuantizeLinear", inputs, 1, "y_scale"), opt(inputs, 2)
+    axis, block = i_attr(attrs, "axis", 1), i_attr(attrs, "block_size", 0)
+    if zero_point is not None:
+        dtype = zero_point.dtype
+    elif i_attr(attrs, "output_dtype", 0):
+        dtype = ONNX_DTYPES[i_attr(attrs, "output_dtype", 0)]
+    else:
+        dtype = np.dtype(np.uint8)
+    precision = i_attr(attrs, "precision", 0)
+    compute = ONNX_DTYPES[precision] if precision else (
+        np.float32 if scale.dtype.isbuiltin != 1 else scale.dtype)
+    s = _along(scale, x, axis, block, "QuantizeLinear").astype(compute)
+    z = None if zero_point is None else _along(zero_point, x, axis, block, "QuantizeLinear")
+    value = x.astype(compute) / s * 1   # in the scale's (or precision's) type, as ONNX says
+    return [quantize(value.astype(np.float64), 1.0, z, dtype, bool(i_attr(attrs, "saturate", 1)))]
+
+
+@kernel("DequantizeLinear")
+def dequantize_linear(inputs, attrs):
+    x = req("DequantizeLinear", inputs, 0, "x")
+    scale, zero_point = req("DequantizeLinear", inputs, 1, "x_scale"), opt(inputs, 2)
+    axis, block = i_attr(attrs, "axis", 1), i_attr(attrs, "block_size", 0)
+    out = ONNX_DTYPES[i_attr(attrs, "output_dtype", 0)] if i_attr(attrs, "output_dtype", 0) \
+        else scale.dtype
+    value = _wide(x).astype(np.float64)
+    if zero_point is not None:
+        value = value - _wide(_along(zero_point, x, axis, block, "DequantizeLinear")).astype(
+            np.float64)
+    s = _along(scale, x, axis, block, "DequantizeLinear")
+    compute = np.float32 if s.dtype.isbuiltin != 1 else s.dtype
+    return [(value.astype(compute) * s.astype(compute)).astype(out)]
+
+
+@kernel("DynamicQuantizeLinear", multi=True)
+def dynamic_quantize_linear(inputs, attrs, num_results=None):
+    """uint8 over [min(0, min x), max(0, max x)]."""
+    x = req("DynamicQuantizeLinear", inputs, 0, "x").astype(np.float32)
+    low = min(0.0, float(x.min())) if x.size else 0.0
+    high = max(0.0, float(x.max())) if x.size else 0.0
+    scale = np.float32((high - low) / 255)
+    zero = np.uint8(np.clip(np.rint(0 - low / scale), 0, 255)) if scale else np.uint8(0)
+    y = quantize(x, scale, np.asarray(zero), np.dtype(np.uint8)) if scale else \
+        np.zeros(x.shape, np.uint8)
+    return [y, np.asarray(scale, np.float32), np.asarray(zero, np.uint8)][:num_results or 3]
+
+
+def _dequantized(x, scale, zero_point, axis):
+    """(x - zero point) * scale in float64; per-axis parameters along `axis`."""
+    value = x.astype(np.float64)
+    if zero_point is not None:
+        value = value - _along(zero_point, x, axis, 0, "QLinear").astype(np.float64)
+    return value * _along(scale, x, axis, 0, "QLinear").astype(np.float64)
+
+
+@kernel("QLinearMatMul")
+def qlinear_matmul(inputs, attrs):
+    a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero = (
+        req("QLinearMatMul", inputs, i, n) for i, n in enumerate(
+            ("a", "a_scale", "a_zero_point", "b", "b_scale", "b_zero_point", "y_scale",
+             "y_zero_point")))
+    product = _dequantized(a, a_scale, a_zero, -2) @ _dequantized(b, b_scale, b_zero, -1)
+    return [quantize(product, y_scale.astype(np.float64).reshape(-1)[0] if y_scale.size == 1
+                     else y_scale.astype(np.float64), y_zero, y_zero.dtype)]
+
+
+@kernel("MatMulInteger")
+def matmul_integer(inputs, attrs):
+    a, b = req("MatMulInteger", inputs, 0, "A"), req("MatMulInteger", inputs, 1, "B")
+    a_zero, b_zero = opt(inputs, 2), opt(inputs, 3)
+    left = a.astype(np.int32) - (0 if a_zero is None else _along(
+        a_zero, a, -2, 0, "MatMulInteger").astype(np.int32))
+    right = b.astype(np.int32) - (0 if b_zero is None else _along(
+        b_zero, b, -1, 0, "MatMulInteger").astype(np.int32))
+    return [np.matmul(left, right).astype(np.int32)]
+
+
+def _conv_attrs(attrs):
+    return {k: v for k, v in attrs.items()
+            if k in ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")}
+
+
+@kernel("ConvInteger")
+def conv_integer(inputs, attrs):
+    x, w = req("ConvInteger", inputs, 0, "x"), req("ConvInteger", inputs, 1, "w")
+    x_zero, w_zero = opt(inputs, 2), opt(inputs, 3)
+    xv = x.astype(np.float64) - (0 if x_zero is None else float(np.asarray(x_zero).reshape(-1)[0]))
+    wv = w.astype(np.float64) - (0 if w_zero is None else _along(
+        w_zero, w, 0, 0, "ConvInteger").astype(np.float64))
+    y = conv([xv, wv], _conv_attrs(attrs))[0]
+    return [np.rint(y).astype(np.int32)]
+
+
+@kernel("QLinearConv")
+def qlinear_conv(inputs, attrs):
+    x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero = (
+        req("QLinearConv", inputs, i, "operand") for i in range(8))
+    bias = opt(inputs, 8)
+    xv = _dequantized(x, x_scale, x_zero, 1)
+    wv = _dequantized(w, w_scale, w_zero, 0)
+    y = conv([xv, wv], _conv_attrs(attrs))[0]
+    if bias is not None:
+        bias_scale = float(np.asarray(x_scale).reshape(-1)[0]) * np.asarray(
+            w_scale, np.float64).reshape(-1)
+        y = y + (bias.astype(np.float64) * bias_scale).reshape((1, -1) + (1,) * (y.ndim - 2))
+    return [quantize(y, float(np.asarray(y_scale).reshape(-1)[0]), y_zero, y_zero.dtype)]
