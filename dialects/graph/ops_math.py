@@ -8,7 +8,8 @@ from __future__ import annotations
 from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
-    AnyTensor, BoolTensor, FloatTensor, GraphOp, NumericTensor, ShapeError, float_prop,
+    ONNX_DTYPES, AnyTensor, BoolTensor, FloatTensor, GraphOp, NumericTensor, ShapeError,
+    float_prop,
     int_prop, str_prop, tensor, tensor_where,
 )
 from palimpsest.dialects.graph.ops_elementwise import BinaryOp, FloatUnaryOp, UnaryOp
@@ -162,3 +163,25 @@ class CastLikeOp(GraphOp):
     @classmethod
     def rule(cls, args):
         return [tensor(args.shape("input"), args.element("target_type"))]
+
+
+@register_op
+class BitCastOp(GraphOp):
+    """The same bits read as element type `to` (an ONNX type code of the same width)."""
+
+    name = "graph.bit_cast"
+    input = operand(AnyTensor)
+    output = result_def(AnyTensor)
+    to = int_prop(values=tuple(sorted(ONNX_DTYPES)))
+
+    bound_rule = classmethod(B.at_upper)
+
+    @classmethod
+    def rule(cls, args):
+        target = ONNX_DTYPES[args["to"]]
+        source = args.element("input")
+        # widths as stored: i1 takes a byte, as ONNX's bool does
+        if source is not None and max(source.width, 8) != max(target.width, 8):
+            raise ShapeError(f"cannot reinterpret {source} ({source.width} bits) as {target} "
+                             f"({target.width} bits)")
+        return [tensor(args.shape("input"), target)]

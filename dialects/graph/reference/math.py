@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import f_attr, i_attr, kernel, op_error, req, s_attr
+from ._common import ONNX_DTYPES, f_attr, i_attr, kernel, op_error, req, s_attr
 from .elementwise import _binary, _float_input, _scalar, _unary
 
 for _op, _ufunc in (("Acos", np.arccos), ("Acosh", np.arccosh), ("Asin", np.arcsin),
@@ -110,3 +110,12 @@ def bit_shift(inputs, attrs):
         out = np.left_shift(x.view(unsigned), count.astype(unsigned)).view(x.dtype)
         fill = 0
     return [np.where(out_of_range, fill, out).astype(x.dtype)]
+
+
+@kernel("BitCast")
+def bit_cast(inputs, attrs):
+    x = req("BitCast", inputs, 0, "input")
+    target = ONNX_DTYPES[i_attr(attrs, "to", 0)]
+    if target.itemsize != x.dtype.itemsize:
+        raise op_error("BitCast", f"cannot reinterpret {x.dtype} as {target}")
+    return [np.array(x, copy=True).view(target)]   # (ascontiguousarray makes a 0-d 1-d)
