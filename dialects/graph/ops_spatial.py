@@ -1,5 +1,5 @@
 """Spatial and image graph ops: GridSample, AffineGrid, RoiAlign, Col2Im, DeformConv,
-MaxUnpool, CenterCropPad, SpaceToDepth and DepthToSpace."""
+MaxUnpool, CenterCropPad, SpaceToDepth, DepthToSpace and Upsample."""
 
 from __future__ import annotations
 
@@ -286,3 +286,28 @@ class DepthToSpaceOp(_BlockOp):
         return [tensor((n, None if c is None else c // (b * b), None if h is None else h * b,
                         None if w is None else w * b), args.element("input"))]
 
+
+@register_op
+class UpsampleOp(GraphOp):
+    """Upsample-9 (Upsample-7's `scales` attribute becomes this operand on import): Resize
+    with asymmetric coordinates and nearest rounding down. The importer writes graph.resize
+    (onnx_opsets.py); this op is for IR that names Upsample."""
+
+    name = "graph.upsample"
+    x = operand(AnyTensor)
+    scales = operand(FloatTensor)
+    y = result_def(AnyTensor)
+    mode = str_prop("nearest", choices=("nearest", "linear", "bilinear"))
+
+    @classmethod
+    def rule(cls, args):
+        x, scales = args.shape("x"), _rank(args, "scales", 1)
+        if x is not None and scales is not None and scales[0] not in (None, len(x)):
+            raise ShapeError(f"has {scales[0]} scales for an input of rank {len(x)}")
+        if x is None:
+            return [tensor(None, args.element("x"))]
+        values = args.value("scales")
+        if values is None:
+            return [tensor((None,) * len(x), args.element("x"))]
+        return [tensor(tuple(None if d is None else int(d * float(s))
+                             for d, s in zip(x, values)), args.element("x"))]

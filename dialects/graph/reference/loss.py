@@ -108,7 +108,8 @@ def _nll(onnx_op, log_prob, target, weight, attrs):
         raise op_error(onnx_op, f"unsupported reduction {reduction!r}")
     if weight is None and ignore is None:
         return loss.mean()
-    return loss.sum() / w.sum()
+    with np.errstate(invalid="ignore", divide="ignore"):   # every target ignored: NaN
+        return loss.sum() / w.sum()
 
 
 @kernel("NegativeLogLikelihoodLoss")
