@@ -21,7 +21,10 @@ from palimpsest.dialects.builtin import ModuleOp
 from palimpsest.dialects.func import FuncOp, ReturnOp
 from palimpsest.dialects.graph.naming import ONNX_TO_GRAPH
 from palimpsest.dialects.graph.onnx_opsets import OpsetError, adapt
-from palimpsest.dialects.graph.ops_base import ONNX_DTYPES
+from palimpsest.dialects.graph.ops_base import (
+    ONNX_DTYPES, Args, _ConstantOperands, refine_type,
+)
+from palimpsest.dialects.graph.shapes import ShapeError
 from palimpsest.ir import attributes as A
 from palimpsest.ir.diagnostics import DiagnosticError, NameLoc
 from palimpsest.ir.opdef import SINGLE, VARIADIC, lookup_op
@@ -208,23 +211,42 @@ class _Importer:
         # An omitted output before a used one (LSTM's Y when only Y_h is wanted) is still a
         # result of the op, unused: the planner gives it a slot only while the op runs.
         outputs = [o or f"{node.name or node.op_type}_unused_{i}" for i, o in enumerate(outputs)]
-        result_types = []
-        for output in outputs:
-            known = self.types.get(output)
-            result_types.append(known)
-        if any(t is None for t in result_types):
-            inferred = cls.infer_result_types([v.type for v in operands], properties,
-                                              None, len(outputs))
-            if inferred is None or len(inferred) != len(outputs):
-                raise self.fail("cannot infer its output types", node)
-            result_types = [t if t is not None else inferred[i] for i, t in enumerate(result_types)]
-            if any(t is None for t in result_types):
-                raise self.fail("cannot infer its output types", node)
+        result_types = self.result_types(cls, operands, properties, outputs, node)
         op = cls(operands, result_types, properties, None, (), (), self.location(node),
                  [_ssa_name(o) for o in outputs])
         block.append(op)
         for output, result in zip(outputs, op.results):
             self.values[output] = result
+
+    def result_types(self, cls, operands, properties, outputs, node) -> list:
+        """Each output's type: the op's shape rule refined by what ONNX's shape inference
+        knows; where the two contradict each other the rule wins (it is what the kernels
+        compute: e.g. a ceil_mode pooling window starting in the end padding is dropped,
+        as onnxruntime does, though ONNX's inference counts it)."""
+        try:
+            args = Args(cls, [v.type for v in operands], properties,
+                        _ConstantOperands(operands), len(outputs))
+            inferred = cls.rule(args)
+        except ShapeError as error:
+            raise self.fail(str(error), node) from None
+        if inferred is None:
+            inferred = [None] * len(outputs)
+        if len(inferred) != len(outputs):
+            raise self.fail(f"has {len(outputs)} outputs, the op has {len(inferred)}", node)
+        types = []
+        for output, rule_type in zip(outputs, inferred):
+            known = self.types.get(output)
+            if known is None or rule_type is None:
+                chosen = known if rule_type is None else rule_type
+            else:
+                try:
+                    chosen = refine_type(known, rule_type)
+                except ShapeError:
+                    chosen = rule_type
+            if chosen is None:
+                raise self.fail(f"cannot infer the type of output '{output}'", node)
+            types.append(chosen)
+        return types
 
     def operand_groups(self, node, cls) -> dict:
         inputs = list(node.input)

@@ -112,3 +112,21 @@ def test_other_domain_is_refused_naming_it():
                                                h.make_opsetid("com.microsoft", 1)])
     with pytest.raises(OnnxImportError, match=r"domain 'com.microsoft' \(opset 1\)"):
         import_onnx(model)
+
+
+def test_rule_wins_where_onnx_shape_inference_counts_a_window_in_the_padding():
+    """ONNX's inference says 6 rows for a ceil_mode window starting in the end padding;
+    the kernels (and onnxruntime) drop that window: 5."""
+    node = h.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2],
+                       pads=[1, 1, 1, 1], ceil_mode=1)
+    model = _model(node, 17, x_shape=(1, 1, 9, 9))
+    x = RNG.standard_normal((1, 1, 9, 9)).astype(np.float32)
+    got = Session(import_onnx(model), poison=True).run({"x": x})["y"]
+    assert got.shape == (1, 1, 5, 5)
+
+
+def test_a_shape_rule_refusal_says_why():
+    node = h.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2)
+    model = _model(node, 21, [("s", np.ones(3, np.float32)), ("b", np.ones(3, np.float32))])
+    with pytest.raises(OnnxImportError, match="3 channels do not split into 2 groups"):
+        import_onnx(model)
