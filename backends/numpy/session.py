@@ -294,7 +294,12 @@ class Session:
                     FunctionType(tuple(types), func.type.results))
             elif self._bounded:
                 retype_inputs(func, self.input_types)  # the dynamic plan, at the bounds
-            if not any(op.name == "memory.pool" for op in module.regions[0].block.ops):
+            if has_control_flow(module):
+                # correctness first: a model with If/Loop/Scan runs at the graph level
+                # (README: control flow), its tensors unplanned; no infer-shapes at the
+                # input shapes: a branch not taken may not fit them
+                target = _GraphLevel()
+            elif not any(op.name == "memory.pool" for op in module.regions[0].block.ops):
                 pipeline = deallocs_for_planning(parse_pipeline(self.pipeline))
                 self._target.adapt_pipeline(pipeline)  # (planned IR runs as is)
                 each = self.verify == "passes"
@@ -307,8 +312,10 @@ class Session:
         seconds = time.perf_counter() - start
         self.stats.compiles += 1
         self.stats.compile_seconds += seconds
+        if not has_control_flow(module):
+            target = self._target
         return CompiledPlan(module, find_function(module, self.function), signature,
-                            self._target.executor(), seconds)
+                            target.executor(), seconds)
 
     def _lookup(self, signature) -> tuple[CompiledPlan, bool]:
         plan = self._cache.get(signature)
@@ -393,6 +400,35 @@ class Session:
         self.stats.io_copy_bytes += report.io_copy_bytes
         self.prepared = True
         return results
+
+
+def has_control_flow(module) -> bool:
+    from palimpsest.backends.reference.executor import REGION_OPS
+
+    return any(op.name in REGION_OPS for op in module.walk())
+
+
+class _GraphLevel:
+    """Runs graph-level IR with the reference executor (the executor protocol of
+    CompiledPlan: begin_run, run, stats, end_run)."""
+
+    def executor(self):
+        return self
+
+    def begin_run(self, stats) -> None:
+        self.stats = stats
+
+    def run(self, func, inputs: dict, outputs: dict | None, copy_outputs: bool = False):
+        from palimpsest.backends.reference.executor import run
+
+        results = run(func, inputs)
+        for name, array in (outputs or {}).items():
+            np.copyto(array, results[name])
+            results[name] = array
+        return results
+
+    def end_run(self) -> None:
+        pass
 
 
 class _NumpyTarget:

@@ -28,9 +28,39 @@ from palimpsest.dialects.graph.shapes import ShapeError
 from palimpsest.ir import attributes as A
 from palimpsest.ir.diagnostics import DiagnosticError, NameLoc
 from palimpsest.ir.opdef import SINGLE, VARIADIC, lookup_op
-from palimpsest.ir.types import FloatType, TensorType, i32, i64
+from palimpsest.ir.core import Block, Region
+from palimpsest.ir.types import FloatType, TensorType, i1, i32, i64
 
 INLINE_LIMIT = 64  # bytes; larger constants become resources
+REGION_OPS = ("If", "Loop", "Scan")
+
+
+def _names_read(graph) -> set:
+    """Every value name the graph's nodes read, their subgraphs' included (a subgraph
+    reads outer initializers by name), and its outputs."""
+    names = {o.name for o in graph.output}
+    for node in graph.node:
+        names.update(node.input)
+        for attr in node.attribute:
+            if attr.g.node:
+                names |= _names_read(attr.g)
+            for sub in attr.graphs:
+                names |= _names_read(sub)
+    return names
+
+
+def _yield_types(region) -> list:
+    return [v.type for v in region.blocks[0].terminator.operands]
+
+
+def _join(a, b):
+    """The type of a result that is `a` on one branch and `b` on the other."""
+    if not isinstance(a, TensorType) or not isinstance(b, TensorType) or a == b:
+        return a
+    if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
+        return TensorType(None, a.element_type)
+    return TensorType(tuple(x if x == y else None for x, y in zip(a.shape, b.shape)),
+                      a.element_type)
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_$.\-]")
 
 
@@ -186,6 +216,8 @@ class _Importer:
         if cls is None:
             raise self.fail("this operator is not supported (the README lists the supported "
                             "operators)", node)
+        if node.op_type in REGION_OPS:
+            return self.region_node(node, block, cls)
         groups = self.operand_groups(node, cls)
         properties = {}
         operand_names = {d.field_name for d in cls.operand_defs}
@@ -217,6 +249,121 @@ class _Importer:
         block.append(op)
         for output, result in zip(outputs, op.results):
             self.values[output] = result
+
+    # -- control flow: ONNX subgraphs become regions ----------------------------------------
+    def region_node(self, node, block, cls):
+        """If, Loop and Scan: their GRAPH attributes become the op's regions (names of
+        outer values resolve to the enclosing blocks' SSA values), the others properties."""
+        if node.op_type == "Scan" and self.opset < 9:
+            node = self.scan_8(node)
+        groups = self.operand_groups(node, cls)
+        operands, sizes = [], []
+        for definition in cls.operand_defs:
+            group = groups.get(definition.field_name, [])
+            if definition.kind == SINGLE and len(group) != 1:
+                raise self.fail(f"missing input '{definition.field_name}'", node)
+            operands.extend(group)
+            sizes.append(len(group))
+        properties = {}
+        if "operandSegmentSizes" in cls.prop_defs:
+            properties["operandSegmentSizes"] = A.DenseArrayAttr(i32, tuple(sizes))
+        graphs = {}
+        for attr in node.attribute:
+            if attr.type == self.onnx.AttributeProto.GRAPH:
+                graphs[attr.name] = attr.g
+            elif attr.name in cls.prop_defs:
+                properties[attr.name] = self.attribute(attr, node)
+            else:
+                raise self.fail(f"attribute '{attr.name}' is not supported", node)
+        outputs = list(node.output)
+        while outputs and not outputs[-1]:
+            outputs.pop()
+        outputs = [o or f"{node.name or node.op_type}_unused_{i}" for i, o in enumerate(outputs)]
+        if node.op_type == "If":
+            regions = [self.subgraph(graphs["then_branch"], [], node),
+                       self.subgraph(graphs["else_branch"], [], node)]
+            yields = [_yield_types(r) for r in regions]
+            derived = [_join(a, b) for a, b in zip(*yields)]
+        elif node.op_type == "Loop":
+            body = graphs["body"]
+            carried = [v.type for v in groups.get("v_initial", [])]
+            arg_types = [TensorType((), i64), TensorType((), i1)] + [
+                self.tensor_type(v.type, f"loop input '{v.name}'") or carried[i]
+                for i, v in enumerate(body.input[2:])]
+            regions = [self.subgraph(body, arg_types, node)]
+            yielded = _yield_types(regions[0])[1:]
+            derived = yielded[:len(carried)] + [
+                TensorType((None,) + tuple(t.shape), t.element_type) if t.shape is not None
+                else t for t in yielded[len(carried):]]
+        else:
+            body = graphs["body"]
+            scanned = properties.get("num_scan_inputs")
+            count = scanned.value if scanned is not None else 0
+            states = len(operands) - count
+            arg_types = [self.tensor_type(v.type, f"scan input '{v.name}'") or
+                         (operands[i].type if i < states else TensorType(None, operands[
+                             i].type.element_type)) for i, v in enumerate(body.input)]
+            regions = [self.subgraph(body, arg_types, node)]
+            yielded = _yield_types(regions[0])
+            derived = yielded[:states] + [
+                TensorType(None, t.element_type) for t in yielded[states:]]
+            if "batched" in properties:   # Scan-8: a batch dim in front of each
+                derived = [TensorType(None, t.element_type) for t in derived]
+        if len(derived) != len(outputs):
+            raise self.fail(f"its subgraphs yield {len(derived)} values for "
+                            f"{len(outputs)} outputs", node)
+        types = [self.types.get(o) or t for o, t in zip(outputs, derived)]
+        op = cls(operands, types, properties, None, regions, (), self.location(node),
+                 [_ssa_name(o) for o in outputs])
+        block.append(op)
+        for output, result in zip(outputs, op.results):
+            self.values[output] = result
+
+    def scan_8(self, node):
+        """Scan-8 scans axis 1 of batched inputs (one scan per batch entry); its first
+        input, sequence_lens, must be omitted (all entries full length)."""
+        if node.input and node.input[0]:
+            raise self.fail("Scan-8 with sequence_lens is not supported", node)
+        copy = self.onnx.NodeProto()
+        copy.CopyFrom(node)
+        del copy.input[:]
+        copy.input.extend(node.input[1:])
+        for attr in copy.attribute:
+            if attr.name == "directions":
+                attr.name = "scan_input_directions"
+        copy.attribute.append(self.onnx.helper.make_attribute("batched", 1))
+        return copy
+
+    def subgraph(self, graph, arg_types, node) -> Region:
+        """An ONNX subgraph as a one-block region ending in graph.yield; outer names stay
+        visible, the subgraph's own are scoped to it."""
+        from palimpsest.dialects.graph.ops_control import YieldOp
+        from onnx import numpy_helper
+
+        if len(arg_types) != len(graph.input):
+            raise self.fail(f"subgraph '{graph.name}' takes {len(graph.input)} inputs, "
+                            f"expected {len(arg_types)}", node)
+        region = Region([Block(arg_types)])
+        inner = region.blocks[0]
+        outer, outer_types = self.values, self.types
+        self.values, self.types = dict(outer), dict(outer_types)
+        try:
+            for value, arg in zip(graph.input, inner.args):
+                arg.name_hint = _ssa_name(value.name)
+                self.values[value.name] = arg
+            for value in list(graph.value_info) + list(graph.output):
+                type_ = self.tensor_type(value.type, f"value '{value.name}'")
+                if type_ is not None:
+                    self.types[value.name] = type_
+            for tensor in graph.initializer:
+                self.values[tensor.name] = self.constant(inner, numpy_helper.to_array(tensor),
+                                                         tensor.name)
+            for inner_node in graph.node:
+                self.node(inner_node, inner)
+            inner.append(YieldOp([self.lookup(o.name, node) for o in graph.output], []))
+        finally:
+            self.values, self.types = outer, outer_types
+        return region
 
     def result_types(self, cls, operands, properties, outputs, node) -> list:
         """Each output's type: the op's shape rule refined by what ONNX's shape inference
@@ -315,8 +462,7 @@ class _Importer:
         for value, arg in zip(inputs, block.args):
             arg.name_hint = _ssa_name(value.name)
             self.values[value.name] = arg
-        used = {name for node in graph.node for name in node.input}
-        used.update(o.name for o in graph.output)
+        used = _names_read(graph)
         for name, tensor in initializers.items():
             if name in used:
                 self.values[name] = self.constant(block, numpy_helper.to_array(tensor), name)

@@ -453,9 +453,14 @@ def test_every_registered_graph_op_has_a_kernel():
     import palimpsest.dialects.graph  # noqa: F401  (registers the ops)
     from palimpsest.ir.opdef import registered_ops
 
+    from palimpsest.backends.reference.executor import REGION_OPS
+
     declared = {name for name in registered_ops() if name.startswith("graph.")}
+    declared.discard("graph.yield")   # the terminator of the control-flow regions
     assert declared, "no graph ops registered"
-    assert sorted(declared - set(KERNELS)) == [], "graph ops without a reference kernel"
+    # If/Loop/Scan run their regions in the executor, not through a kernel
+    assert sorted(declared - set(KERNELS) - set(REGION_OPS)) == [], \
+        "graph ops without a reference kernel"
     assert sorted(declared - set(GRAPH_TO_ONNX)) == [], "graph ops missing from ONNX_TO_GRAPH"
     assert sorted(set(KERNELS) - declared) == [], "kernels of undeclared graph ops"
 

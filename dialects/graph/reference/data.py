@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._common import (
-    ONNX_DTYPES, i_attr, ints_attr, ints_of, kernel, norm_axis, op_error, opt, req, s_attr,
+    ONNX_DTYPES, float_compute_dtype, i_attr, ints_attr, ints_of, kernel, norm_axis, op_error, opt, req, s_attr,
 )
 
 
@@ -216,8 +216,11 @@ def reverse_sequence(inputs, attrs):
 @kernel("Einsum")
 def einsum(inputs, attrs):
     operands = [np.asarray(x) for x in inputs]
-    out = np.einsum(s_attr(attrs, "equation", "").replace(" ", ""), *operands)
-    return [np.asarray(out, dtype=operands[0].dtype)]
+    dtype = operands[0].dtype
+    compute = float_compute_dtype(dtype) if dtype.isbuiltin != 1 else dtype  # bf16: in f32
+    out = np.einsum(s_attr(attrs, "equation", "").replace(" ", ""),
+                    *[x.astype(compute, copy=False) for x in operands])
+    return [np.asarray(out).astype(dtype)]
 
 
 @kernel("Det")

@@ -10,6 +10,7 @@ import numpy as np
 
 from ._common import (
     ONNX_DTYPES,
+    SMALL_FLOATS,
     f_attr,
     float_compute_dtype,
     i_attr,
@@ -199,7 +200,7 @@ def hard_swish(inputs, attrs):
 def _float_input(onnx_op: str, inputs) -> tuple[np.ndarray, np.ndarray]:
     """The float operand X and X in its compute dtype (float16 computes in float32)."""
     x = req(onnx_op, inputs, 0, "X")
-    if x.dtype.kind != "f":
+    if x.dtype.kind != "f" and x.dtype not in SMALL_FLOATS:
         raise op_error(onnx_op, f"unsupported element type {x.dtype}")
     return x, x.astype(float_compute_dtype(x.dtype), copy=False)
 

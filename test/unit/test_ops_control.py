@@ -1,0 +1,114 @@
+"""If, Loop and Scan with ONNX subgraphs as regions, against onnxruntime through a
+Session (they run at the graph level): branches that are whole subnetworks reading outer
+values (as Silero VAD's top-level If), a Loop with a scan output, a Scan over a sequence;
+and the text format round trip of the regions."""
+
+from __future__ import annotations
+
+import pytest
+
+np = pytest.importorskip("numpy")
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto as T  # noqa: E402
+from onnx import helper as h  # noqa: E402
+from onnx import numpy_helper  # noqa: E402
+
+from palimpsest.backends.numpy.session import Session  # noqa: E402
+from palimpsest.dialects.graph.from_onnx import import_onnx  # noqa: E402
+from palimpsest.ir.parser import parse  # noqa: E402
+from palimpsest.ir.printer import print_ir  # noqa: E402
+
+RNG = np.random.default_rng(4)
+
+
+def _check(model, feeds):
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    names = [o.name for o in model.graph.output]
+    want = ort.InferenceSession(model.SerializeToString(), options).run(names, feeds)
+    module = import_onnx(model)
+    text = print_ir(module)
+    assert print_ir(parse(text, "<test>")) == text
+    got = Session(module).run(feeds)
+    for name, expected in zip(names, want):
+        np.testing.assert_allclose(got[name], expected, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def _if_model():
+    """sr == 16000 selects a conv branch, else a matmul branch; both read x and weights
+    of the outer graph (initializers used only inside the branches)."""
+    w16 = RNG.standard_normal((4, 1, 3)).astype(np.float32)
+    w8 = RNG.standard_normal((8, 4)).astype(np.float32)
+    then = h.make_graph(
+        [h.make_node("Unsqueeze", ["x", "axis1"], ["x3"]),
+         h.make_node("Conv", ["x3", "w16"], ["c"], pads=[1, 1]),
+         h.make_node("ReduceMean", ["c"], ["m"], axes=[1], keepdims=0),
+         h.make_node("Tanh", ["m"], ["out"])],
+        "then", [], [h.make_tensor_value_info("out", T.FLOAT, None)])
+    other = h.make_graph(
+        [h.make_node("MatMul", ["x", "w8"], ["mm"]),
+         h.make_node("Sigmoid", ["mm"], ["out2"])],
+        "else", [], [h.make_tensor_value_info("out2", T.FLOAT, None)])
+    nodes = [h.make_node("Equal", ["sr", "k16"], ["is16"]),
+             h.make_node("If", ["is16"], ["y"], then_branch=then, else_branch=other)]
+    graph = h.make_graph(
+        nodes, "vad", [h.make_tensor_value_info("x", T.FLOAT, [2, 8]),
+                       h.make_tensor_value_info("sr", T.INT64, [])],
+        [h.make_tensor_value_info("y", T.FLOAT, None)],
+        initializer=[numpy_helper.from_array(w16, "w16"), numpy_helper.from_array(w8, "w8"),
+                     numpy_helper.from_array(np.array(16000, np.int64), "k16"),
+                     numpy_helper.from_array(np.array([1], np.int64), "axis1")])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("rate", [16000, 8000])
+def test_if_branches_are_subnetworks_reading_outer_values(rate):
+    model = _if_model()
+    x = RNG.standard_normal((2, 8)).astype(np.float32)
+    _check(model, {"x": x, "sr": np.array(rate, np.int64)})
+
+
+def test_loop_with_a_carried_value_and_a_scan_output():
+    body = h.make_graph(
+        [h.make_node("Identity", ["cond_in"], ["cond_out"]),
+         h.make_node("Cast", ["i"], ["fi"], to=T.FLOAT),
+         h.make_node("Mul", ["acc", "fi"], ["scaled"]),
+         h.make_node("Add", ["scaled", "x"], ["acc_out"]),
+         h.make_node("Identity", ["acc_out"], ["trace"])],
+        "body", [h.make_tensor_value_info("i", T.INT64, []),
+                 h.make_tensor_value_info("cond_in", T.BOOL, []),
+                 h.make_tensor_value_info("acc", T.FLOAT, [3])],
+        [h.make_tensor_value_info("cond_out", T.BOOL, []),
+         h.make_tensor_value_info("acc_out", T.FLOAT, [3]),
+         h.make_tensor_value_info("trace", T.FLOAT, [3])])
+    graph = h.make_graph(
+        [h.make_node("Loop", ["n", "", "start"], ["final", "traces"], body=body)], "loop",
+        [h.make_tensor_value_info("n", T.INT64, []), h.make_tensor_value_info("x", T.FLOAT, [3]),
+         h.make_tensor_value_info("start", T.FLOAT, [3])],
+        [h.make_tensor_value_info("final", T.FLOAT, None),
+         h.make_tensor_value_info("traces", T.FLOAT, None)])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 16)])
+    x = RNG.standard_normal(3).astype(np.float32)
+    _check(model, {"n": np.array(4, np.int64), "x": x, "start": np.ones(3, np.float32)})
+
+
+def test_scan_running_sum_in_both_directions():
+    body = h.make_graph(
+        [h.make_node("Add", ["sum_in", "next"], ["sum_out"]),
+         h.make_node("Identity", ["sum_out"], ["scan_out"])],
+        "body", [h.make_tensor_value_info("sum_in", T.FLOAT, [2]),
+                 h.make_tensor_value_info("next", T.FLOAT, [2])],
+        [h.make_tensor_value_info("sum_out", T.FLOAT, [2]),
+         h.make_tensor_value_info("scan_out", T.FLOAT, [2])])
+    node = h.make_node("Scan", ["init", "xs"], ["total", "partial"], body=body,
+                       num_scan_inputs=1, scan_input_directions=[1], scan_output_axes=[1])
+    graph = h.make_graph(
+        [node], "scan", [h.make_tensor_value_info("init", T.FLOAT, [2]),
+                         h.make_tensor_value_info("xs", T.FLOAT, [5, 2])],
+        [h.make_tensor_value_info("total", T.FLOAT, None),
+         h.make_tensor_value_info("partial", T.FLOAT, None)])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 16)])
+    _check(model, {"init": np.zeros(2, np.float32),
+                   "xs": RNG.standard_normal((5, 2)).astype(np.float32)})
