@@ -112,7 +112,9 @@ class _Importer:
         element = self.element_type(tensor.elem_type, what)
         if not tensor.HasField("shape"):
             return TensorType(None, element)
-        dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim)
+        # (Paddle2ONNX writes -1 for a dynamic dim)
+        dims = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None
+                     for d in tensor.shape.dim)
         return TensorType(dims, element)
 
     # -- constants ---------------------------------------------------------------------

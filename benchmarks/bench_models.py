@@ -1,0 +1,212 @@
+"""The real-model corpus (models.toml) through Palimpsest and onnxruntime, side by side.
+
+Each model (fetched by fetch_models.py) runs on its seeded inputs
+
+- through Palimpsest as `palimpsest-run` would: import → a `Session` at the default
+  planned level, on the numpy backend (and on OpenCL with `--opencl`);
+- through onnxruntime at one thread, with all graph optimizations and with none;
+
+and the table says, per model: whether it imports, plans and runs (else the first error),
+whether it matches (max |diff| / max |reference| <= 1e-4 against onnxruntime's optimized
+run; where onnxruntime's own two runs differ by more, within that spread, marked `~`),
+the median latency of both, the planned pool bytes beside the lower bound (the most bytes
+live at one moment), and onnxruntime's peak RSS above its import (a subprocess per model).
+
+    python benchmarks/bench_models.py [--runs 5] [--opencl] [--no-rss] [--models a,b]
+
+BLAS threads are pinned to one before numpy loads, onnxruntime to one intra-op thread.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+
+import fetch_models  # noqa: E402
+
+TOLERANCE = 1e-4
+
+_RSS_SCRIPT = """
+import os, resource, sys, json
+os.environ["OMP_NUM_THREADS"] = "1"
+import numpy as np, onnxruntime as ort
+sys.path.insert(0, sys.argv[2])
+import fetch_models
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+entry = fetch_models.corpus()[sys.argv[1]]
+options = ort.SessionOptions()
+options.intra_op_num_threads = 1
+session = ort.InferenceSession(sys.argv[3], options, providers=["CPUExecutionProvider"])
+session.run(None, fetch_models.inputs_for(entry))
+print(json.dumps((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024))
+"""
+
+
+def ort_session(path, optimize: bool):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 4
+    if not optimize:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def relative(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if a.shape != b.shape:
+        return float("inf")
+    scale = np.max(np.abs(b)) if b.size else 0.0
+    return float(np.max(np.abs(a - b)) / scale) if scale else float(np.max(np.abs(a - b),
+                                                                            initial=0.0))
+
+
+def median_seconds(fn, runs: int) -> float:
+    fn()  # warm-up (and the plan's compile)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def plan_bytes(module_path, feeds) -> tuple[int, int]:
+    """(bytes of the planned pools, their lower bound) at the feeds' shapes."""
+    from palimpsest.backends.binding import find_function
+    from palimpsest.backends.numpy.session import has_control_flow
+    from palimpsest.dialects.graph.from_onnx import import_onnx
+    from palimpsest.ir import attributes as A
+    from palimpsest.ir.types import FunctionType, TensorType
+    from palimpsest.passes.pass_manager import PassManager, parse_pipeline
+    from palimpsest.passes.plan_memory import plan_memory
+
+    module = import_onnx(str(module_path))
+    if has_control_flow(module):
+        return 0, 0
+    func = find_function(module, None)
+    arrays = list(feeds.values())
+    for arg, array in zip(func.entry_block.args, arrays):
+        arg.type = TensorType(tuple(array.shape), arg.type.element_type)
+    func.properties["function_type"] = A.TypeAttr(FunctionType(
+        tuple(a.type for a in func.entry_block.args), func.type.results))
+    PassManager(parse_pipeline("infer-shapes,canonicalize,bufferize,lower-to-kernels,"
+                               "insert-deallocs")).run(module)
+    report = plan_memory(module)
+    pools = sum(p.size for fn in report.functions for p in fn.pools)
+    bound = sum(fn.lower_bound for fn in report.functions)
+    return pools, bound
+
+
+def run_model(name: str, entry: dict, runs: int, opencl: bool, rss: bool) -> dict:
+    from palimpsest.backends.numpy.session import Session
+
+    row = {"model": name, "package": f"{entry['package']} {entry['version']}",
+           "task": entry["task"]}
+    try:
+        path = fetch_models.model_path(name, entry)
+    except Exception as error:  # noqa: BLE001 - reported in the table
+        row["status"] = f"not fetched: {error}"
+        return row
+    feeds = fetch_models.inputs_for(entry)
+    optimized, plain = ort_session(path, True), ort_session(path, False)
+    names = [o.name for o in optimized.get_outputs()]
+    want = optimized.run(names, feeds)
+    spread = max(relative(a, b) for a, b in zip(plain.run(names, feeds), want))
+    row["ort_ms"] = 1e3 * median_seconds(lambda: optimized.run(names, feeds), runs)
+    if rss:
+        done = subprocess.run([sys.executable, "-c", _RSS_SCRIPT, name,
+                               str(Path(__file__).resolve().parent), str(path)],
+                              capture_output=True, text=True, timeout=600)
+        row["ort_rss"] = json.loads(done.stdout) if done.returncode == 0 else None
+    backends = ["numpy"] + (["opencl"] if opencl else [])
+    for backend in backends:
+        try:
+            session = Session(str(path), backend=backend)
+            got = session.run(feeds)
+        except Exception as error:  # noqa: BLE001 - reported in the table
+            row[f"{backend}_status"] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+            continue
+        worst = max(relative(got[n], w) for n, w in zip(names, want))
+        if worst <= TOLERANCE:
+            row[f"{backend}_match"] = f"{worst:.1e}"
+        elif worst <= max(spread, TOLERANCE) * 1.5:
+            row[f"{backend}_match"] = f"~{worst:.1e} (ort spread {spread:.1e})"
+        else:
+            row[f"{backend}_match"] = f"NO {worst:.1e}"
+        row[f"{backend}_status"] = "runs"
+        row[f"{backend}_ms"] = 1e3 * median_seconds(lambda: session.run(feeds), runs)
+    try:
+        row["pool_bytes"], row["lower_bound"] = plan_bytes(path, feeds)
+    except Exception as error:  # noqa: BLE001 - reported in the table
+        row["pool_bytes"] = f"{type(error).__name__}"
+    return row
+
+
+def table(rows: list, opencl: bool) -> str:
+    head = ["model", "package", "numpy", "match", "numpy ms", "ort ms", "ratio",
+            "pools KiB", "bound KiB", "ort RSS MiB"]
+    if opencl:
+        head[4:4] = ["OpenCL", "OpenCL ms"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        status = r.get("numpy_status", r.get("status", "-"))
+        ms, ort_ms = r.get("numpy_ms"), r.get("ort_ms")
+        pools, bound = r.get("pool_bytes"), r.get("lower_bound")
+        cells = [r["model"], r["package"], status if status != "runs" else "runs",
+                 r.get("numpy_match", "-"), f"{ms:.1f}" if ms else "-",
+                 f"{ort_ms:.1f}" if ort_ms else "-",
+                 f"{ms / ort_ms:.2f}x" if ms and ort_ms else "-",
+                 f"{pools / 1024:.0f}" if isinstance(pools, int) and pools else
+                 ("graph level" if pools == 0 else str(pools or "-")),
+                 f"{bound / 1024:.0f}" if bound else "-",
+                 f"{r['ort_rss'] / 2**20:.1f}" if r.get("ort_rss") else "-"]
+        if opencl:
+            cl = r.get("opencl_status", "-")
+            cells[4:4] = [r.get("opencl_match", cl), f"{r['opencl_ms']:.1f}"
+                          if r.get("opencl_ms") else "-"]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5, help="timed runs per engine (median)")
+    parser.add_argument("--opencl", action="store_true", help="also run the OpenCL backend")
+    parser.add_argument("--no-rss", action="store_true", help="skip onnxruntime's peak RSS")
+    parser.add_argument("--models", help="comma-separated model names (default: all)")
+    parser.add_argument("--json", metavar="FILE", help="write the rows as JSON")
+    args = parser.parse_args(argv)
+    entries = fetch_models.corpus()
+    names = args.models.split(",") if args.models else list(entries)
+    rows = []
+    for name in names:
+        print(f"... {name}", file=sys.stderr, flush=True)
+        rows.append(run_model(name, entries[name], args.runs, args.opencl, not args.no_rss))
+    print(table(rows, args.opencl))
+    passed = sum(1 for r in rows if r.get("numpy_match", "NO").lstrip("~")[:2] != "NO"
+                 and "numpy_match" in r)
+    print(f"\n{passed} of {len(rows)} models run and match onnxruntime on the numpy backend")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
