@@ -228,6 +228,10 @@ def runs_as(graph_op: str) -> str:
     from palimpsest.dialects.kernel_elementwise import STEPS
     from palimpsest.passes.kernel_rules import RULES
 
+    from palimpsest.backends.reference.executor import REGION_OPS
+
+    if graph_op in REGION_OPS:
+        return "graph level: the model runs on the reference executor, unplanned"
     if graph_op in STEPS:
         return "kernel.elementwise (fused step)"
     rule = RULES.get(graph_op)
