@@ -29,6 +29,7 @@ config)` sizes a workspace whose type has `?` dims. The rules:
 | `kernel.reduce` | `acc` (the out's shape) when the accumulation type differs from the element type: f16 sum/mean in f32, integer mean in f64 |
 | `kernel.elementwise` | `scratch` (the out's shape and type) when a step needs one (leaky_relu, hard_swish, softsign, elu, selu) |
 | `kernel.resize` | `stage<i>`: the result after each resized axis but the last; `taps` (linear/cubic): one tap, flat, sized for the largest stage |
+| `kernel.lstm`, `kernel.gru`, `kernel.rnn` | `projected` G x seq x batch x H (X·Wᵀ for every step), `recurrence` G x H x H (Rᵀ), `state` rows x batch x H (gates, hidden and cell states, scratch, broadcast biases and peepholes), `valid` seq x batch i1 with sequence_lens (kernel_recurrent.py) |
 | `kernel.transpose`, `kernel.concat`, `kernel.gather`, `kernel.pad` | none |
 | `kernel.generic` | none: any other graph op, by name (`op`), run with its reference kernel |
 
@@ -57,14 +58,17 @@ from palimpsest.dialects.kernel_elementwise import (  # noqa: F401
 from palimpsest.dialects.kernel_data import (  # noqa: F401
     RESIZE_COORDINATE_MODES, ConcatOp, GatherOp, GenericOp, PadOp, ResizeOp, TransposeOp,
 )
+from palimpsest.dialects.kernel_recurrent import (  # noqa: F401
+    RECURRENT_KERNELS, GruOp, LstmOp, RnnOp,
+)
 
 KERNEL_OPS = {cls.name: cls for cls in (
     Conv2dOp, MatmulOp, Pool2dOp, SoftmaxOp, LayerNormOp, ReduceOp, ElementwiseOp,
-    TransposeOp, ConcatOp, GatherOp, PadOp, ResizeOp)}
+    TransposeOp, ConcatOp, GatherOp, PadOp, ResizeOp, LstmOp, GruOp, RnnOp)}
 
 __all__ = [
     "KERNEL_OPS", "STEPS", "ConcatOp", "Conv2dOp", "ElementwiseOp", "GatherOp", "GenericOp",
-    "KernelOp", "LayerNormOp", "MatmulOp", "PadOp", "Pool2dOp", "ReduceOp", "ResizeOp",
-    "SoftmaxOp", "TransposeOp", "f64_array", "int_array", "is_float", "is_numeric",
-    "segment_sizes_attr", "step_shape",
+    "GruOp", "KernelOp", "LayerNormOp", "LstmOp", "MatmulOp", "PadOp", "Pool2dOp",
+    "RECURRENT_KERNELS", "ReduceOp", "ResizeOp", "RnnOp", "SoftmaxOp", "TransposeOp",
+    "f64_array", "int_array", "is_float", "is_numeric", "segment_sizes_attr", "step_shape",
 ]

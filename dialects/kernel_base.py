@@ -114,8 +114,9 @@ def _compatible(expected, actual) -> bool:
 class KernelOp(Operation):
     """A kernel: reads `ins`, writes `outs`, uses `workspaces` as scratch during the op.
 
-    Subclasses declare `arity` (min, max ins; max None: any), their properties, and
-    the rules: `check` (operand types and properties), `result_shapes`,
+    Subclasses declare `arity` (min, max ins; max None: any), `outs_arity` (min, max
+    outs: a kernel of several results writes the first ones its compute has), their
+    properties, and the rules: `check` (operand types and properties), `result_shapes`,
     `workspace_roles` and `workspace_shape` (and `workspace_element` when a workspace's
     element type is not the first in's)."""
 
@@ -125,6 +126,7 @@ class KernelOp(Operation):
     effects = (MemoryEffect(READ, "ins"), MemoryEffect(WRITE, "outs"),
                MemoryEffect(READ, "workspaces"), MemoryEffect(WRITE, "workspaces"))
     arity: ClassVar[tuple] = (1, 1)
+    outs_arity: ClassVar[tuple] = (1, 1)
 
     # -- properties as Python values -------------------------------------------------------
     @classmethod
@@ -204,8 +206,10 @@ class KernelOp(Operation):
             expected = f"{low}" if low == high else (
                 f"at least {low}" if high is None else f"{low} to {high}")
             raise self.error(f"takes {expected} ins, got {len(ins)}")
-        if len(outs) != 1:
-            raise self.error(f"writes one out, got {len(outs)}")
+        low, high = self.outs_arity
+        if not low <= len(outs) <= high:
+            expected = "one out" if high == 1 else f"{low} to {high} outs"
+            raise self.error(f"writes {expected}, got {len(outs)}")
         in_types = [v.type for v in ins]
         config = self.config()
         try:

@@ -422,6 +422,15 @@ def _lower_resize(c: _Compute):
     return K.ResizeOp, [x], props
 
 
+def _lower_recurrent(c: _Compute):
+    """graph.lstm/gru/rnn → kernel.lstm/gru/rnn (kernel_recurrent.py)."""
+    cls = {"graph.lstm": K.LstmOp, "graph.gru": K.GruOp, "graph.rnn": K.RnnOp}[c.name]
+    given = [name for name in cls.OPTIONAL_INS if c[name] is not None]
+    ins = [c["X"], c["W"], c["R"]] + [c[name] for name in given]
+    props = cls.properties_from(c.name, c.prop, given)
+    return None if any(v is None for v in ins) or props is None else (cls, ins, props)
+
+
 RULES = {
     "graph.conv": _lower_conv,
     "graph.matmul": _lower_matmul,
@@ -440,6 +449,9 @@ RULES = {
     "graph.gather": _lower_gather,
     "graph.pad": _lower_pad,
     "graph.resize": _lower_resize,
+    "graph.lstm": _lower_recurrent,
+    "graph.gru": _lower_recurrent,
+    "graph.rnn": _lower_recurrent,
 }
 
 
@@ -470,7 +482,7 @@ def _fitting_config(cls, ins, outs, props) -> tuple | None:
         workspaces = cls.workspace_types(in_types, config)
     except (S.ShapeError, KeyError, TypeError, IndexError, ValueError):
         return None
-    if len(outs) != len(shapes):
+    if not cls.outs_arity[0] <= len(outs) <= min(cls.outs_arity[1], len(shapes)):
         return None
     for value, shape, element in zip(outs, shapes, elements):
         if value.type.element_type != element:

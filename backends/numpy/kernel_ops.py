@@ -17,6 +17,7 @@ the implementations live beside it and register themselves when this module is i
 - `kernel_ops_elementwise.py`: fused elementwise chains, one function per step (the
   f32/f16 erf approximation among them).
 - `kernel_ops_movement.py`: data movement: transpose, concat, gather, pad, resize.
+- `kernel_ops_recurrent.py`: lstm, gru, rnn (one GEMM for X·Wᵀ, a step loop in workspaces).
 
 | op | how |
 |---|---|
@@ -27,6 +28,7 @@ the implementations live beside it and register themselves when this module is i
 | layer_norm | mean into the mean workspace (row sums as softmax's, / width), Y = X - mean, `np.einsum` sum of squares into var, Y *= 1/sqrt(var + eps), *= scale, += B |
 | reduce | `np.mean` / `np.sum` / `np.max` with `out=` (the acc workspace when accumulating in another type) |
 | elementwise | every step computed into Y (steps after the first read Y) with ufuncs and `out=`; leaky_relu, hard_swish, softsign, elu and selu use the scratch workspace; relu and two-bound clip are one `np.clip` (SIMD, 2-8x faster than maximum/minimum); f32/f16 erf is a rational approximation evaluated in float32 chunks |
+| lstm, gru, rnn | per direction: X·Wᵀ of every step in one `np.matmul` into `projected`, biases added once, Rᵀ copied contiguous; per step a batched `np.matmul(H, Rᵀ, out=gates)` and in-place ufuncs on contiguous gates, the next state in the other half of the state rows (halves swap; entries past their sequence length keep theirs through `np.copyto(where=valid)`); nothing allocated |
 | transpose, concat, gather | `np.copyto` of a transposed view, `np.concatenate(out=)`, `np.take(out=, mode="wrap")` |
 | pad | interior copied, then borders: constant fills, or edge/reflect/wrap slab copies within Y |
 | resize | per axis, `np.take(out=)` into the next stage (a workspace, or Y for the last), linear/cubic taps weighted in place and summed through the taps workspace |
@@ -202,6 +204,7 @@ def step(*names):
 # -- the implementations (each module registers its ops on import) -----------------------------
 
 from palimpsest.backends.numpy import (  # noqa: E402,F401  (registration)
-    kernel_ops_conv, kernel_ops_elementwise, kernel_ops_movement, kernel_ops_reduce)
+    kernel_ops_conv, kernel_ops_elementwise, kernel_ops_movement, kernel_ops_recurrent,
+    kernel_ops_reduce)
 
 __all__ = ["KERNEL_IMPLS", "STEP_IMPLS", "config_of", "kernel_info", "execute_kernel", "workspaces_by_role"]

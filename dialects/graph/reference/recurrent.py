@@ -8,44 +8,41 @@ from __future__ import annotations
 
 import numpy as np
 
+from palimpsest.dialects.graph.naming import ONNX_TO_GRAPH
+from palimpsest.dialects.graph.ops_recurrent import resolve_activations
+from palimpsest.dialects.graph.shapes import ShapeError
+
 from ._common import float_compute_dtype, i_attr, kernel, op_error, opt, req, s_attr
 
-# name -> (function of (x, alpha, beta), default alpha, default beta)
+# name -> function of (x, alpha, beta); names, defaults and the reading of
+# activation_alpha/beta: ops_recurrent.resolve_activations
 _ACTIVATIONS = {
-    "Relu": (lambda x, a, b: np.maximum(x, 0), None, None),
-    "Tanh": (lambda x, a, b: np.tanh(x), None, None),
-    "Sigmoid": (lambda x, a, b: 0.5 * (1 + np.tanh(0.5 * x)), None, None),
-    "Affine": (lambda x, a, b: a * x + b, 1.0, 0.0),
-    "LeakyRelu": (lambda x, a, b: np.where(x >= 0, x, a * x), 0.01, None),
-    "ThresholdedRelu": (lambda x, a, b: np.where(x > a, x, 0), 1.0, None),
-    "ScaledTanh": (lambda x, a, b: a * np.tanh(b * x), 1.0, 1.0),
-    "HardSigmoid": (lambda x, a, b: np.clip(a * x + b, 0, 1), 0.2, 0.5),
-    "Elu": (lambda x, a, b: np.where(x >= 0, x, a * np.expm1(np.minimum(x, 0))), 1.0, None),
-    "Softsign": (lambda x, a, b: x / (1 + np.abs(x)), None, None),
-    "Softplus": (lambda x, a, b: np.logaddexp(0, x), None, None),
+    "Relu": lambda x, a, b: np.maximum(x, 0),
+    "Tanh": lambda x, a, b: np.tanh(x),
+    "Sigmoid": lambda x, a, b: 0.5 * (1 + np.tanh(0.5 * x)),
+    "Affine": lambda x, a, b: a * x + b,
+    "LeakyRelu": lambda x, a, b: np.where(x >= 0, x, a * x),
+    "ThresholdedRelu": lambda x, a, b: np.where(x > a, x, 0),
+    "ScaledTanh": lambda x, a, b: a * np.tanh(b * x),
+    "HardSigmoid": lambda x, a, b: np.clip(a * x + b, 0, 1),
+    "Elu": lambda x, a, b: np.where(x >= 0, x, a * np.expm1(np.minimum(x, 0))),
+    "Softsign": lambda x, a, b: x / (1 + np.abs(x)),
+    "Softplus": lambda x, a, b: np.logaddexp(0, x),
 }
-
-_DEFAULTS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh"), "RNN": ("Tanh",)}
 
 
 def _activations(onnx_op, attrs, dirs):
-    """Per direction, the list of activation callables (alphas and betas consumed in
-    order by the functions that take them)."""
-    names = attrs.get("activations") or list(_DEFAULTS[onnx_op]) * dirs
-    names = [n.decode() if isinstance(n, bytes) else n for n in names]
-    per_dir = len(_DEFAULTS[onnx_op])
-    if len(names) != per_dir * dirs:
-        raise op_error(onnx_op, f"needs {per_dir * dirs} activations, got {len(names)}")
-    alphas = list(attrs.get("activation_alpha") or [])
-    betas = list(attrs.get("activation_beta") or [])
-    functions = []
-    for name in names:
-        if name not in _ACTIVATIONS:
-            raise op_error(onnx_op, f"unknown activation '{name}'")
-        fn, alpha, beta = _ACTIVATIONS[name]
-        a = alphas.pop(0) if alpha is not None and alphas else alpha
-        b = betas.pop(0) if beta is not None and betas else beta
-        functions.append(lambda x, fn=fn, a=a, b=b: fn(x, a, b))
+    """Per direction, the list of activation callables."""
+    names = [n.decode() if isinstance(n, bytes) else n for n in attrs.get("activations") or []]
+    try:
+        resolved = resolve_activations(ONNX_TO_GRAPH[onnx_op], names,
+                                       attrs.get("activation_alpha"),
+                                       attrs.get("activation_beta"), dirs)
+    except ShapeError as error:
+        raise op_error(onnx_op, str(error)) from None
+    functions = [lambda x, fn=_ACTIVATIONS[name], a=a, b=b: fn(x, a, b)
+                 for name, a, b in resolved]
+    per_dir = len(functions) // dirs
     return [functions[d * per_dir:(d + 1) * per_dir] for d in range(dirs)]
 
 
@@ -82,6 +79,9 @@ def _run(onnx_op, inputs, attrs, num_results):
     clip = attrs.get("clip")
     lengths = (np.full(batch, steps, np.int64) if lengths is None
                else np.asarray(lengths, np.int64).reshape(-1))
+    if np.any(lengths < 0) or np.any(lengths > steps):
+        raise op_error(onnx_op, f"sequence_lens must be within [0, {steps}], "
+                                f"got {lengths.tolist()}")
     bias = (np.zeros((dirs, 2 * gates * hidden), compute) if b is None else b.astype(compute))
     h0 = np.zeros((dirs, batch, hidden), compute) if h0 is None else h0.astype(compute)
     c0 = np.zeros((dirs, batch, hidden), compute) if c0 is None else c0.astype(compute)

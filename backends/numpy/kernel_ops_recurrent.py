@@ -1,0 +1,300 @@
+"""Recurrent kernels on numpy: kernel.lstm, kernel.gru and kernel.rnn (kernel_recurrent.py).
+Registered in `KERNEL_IMPLS` (kernel_ops.py, which imports this module).
+
+Per direction: X·Wᵀ for every step is one `np.matmul` into the `projected` workspace
+(gate-major: G x seq x batch x H), and the biases that do not depend on the state are
+added to it once; Rᵀ is copied contiguous into the `recurrence` workspace (BLAS is
+1.3-1.8x slower on a transposed view). Then one step per time index (backwards for
+`reverse` and the second direction): a batched `np.matmul` of the hidden state by Rᵀ
+into the `gates` rows of the `state` workspace, and in-place ufuncs on whole gates. A
+step writes the next state into the other half of the `hidden` (`cell`) rows; with
+every batch entry within its sequence length the halves swap, otherwise the entries
+still running copy it over (`np.copyto(where=)`, the `valid` mask filled once) and the
+others keep their state and write zeros to Y. Nothing is allocated: every array a step
+touches is an out, an in or a workspace, and contiguous, so numpy's ufuncs need no
+buffers either (bias and peephole vectors are broadcast once into their rows of the
+`state` workspace)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from palimpsest.backends.numpy.kernel_ops import (
+    _view_as, config_of, impl, workspaces_by_role)
+
+# -- activations, in place: f(x, alpha, beta, scratch) with scratch shaped as x ------------------
+
+
+def _relu(x, a, b, s):
+    np.maximum(x, 0, out=x)
+
+
+def _tanh(x, a, b, s):
+    np.tanh(x, out=x)
+
+
+def _sigmoid(x, a, b, s):  # 0.5 * (1 + tanh(x / 2)): no overflow, and 4x faster than
+    np.multiply(x, 0.5, out=x)  # scipy's expit
+    np.tanh(x, out=x)
+    np.add(x, 1, out=x)
+    np.multiply(x, 0.5, out=x)
+
+
+def _affine(x, a, b, s):
+    np.multiply(x, a, out=x)
+    np.add(x, b, out=x)
+
+
+def _leaky_relu(x, a, b, s):  # max(x, 0) + a * min(x, 0)
+    np.minimum(x, 0, out=s)
+    np.multiply(s, a, out=s)
+    np.maximum(x, 0, out=x)
+    np.add(x, s, out=x)
+
+
+def _thresholded_relu(x, a, b, s):
+    np.subtract(x, a, out=s)
+    np.heaviside(s, 0, out=s)  # 1 where x > alpha, else 0 (a bool out would be cast)
+    np.multiply(x, s, out=x)
+
+
+def _scaled_tanh(x, a, b, s):
+    np.multiply(x, b, out=x)
+    np.tanh(x, out=x)
+    np.multiply(x, a, out=x)
+
+
+def _hard_sigmoid(x, a, b, s):
+    np.multiply(x, a, out=x)
+    np.add(x, b, out=x)
+    np.clip(x, 0, 1, out=x)
+
+
+def _elu(x, a, b, s):  # max(x, 0) + a * (exp(min(x, 0)) - 1)
+    np.minimum(x, 0, out=s)
+    np.expm1(s, out=s)
+    np.multiply(s, a, out=s)
+    np.maximum(x, 0, out=x)
+    np.add(x, s, out=x)
+
+
+def _softsign(x, a, b, s):
+    np.abs(x, out=s)
+    np.add(s, 1, out=s)
+    np.divide(x, s, out=x)
+
+
+def _softplus(x, a, b, s):
+    np.logaddexp(x, 0, out=x)
+
+
+ACTIVATIONS = {
+    "Relu": _relu, "Tanh": _tanh, "Sigmoid": _sigmoid, "Affine": _affine,
+    "LeakyRelu": _leaky_relu, "ThresholdedRelu": _thresholded_relu,
+    "ScaledTanh": _scaled_tanh, "HardSigmoid": _hard_sigmoid, "Elu": _elu,
+    "Softsign": _softsign, "Softplus": _softplus,
+}
+
+
+def _bound(config, direction: int, per_direction: int) -> list:
+    """Direction `direction`'s activations as f(x, scratch)."""
+    start = direction * per_direction
+    return [lambda x, s, fn=ACTIVATIONS[name], a=a, b=b: fn(x, a, b, s)
+            for name, a, b in zip(config["activations"][start:start + per_direction],
+                                  config["activation_alpha"][start:start + per_direction],
+                                  config["activation_beta"][start:start + per_direction])]
+
+
+# -- the cells: step(t, h, c, h_next, c_next) writes the next state ------------------------------
+
+class _Cell:
+    """What every step of one direction reads: Rᵀ per gate (G x H x H), the projected
+    inputs (G x seq x batch x H), the workspaces and the activations."""
+
+    def __init__(self, config, r_t, projected, rows, activations):
+        self.r_t = r_t
+        self.projected = projected
+        self.gates = rows.get("gates")
+        self.scratch_rows = rows["scratch"]
+        self.scratch = rows["scratch"][0]
+        self.bias = rows.get("bias")
+        self.peepholes = rows.get("peepholes")
+        self.activations = activations
+        self.clip = config["clip"]
+        self.config = config
+
+    def clipped(self, x):
+        if self.clip is not None:
+            np.clip(x, -self.clip, self.clip, out=x)
+        return x
+
+    def peephole(self, gate, which, c):
+        if self.peepholes is not None:
+            np.multiply(c, self.peepholes[which], out=self.scratch)
+            np.add(gate, self.scratch, out=gate)
+
+
+class _Lstm(_Cell):
+    def step(self, t, h, c, h_next, c_next):
+        g, s, projected = self.gates, self.scratch, self.projected
+        f_act, g_act, h_act = self.activations
+        np.matmul(h, self.r_t, out=g)
+        for k in range(4):
+            np.add(g[k], projected[k, t], out=g[k])
+        i, o, f, cand = g
+        if self.peepholes is None:  # i, o and f at once (o does not read C')
+            f_act(self.clipped(g)[:3], self.scratch_rows[:3])
+        else:
+            self.peephole(i, 0, c)
+            f_act(self.clipped(i), s)
+            self.peephole(f, 2, c)
+            f_act(self.clipped(f), s)
+        if self.config["input_forget"]:
+            np.subtract(1, i, out=f)
+        g_act(self.clipped(cand), s)
+        np.multiply(f, c, out=c_next)         # C' = f * C + i * g(c)
+        np.multiply(i, cand, out=i)
+        np.add(c_next, i, out=c_next)
+        if self.peepholes is not None:
+            self.peephole(o, 1, c_next)
+            f_act(self.clipped(o), s)
+        np.copyto(h_next, c_next)             # H' = o * h(C')
+        h_act(h_next, s)
+        np.multiply(h_next, o, out=h_next)
+
+
+class _Gru(_Cell):
+    def step(self, t, h, c, h_next, c_next):
+        g, s, projected = self.gates, self.scratch, self.projected
+        f_act, g_act = self.activations
+        z, reset, cand = g
+        if self.config["linear_before_reset"]:  # h~ = g(xWh + Wbh + r * (H Rhᵀ + Rbh))
+            np.matmul(h, self.r_t, out=g)
+            if self.bias is not None:
+                np.add(cand, self.bias[3], out=cand)
+        else:                                   # h~ = g(xWh + (r * H) Rhᵀ + Wbh + Rbh)
+            np.matmul(h, self.r_t[:2], out=g[:2])
+        for gate, k in ((z, 0), (reset, 1)):
+            np.add(gate, projected[k, t], out=gate)
+        f_act(self.clipped(g[:2]), self.scratch_rows[:2])  # z and r at once
+        if self.config["linear_before_reset"]:
+            np.multiply(cand, reset, out=cand)
+        else:
+            np.multiply(reset, h, out=s)
+            np.matmul(s, self.r_t[2], out=cand)
+        np.add(cand, projected[2, t], out=cand)
+        g_act(self.clipped(cand), s)
+        np.subtract(h, cand, out=h_next)        # H' = (1 - z) * h~ + z * H
+        np.multiply(h_next, z, out=h_next)
+        np.add(h_next, cand, out=h_next)
+
+
+class _Rnn(_Cell):
+    def step(self, t, h, c, h_next, c_next):
+        np.matmul(h, self.r_t[0], out=h_next)
+        np.add(h_next, self.projected[0, t], out=h_next)
+        self.activations[0](self.clipped(h_next), self.scratch)
+
+
+_CELLS = {"kernel.lstm": _Lstm, "kernel.gru": _Gru, "kernel.rnn": _Rnn}
+
+
+# -- the kernel ------------------------------------------------------------------------------------
+
+@impl("kernel.lstm")
+@impl("kernel.gru")
+@impl("kernel.rnn")
+def recurrent(op, inputs, outputs, workspaces):
+    config = config_of(op)
+    cls = type(op)
+    ws = workspaces_by_role(op, workspaces)
+    rows = {name: ws["state"][span.start:span.stop]
+            for name, span in cls.state_rows(config).items()}
+    given = dict(zip(cls.in_roles(config), inputs))
+    x, w, r = given["X"], given["W"], given["R"]
+    lengths = given.get("sequence_lens")
+    initial = [given.get("initial_h"), given.get("initial_c")]
+    y, finals = outputs[0], outputs[1:]
+    if layout := config["layout"]:  # every array seen time-major or direction-major
+        x = x.transpose(1, 0, 2)
+        y = y.transpose(1, 2, 0, 3)
+        finals = [a.transpose(1, 0, 2) for a in finals]
+        initial = [None if a is None else a.transpose(1, 0, 2) for a in initial]
+    seq, dirs, batch, size = y.shape
+    gate_count, projected = cls.gates, ws["projected"]
+    valid, full = ws.get("valid"), seq
+    if lengths is not None:
+        if np.any(lengths < 0) or np.any(lengths > seq):
+            raise ValueError(f"sequence_lens must be within [0, {seq}], got {lengths.tolist()}")
+        for t in range(seq):
+            np.greater(lengths, t, out=valid[t])
+        full = int(lengths.min()) if batch else seq  # steps where every entry runs
+    hidden, cell = rows["hidden"], rows.get("cell")
+    for d in range(dirs):
+        w_t = w[d].reshape(gate_count, size, -1).transpose(0, 2, 1)  # per gate: input x H
+        if layout:  # a GEMM per step and gate (X is batch-major)
+            np.matmul(x[None], w_t[:, None], out=projected)
+        else:       # a GEMM per gate over every step
+            np.matmul(_view_as(x, (seq * batch, x.shape[2])), w_t,
+                      out=_view_as(projected, (gate_count, seq * batch, size)))
+        _fold_biases(config, given.get("B"), d, rows.get("bias"), projected)
+        if "peepholes" in rows:
+            peepholes = rows["peepholes"]
+            for k in range(3):
+                np.copyto(peepholes[k], given["P"][d, k * size:(k + 1) * size])
+        for state, start in ((hidden, initial[0]), (cell, initial[1])):
+            if state is not None:
+                if start is None:
+                    state[0].fill(0)
+                else:
+                    np.copyto(state[0], start[d])
+        r_t = ws["recurrence"]
+        np.copyto(r_t, r[d].reshape(gate_count, size, size).transpose(0, 2, 1))
+        step = _CELLS[op.name](config, r_t, projected, rows,
+                               _bound(config, d, cls.PER_DIRECTION)).step
+        reverse = config["direction"] == "reverse" or d == 1
+        current = _loop(step, seq, reverse, valid, full, y[:, d], hidden, cell)
+        for final, state in zip(finals, (hidden, cell)):
+            np.copyto(final[d], state[current])
+
+
+def _fold_biases(config, bias, d, bias_rows, projected):
+    """Add to X·Wᵀ the biases no step needs apart (Wb + Rb; GRU with linear_before_reset:
+    Wbh alone, Rbh in the row after the gates'), each broadcast once into its `bias`
+    row (adds of contiguous arrays: numpy buffers a broadcast operand)."""
+    if bias is None:
+        return
+    gate_count, size = projected.shape[0], projected.shape[3]
+    b = bias[d].reshape(2, gate_count, size)
+    for k in range(gate_count):
+        if k == 2 and config.get("linear_before_reset"):
+            np.copyto(bias_rows[k, 0], b[0, k])
+            np.copyto(bias_rows[3, 0], b[1, k])
+            np.copyto(bias_rows[3, 1:], bias_rows[3, 0])
+        else:
+            np.add(b[0, k], b[1, k], out=bias_rows[k, 0])
+        np.copyto(bias_rows[k, 1:], bias_rows[k, 0])
+        for t in range(projected.shape[1]):
+            np.add(projected[k, t], bias_rows[k], out=projected[k, t])
+
+
+def _loop(step, seq, reverse, valid, full, y, hidden, cell):
+    """Run the steps in order; each entry's state stops at its sequence length (steps t
+    >= its length: state kept, zeros in Y). The index of the halves holding the final
+    states."""
+    current = 0
+    for t in (range(seq - 1, -1, -1) if reverse else range(seq)):
+        following = 1 - current
+        step(t, hidden[current], None if cell is None else cell[current],
+             hidden[following], None if cell is None else cell[following])
+        if t < full:  # every entry runs this step
+            current = following
+            np.copyto(y[t], hidden[current])
+            continue
+        running = valid[t][:, None]
+        for state in (hidden, cell):
+            if state is not None:
+                np.copyto(state[current], state[following], where=running)
+        y[t].fill(0)
+        np.copyto(y[t], hidden[following], where=running)
+    return current
