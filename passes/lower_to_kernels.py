@@ -24,6 +24,7 @@ the IR and the planner can share it with activations that are dead during the op
 | transpose, concat, gather | transpose, concat, gather | |
 | pad | pad | constant pads and axes; edge/reflect/wrap need static shapes that allow them |
 | resize | resize | static shapes, constant scales/sizes/roi; linear/cubic f32/f64 |
+| lstm, gru, rnn | lstm, gru, rnn (workspaces: projected inputs, Rᵀ, step state) | f32/f64 |
 
 Every other op (and one whose operands do not fit the rule) becomes `kernel.generic`,
 run by the backend with the graph op's implementation, with no workspace.
