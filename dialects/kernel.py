@@ -29,6 +29,7 @@ config)` sizes a workspace whose type has `?` dims. The rules:
 | `kernel.reduce` | `acc` (the out's shape) when the accumulation type differs from the element type: f16 sum/mean in f32, integer mean in f64 |
 | `kernel.elementwise` | `scratch` (the out's shape and type) when a step needs one (leaky_relu, hard_swish, softsign, elu, selu) |
 | `kernel.resize` | `stage<i>`: the result after each resized axis but the last; `taps` (linear/cubic): one tap, flat, sized for the largest stage |
+| `kernel.attention` | `scores` B x Hq x Sq x Skv, `stats` B x Hq x Sq x 1, `context` (3-D) B x Hq x Sq x Dv (kernel_attention.py) |
 | `kernel.lstm`, `kernel.gru`, `kernel.rnn` | `projected` G x seq x batch x H (X·Wᵀ for every step), `recurrence` G x H x H (Rᵀ), `state` rows x batch x H (gates, hidden and cell states, scratch, broadcast biases and peepholes), `valid` seq x batch i1 with sequence_lens (kernel_recurrent.py) |
 | `kernel.transpose`, `kernel.concat`, `kernel.gather`, `kernel.pad` | none |
 | `kernel.generic` | none: any other graph op, by name (`op`), run with its reference kernel |
@@ -61,13 +62,14 @@ from palimpsest.dialects.kernel_data import (  # noqa: F401
 from palimpsest.dialects.kernel_recurrent import (  # noqa: F401
     RECURRENT_KERNELS, GruOp, LstmOp, RnnOp,
 )
+from palimpsest.dialects.kernel_attention import AttentionOp  # noqa: F401
 
 KERNEL_OPS = {cls.name: cls for cls in (
     Conv2dOp, MatmulOp, Pool2dOp, SoftmaxOp, LayerNormOp, ReduceOp, ElementwiseOp,
-    TransposeOp, ConcatOp, GatherOp, PadOp, ResizeOp, LstmOp, GruOp, RnnOp)}
+    TransposeOp, ConcatOp, GatherOp, PadOp, ResizeOp, LstmOp, GruOp, RnnOp, AttentionOp)}
 
 __all__ = [
-    "KERNEL_OPS", "STEPS", "ConcatOp", "Conv2dOp", "ElementwiseOp", "GatherOp", "GenericOp",
+    "KERNEL_OPS", "STEPS", "AttentionOp", "ConcatOp", "Conv2dOp", "ElementwiseOp", "GatherOp", "GenericOp",
     "GruOp", "KernelOp", "LayerNormOp", "LstmOp", "MatmulOp", "PadOp", "Pool2dOp",
     "RECURRENT_KERNELS", "ReduceOp", "ResizeOp", "RnnOp", "SoftmaxOp", "TransposeOp",
     "f64_array", "int_array", "is_float", "is_numeric", "segment_sizes_attr", "step_shape",

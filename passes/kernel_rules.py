@@ -431,6 +431,39 @@ def _lower_recurrent(c: _Compute):
     return None if any(v is None for v in ins) or props is None else (cls, ins, props)
 
 
+def _lower_attention(c: _Compute):
+    """graph.attention → kernel.attention (kernel_attention.py) in its common form: one
+    result, no caches, no softcap, windows or nonpad lengths, a mask as wide as K."""
+    q, k, v, mask = c["q"], c["k"], c["v"], c["attn_mask"]
+    if q is None or k is None or v is None or len(c.outs) != 1:
+        return None
+    if any(c[name] is not None for name in ("past_key", "past_value", "nonpad_kv_seqlen")):
+        return None
+    if (c.prop("softcap", 0.0) or c.prop("qk_matmul_output_mode", 0)
+            or c.prop("left_window_size", -1) != -1 or c.prop("right_window_size", -1) != -1
+            or c.prop("softmax_precision") is not None):
+        return None
+    shape, k_shape = _shape(q), _shape(k)
+    if shape is None or k_shape is None:
+        return None
+    heads = c.prop("q_num_heads", 0) or 0
+    head_size = shape[-1] if len(shape) == 4 else (
+        shape[-1] // heads if heads and shape[-1] is not None else None)
+    scale = c.prop("scale")
+    if scale is None:
+        if head_size is None:
+            return None
+        scale = 1 / math.sqrt(head_size)
+    if mask is not None:
+        mask_shape, kv = _shape(mask), k_shape[-2] if len(k_shape) == 4 else k_shape[1]
+        if mask_shape is None or kv is None or mask_shape[-1] != kv or len(mask_shape) > 4:
+            return None
+    props = {"is_causal": _i(c.prop("is_causal", 0)), "scale": _f(scale),
+             "q_num_heads": _i(heads), "kv_num_heads": _i(c.prop("kv_num_heads", 0) or 0)}
+    ins = [q, k, v] + ([mask] if mask is not None else [])
+    return K.AttentionOp, ins, props
+
+
 RULES = {
     "graph.conv": _lower_conv,
     "graph.matmul": _lower_matmul,
@@ -449,6 +482,7 @@ RULES = {
     "graph.gather": _lower_gather,
     "graph.pad": _lower_pad,
     "graph.resize": _lower_resize,
+    "graph.attention": _lower_attention,
     "graph.lstm": _lower_recurrent,
     "graph.gru": _lower_recurrent,
     "graph.rnn": _lower_recurrent,

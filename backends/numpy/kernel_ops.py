@@ -18,6 +18,7 @@ the implementations live beside it and register themselves when this module is i
   f32/f16 erf approximation among them).
 - `kernel_ops_movement.py`: data movement: transpose, concat, gather, pad, resize.
 - `kernel_ops_recurrent.py`: lstm, gru, rnn (one GEMM for X·Wᵀ, a step loop in workspaces).
+- `kernel_ops_attention.py`: attention (scores and softmax rows in planned workspaces).
 
 | op | how |
 |---|---|
@@ -204,7 +205,8 @@ def step(*names):
 # -- the implementations (each module registers its ops on import) -----------------------------
 
 from palimpsest.backends.numpy import (  # noqa: E402,F401  (registration)
-    kernel_ops_conv, kernel_ops_elementwise, kernel_ops_movement, kernel_ops_recurrent,
+    kernel_ops_attention, kernel_ops_conv, kernel_ops_elementwise, kernel_ops_movement,
+    kernel_ops_recurrent,
     kernel_ops_reduce)
 
 __all__ = ["KERNEL_IMPLS", "STEP_IMPLS", "config_of", "kernel_info", "execute_kernel", "workspaces_by_role"]
