@@ -39,8 +39,6 @@ SUPPORTED_ELEM_TYPES = frozenset({1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, *range
 FLOAT_TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 # ops with regions: below the graph level they run as the graph level does (README)
 CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
-# one float16 ulp is ~9.8e-4 relative: a float16 result cannot be held to 1e-4
-FLOAT16_TOLERANCE = {"rtol": 1e-3, "atol": 1e-5}
 
 
 def cache_dir() -> Path:
@@ -294,13 +292,7 @@ def check_case(case: NodeCase, policy: Policy | None = None, through_ir: bool | 
     `through_ir`: False runs the kernel alone, True (or "graph") the graph level, "buffer"
     the buffer level on the numpy backend, "opencl" the planned kernels on the OpenCL
     device (run_case_through_ir).
-    Floats: rtol 1e-4 / atol 1e-5 (float16 results: rtol 1e-3), unless the policy says
-    otherwise for this case; integers and bools: exact. Dtypes and shapes must match."""
-    import ml_dtypes
-    import numpy as np
-
-    from palimpsest.dialects.graph.reference._common import SMALL_FLOATS
-
+    The comparison is assert_results_match's."""
     if case.error:
         raise AssertionError(f"{case.name}: could not load: {case.error}")
     if through_ir:
@@ -308,6 +300,19 @@ def check_case(case: NodeCase, policy: Policy | None = None, through_ir: bool | 
         results = run_case_through_ir(case, "graph" if case.op_type in CONTROL_FLOW else level)
     else:
         results = run_case(case)
+    assert_results_match(case, results, policy)
+
+
+def assert_results_match(case: NodeCase, results: list, policy: Policy | None = None) -> None:
+    """Compare `results` (one per node output, in order) with ONNX's expected outputs.
+    Floats: rtol 1e-4 / atol 1e-5; float16, bfloat16 and the float8 types: one unit in
+    the last place; unless the policy says otherwise for this case. Integers and bools:
+    exact. Dtypes and shapes must match."""
+    import ml_dtypes
+    import numpy as np
+
+    from palimpsest.dialects.graph.reference._common import SMALL_FLOATS
+
     assert len(results) >= sum(1 for n in case.node.output if n), (
         f"{case.name}: {len(results)} results for outputs {list(case.node.output)}"
     )

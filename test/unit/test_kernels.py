@@ -580,21 +580,7 @@ def test_node_case_through_the_kernel_level(name, constants):
     verify(module)
     module = lower(module)
     outputs, _ = run_with_stats(find_function(module, None), feeds, poison=True)
-    override = POLICY.tolerances.get(case.name)
-    for index, expected in enumerate(case.expected):
-        if expected is None:
-            continue
-        got = np.asarray(outputs[case.node.output[index]])
-        where = f"{case.name}: output {index}"
-        assert got.dtype == expected.dtype and got.shape == expected.shape, where
-        if expected.dtype.kind == "f":
-            if override:
-                tol = {"rtol": override[0], "atol": override[1]}
-            else:
-                tol = nc.FLOAT16_TOLERANCE if expected.dtype == np.float16 else nc.FLOAT_TOLERANCE
-            np.testing.assert_allclose(got, expected, equal_nan=True, err_msg=where, **tol)
-        else:
-            np.testing.assert_array_equal(got, expected, err_msg=where)
+    nc.assert_results_match(case, [outputs.get(n) if n else None for n in case.node.output], POLICY)
 
 
 def test_node_cases_exercise_every_kernel():
