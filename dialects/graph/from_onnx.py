@@ -19,7 +19,7 @@ import re
 
 from palimpsest.dialects.builtin import ModuleOp
 from palimpsest.dialects.func import FuncOp, ReturnOp
-from palimpsest.dialects.graph.naming import ONNX_TO_GRAPH
+from palimpsest.dialects.graph.naming import CONTRIB_TO_GRAPH, ONNX_TO_GRAPH
 from palimpsest.dialects.graph.onnx_opsets import OpsetError, adapt
 from palimpsest.dialects.graph.ops_base import (
     ONNX_DTYPES, Args, _ConstantOperands, refine_type,
@@ -92,7 +92,10 @@ class _Importer:
     def fail(self, message: str, node=None) -> OnnxImportError:
         where = ""
         if node is not None:
-            where = f"node '{node.name or '(unnamed)'}' ({node.op_type}, opset {self.opset}): "
+            domain = "" if node.domain in ("", "ai.onnx") else node.domain
+            version = self.opsets.get(domain, "?") if domain else self.opset
+            where = (f"node '{node.name or '(unnamed)'}' ({domain + '.' if domain else ''}"
+                     f"{node.op_type}, opset {version}): ")
         return OnnxImportError(f"{where}{message}", NameLoc(self.model_name))
 
     # -- types -------------------------------------------------------------------------
@@ -203,17 +206,20 @@ class _Importer:
 
     def node(self, node, block):
         if node.domain not in ("", "ai.onnx"):
-            version = self.opsets.get(node.domain)
-            raise self.fail(f"operator domain '{node.domain}'"
-                            f"{f' (opset {version})' if version else ''} is not supported; "
-                            f"only the standard ONNX domain is", node)
-        if node.op_type == "Constant":
+            name = CONTRIB_TO_GRAPH.get((node.domain, node.op_type))
+            if name is None:
+                known = [op for domain, op in CONTRIB_TO_GRAPH if domain == node.domain]
+                raise self.fail(f"this operator is not supported: of domain '{node.domain}' "
+                                f"only {', '.join(known)} is" if known else
+                                f"operator domain '{node.domain}' is not supported", node)
+        elif node.op_type == "Constant":
             return self.constant_node(node, block)
-        try:
-            node = adapt(node, self.opset)   # into the latest opset's form (onnx_opsets.py)
-        except OpsetError as error:
-            raise self.fail(str(error), node) from None
-        name = ONNX_TO_GRAPH.get(node.op_type)
+        else:
+            try:
+                node = adapt(node, self.opset)   # into the latest opset's form (onnx_opsets.py)
+            except OpsetError as error:
+                raise self.fail(str(error), node) from None
+            name = ONNX_TO_GRAPH.get(node.op_type)
         cls = lookup_op(name) if name else None
         if cls is None:
             raise self.fail("this operator is not supported (the README lists the supported "

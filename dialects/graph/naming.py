@@ -212,6 +212,12 @@ ONNX_TO_GRAPH: dict[str, str] = {
     "Scan": "graph.scan",
 }
 
+# Operators of other domains that real exports carry: onnxruntime's contrib ops its own
+# quantization tool emits. (domain, op type) -> graph op name.
+CONTRIB_TO_GRAPH: dict[tuple[str, str], str] = {
+    ("com.microsoft", "DynamicQuantizeLSTM"): "graph.dynamic_quantize_lstm",
+}
+
 GRAPH_TO_ONNX: dict[str, str] = {graph: onnx for onnx, graph in ONNX_TO_GRAPH.items()}
 
 assert len(GRAPH_TO_ONNX) == len(ONNX_TO_GRAPH), "graph op names must be unique"

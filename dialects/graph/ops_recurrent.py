@@ -14,8 +14,9 @@ from palimpsest.dialects.graph.bound_rules import at_upper
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
     AnyTensor, FloatTensor, GraphOp, IndexTensor, ShapeError, float_prop, floats_prop,
-    int_prop, segments_prop, str_prop, tensor,
+    int_prop, segments_prop, str_prop, tensor, tensor_where,
 )
+from palimpsest.ir.types import IntegerType
 from palimpsest.ir.attributes import ArrayAttr, StringAttr
 from palimpsest.ir.opdef import PropDef, operand, optional_operand, register_op, \
     variadic_result
@@ -32,6 +33,7 @@ _BY_LOWER = {name.lower(): name for name in ACTIVATIONS}
 
 # per direction: LSTM f, g, h; GRU f, g; RNN f
 DEFAULT_ACTIVATIONS = {"graph.lstm": ("Sigmoid", "Tanh", "Tanh"),
+                       "graph.dynamic_quantize_lstm": ("Sigmoid", "Tanh", "Tanh"),
                        "graph.gru": ("Sigmoid", "Tanh"), "graph.rnn": ("Tanh",)}
 
 
@@ -76,6 +78,10 @@ def _check_activations(attr):
     return None
 
 
+QuantizedTensor = tensor_where("a tensor of i8 or ui8",
+                               lambda t: isinstance(t, IntegerType) and t.width == 8)
+
+
 def _expect(args, name: str, expected: tuple) -> None:
     """Operand `name`, when given, has `expected` (None dims: any) as its shape."""
     shape = args.shape(name)
@@ -111,6 +117,8 @@ class _RecurrentOp(GraphOp):
     gates = 1          # gate blocks in W and R
     state_results = 1  # Y_h (and Y_c for LSTM)
     states = ("initial_h",)
+    float_operands = ("X", "W", "R", "B")   # one element type
+    weights_transposed = False   # W, R as (dirs, rows, K); DynamicQuantizeLSTM's (dirs, K, rows)
 
     bound_rule = classmethod(at_upper)
 
@@ -120,7 +128,7 @@ class _RecurrentOp(GraphOp):
 
     @classmethod
     def rule(cls, args):
-        element = args.same_element("X", "W", "R", "B", *cls.states)
+        element = args.same_element(*cls.float_operands, *cls.states)
         count = args.num_results if args.num_results is not None else 1
         if not 1 <= count <= 1 + cls.state_results:
             raise ShapeError(f"has {count} results, at most {1 + cls.state_results}")
@@ -137,13 +145,17 @@ class _RecurrentOp(GraphOp):
         if hidden is not None and hidden < 1:
             raise ShapeError(f"hidden_size must be positive, got {hidden}")
         if hidden is None and r is not None:
-            hidden = r[2]
+            hidden = r[1] if cls.weights_transposed else r[2]
         seq, batch, size = (None, None, None) if x is None else x
         if args["layout"]:
             seq, batch = batch, seq
         rows = _times(cls.gates, hidden)
-        _expect(args, "W", (dirs, rows, size))
-        _expect(args, "R", (dirs, rows, hidden))
+        if cls.weights_transposed:
+            _expect(args, "W", (dirs, size, rows))
+            _expect(args, "R", (dirs, hidden, rows))
+        else:
+            _expect(args, "W", (dirs, rows, size))
+            _expect(args, "R", (dirs, rows, hidden))
         _expect(args, "B", (dirs, _times(2, rows)))
         _expect(args, "sequence_lens", (batch,))
         state = (batch, dirs, hidden) if args["layout"] else (dirs, batch, hidden)
@@ -189,3 +201,36 @@ class GRUOp(_RecurrentOp):
 @register_op
 class RNNOp(_RecurrentOp):
     name = "graph.rnn"
+
+
+@register_op
+class DynamicQuantizeLSTMOp(LSTMOp):
+    """onnxruntime's com.microsoft DynamicQuantizeLSTM, which its quantization tool emits
+    for LSTM: W (dirs, input_size, 4·hidden) and R (dirs, hidden, 4·hidden) are int8 or
+    uint8 with a scale and zero point per direction (or per direction and column). Each
+    GEMM quantizes its float operand to uint8 over its own range, as
+    DynamicQuantizeLinear does, and multiplies in integers: X for every step at once,
+    the hidden state once per step."""
+
+    name = "graph.dynamic_quantize_lstm"
+    W = operand(QuantizedTensor)
+    R = operand(QuantizedTensor)
+    W_scale = operand(FloatTensor)
+    W_zero_point = operand(QuantizedTensor)
+    R_scale = operand(FloatTensor)
+    R_zero_point = operand(QuantizedTensor)
+    float_operands = ("X", "B", "W_scale", "R_scale")
+    weights_transposed = True
+
+    @classmethod
+    def check_extra(cls, args, dirs, hidden) -> None:
+        super().check_extra(args, dirs, hidden)
+        for weight in ("W", "R"):
+            args.same_element(weight, f"{weight}_zero_point")
+            for param in (f"{weight}_scale", f"{weight}_zero_point"):
+                shape = args.shape(param)
+                if shape is not None and not (
+                        S.shapes_compatible(shape, (dirs,))
+                        or S.shapes_compatible(shape, (dirs, _times(4, hidden)))):
+                    raise ShapeError(f"'{param}' must have shape [{dirs}] or "
+                                     f"[{dirs}, 4·hidden], got {S.fmt(shape)}")

@@ -116,3 +116,28 @@ def test_int8_tensors_are_planned_as_one_byte_each():
     pools = session.last_plan.pool_sizes
     # the int8 intermediate (64 KiB) is the only activation; the output is in the io pool
     assert pools["activations"] == 64 * 1024
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_dynamic_quantize_lstm_from_onnxruntime_quantizer(tmp_path, direction):
+    """onnxruntime's quantize_dynamic turns an LSTM into com.microsoft's
+    DynamicQuantizeLSTM (int8 W and R transposed, per-direction scales): it imports and
+    matches onnxruntime, X and each step's hidden state quantized as onnxruntime does."""
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    dirs, hidden, size, steps, batch = (2 if direction == "bidirectional" else 1), 16, 8, 5, 2
+    inits = {"W": RNG.normal(0, 0.3, (dirs, 4 * hidden, size)).astype(np.float32),
+             "R": RNG.normal(0, 0.3, (dirs, 4 * hidden, hidden)).astype(np.float32),
+             "B": RNG.normal(0, 0.1, (dirs, 8 * hidden)).astype(np.float32)}
+    node = h.make_node("LSTM", ["x", "W", "R", "B"], ["y", "y_h", "y_c"],
+                       hidden_size=hidden, direction=direction)
+    model = _model([node], [h.make_tensor_value_info("x", T.FLOAT, [steps, batch, size])],
+                   [h.make_tensor_value_info(n, T.FLOAT, None) for n in ("y", "y_h", "y_c")],
+                   inits, opset=14)
+    source, quantized = tmp_path / "lstm.onnx", tmp_path / "lstm.int8.onnx"
+    onnx.save(model, source)
+    quantization.quantize_dynamic(str(source), str(quantized),
+                                  weight_type=quantization.QuantType.QInt8)
+    model = onnx.load(quantized)
+    assert [n.op_type for n in model.graph.node] == ["DynamicQuantizeLSTM"]
+    _check(model, {"x": RNG.normal(0, 1, (steps, batch, size)).astype(np.float32)}, atol=1e-5)
+

@@ -89,12 +89,15 @@ def dequantize_linear(inputs, attrs):
 
 @kernel("DynamicQuantizeLinear", multi=True)
 def dynamic_quantize_linear(inputs, attrs, num_results=None):
-    """uint8 over [min(0, min x), max(0, max x)]."""
+    """uint8 over [min(0, min x), max(0, max x)]; scale and zero point computed in float32,
+    as ONNX's reference and onnxruntime do (in float64 the scale can differ by an ulp,
+    and the model's quantized values with it)."""
     x = req("DynamicQuantizeLinear", inputs, 0, "x").astype(np.float32)
-    low = min(0.0, float(x.min())) if x.size else 0.0
-    high = max(0.0, float(x.max())) if x.size else 0.0
-    scale = np.float32((high - low) / 255)
-    zero = np.uint8(np.clip(np.rint(0 - low / scale), 0, 255)) if scale else np.uint8(0)
+    low = np.minimum(np.float32(0), x.min()) if x.size else np.float32(0)
+    high = np.maximum(np.float32(0), x.max()) if x.size else np.float32(0)
+    scale = (high - low) / np.float32(255)
+    zero = np.uint8(np.clip(np.rint(np.float32(0) - low / scale), 0, 255)) if scale else \
+        np.uint8(0)
     y = quantize(x, scale, np.asarray(zero), np.dtype(np.uint8)) if scale else \
         np.zeros(x.shape, np.uint8)
     return [y, np.asarray(scale, np.float32), np.asarray(zero, np.uint8)][:num_results or 3]

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from palimpsest.dialects.graph.naming import ONNX_TO_GRAPH
+from palimpsest.dialects.graph.naming import CONTRIB_TO_GRAPH, ONNX_TO_GRAPH
 from palimpsest.dialects.graph.ops_recurrent import resolve_activations
 from palimpsest.dialects.graph.shapes import ShapeError
 
-from ._common import float_compute_dtype, i_attr, kernel, op_error, opt, req, s_attr
+from ._common import KERNELS, float_compute_dtype, i_attr, kernel, op_error, opt, req, s_attr
+from .quant import dynamic_quantize_linear
 
 # name -> function of (x, alpha, beta); names, defaults and the reading of
 # activation_alpha/beta: ops_recurrent.resolve_activations
@@ -31,11 +32,14 @@ _ACTIVATIONS = {
 }
 
 
+_FLOAT_OP = {"DynamicQuantizeLSTM": "LSTM"}
+
+
 def _activations(onnx_op, attrs, dirs):
     """Per direction, the list of activation callables."""
     names = [n.decode() if isinstance(n, bytes) else n for n in attrs.get("activations") or []]
     try:
-        resolved = resolve_activations(ONNX_TO_GRAPH[onnx_op], names,
+        resolved = resolve_activations(ONNX_TO_GRAPH[_FLOAT_OP.get(onnx_op, onnx_op)], names,
                                        attrs.get("activation_alpha"),
                                        attrs.get("activation_beta"), dirs)
     except ShapeError as error:
@@ -56,16 +60,48 @@ def _backwards(x, lengths):
     return np.where(valid[..., None], picked, 0), np.where(valid, source, 0), valid
 
 
+def _quantized_product(a, weight, scale, zero_point):
+    """a @ weight as onnxruntime's DynamicQuantizeLSTM computes it: `a` quantized to
+    uint8 over its own range (DynamicQuantizeLinear), an integer product (exact in
+    float64), scaled by a's scale times the weight's (per tensor or per column)."""
+    aq, a_scale, a_zero = dynamic_quantize_linear([a], {})
+    product = (aq.astype(np.float64) - float(a_zero)) @ (
+        weight.astype(np.float64) - zero_point.astype(np.float64))
+    return product.astype(np.float32) * (np.float32(a_scale) * scale.astype(np.float32))
+
+
+def _weights(onnx_op, inputs, compute):
+    """(W, R, project, recur): project(d, x) = x W[d]ᵀ and recur(d, h) = h R[d]ᵀ."""
+    w = req(onnx_op, inputs, 1, "W")
+    r = req(onnx_op, inputs, 2, "R")
+    if onnx_op != "DynamicQuantizeLSTM":
+        w, r = w.astype(compute), r.astype(compute)
+        return w, r, lambda d, x: x @ w[d].T, lambda d, h: h @ r[d].T
+    params = [req(onnx_op, inputs, i, name) for i, name in
+              ((8, "W_scale"), (9, "W_zero_point"), (10, "R_scale"), (11, "R_zero_point"))]
+    dirs = w.shape[0]
+    w_scale, w_zero, r_scale, r_zero = (p.reshape(dirs, -1) for p in params)
+
+    def project(d, x):
+        rows = x.reshape(-1, x.shape[-1])
+        return _quantized_product(rows, w[d], w_scale[d], w_zero[d]).reshape(
+            x.shape[:-1] + (w.shape[2],))
+
+    # W and R in the float ops' layout, only their shapes are read
+    return (np.empty((dirs, w.shape[2], 0)), np.empty((dirs, 0, r.shape[1])),
+            project, lambda d, h: _quantized_product(h, r[d], r_scale[d], r_zero[d]))
+
+
 def _run(onnx_op, inputs, attrs, num_results):
     x = req(onnx_op, inputs, 0, "X")
     dtype = x.dtype
     compute = float_compute_dtype(dtype)
     layout = i_attr(attrs, "layout", 0)
-    w = req(onnx_op, inputs, 1, "W").astype(compute)
-    r = req(onnx_op, inputs, 2, "R").astype(compute)
+    w, r, project, recur = _weights(onnx_op, inputs, compute)
+    lstm = onnx_op in ("LSTM", "DynamicQuantizeLSTM")
     b, lengths, h0 = opt(inputs, 3), opt(inputs, 4), opt(inputs, 5)
-    c0 = opt(inputs, 6) if onnx_op == "LSTM" else None
-    peep = opt(inputs, 7) if onnx_op == "LSTM" else None
+    c0 = opt(inputs, 6) if lstm else None
+    peep = opt(inputs, 7) if lstm else None
     if layout:
         x = x.transpose(1, 0, 2)
         h0 = None if h0 is None else h0.transpose(1, 0, 2)
@@ -95,12 +131,12 @@ def _run(onnx_op, inputs, attrs, num_results):
         xs, where_from, valid = (_backwards(x, lengths) if backwards else
                                  (x, None, np.arange(steps)[:, None] < lengths[None, :]))
         wb, rb = bias[d, :gates * hidden], bias[d, gates * hidden:]
-        projected = xs @ w[d].T + wb          # every step's X W^T at once
+        projected = project(d, xs) + wb          # every step's X W^T at once
         h, c = h0[d], c0[d]
         fns = activations[d]
         for t in range(steps):
-            h_new, c_new = _cell(onnx_op, projected[t], h, c, r[d], rb, peep[d], fns, clip,
-                                 attrs, hidden)
+            h_new, c_new = _cell(onnx_op, projected[t], h, c, r[d], lambda h, d=d: recur(d, h),
+                                 rb, peep[d], fns, clip, attrs, hidden)
             keep = valid[t][:, None]
             h = np.where(keep, h_new, h)
             c = np.where(keep, c_new, c)
@@ -119,13 +155,13 @@ def _run(onnx_op, inputs, attrs, num_results):
     return [a.astype(dtype) for a in results[:num_results or 1]]
 
 
-def _cell(onnx_op, xw, h, c, r, rb, peep, fns, clip, attrs, hidden):
-    """One step: (new hidden state, new cell state)."""
+def _cell(onnx_op, xw, h, c, r, recur, rb, peep, fns, clip, attrs, hidden):
+    """One step: (new hidden state, new cell state). recur(h) = h Rᵀ (GRU splits R)."""
     def clipped(v):
         return np.clip(v, -clip, clip) if clip is not None else v
 
     if onnx_op == "RNN":
-        return fns[0](clipped(xw + h @ r.T + rb)), c
+        return fns[0](clipped(xw + recur(h) + rb)), c
     if onnx_op == "GRU":
         f, g = fns
         xz, xr, xh = np.split(xw, 3, axis=-1)
@@ -139,7 +175,7 @@ def _cell(onnx_op, xw, h, c, r, rb, peep, fns, clip, attrs, hidden):
             candidate = g(clipped(xh + (reset * h) @ rh.T + bh))
         return (1 - z) * candidate + z * h, c
     f, g, act_h = fns
-    gates = xw + h @ r.T + rb
+    gates = xw + recur(h) + rb
     gi, go, gf, gc = np.split(gates, 4, axis=-1)
     pi, po, pf = np.split(peep, 3)
     i = f(clipped(gi + pi * c))
@@ -152,3 +188,6 @@ def _cell(onnx_op, xw, h, c, r, rb, peep, fns, clip, attrs, hidden):
 for _op in ("LSTM", "GRU", "RNN"):
     kernel(_op, multi=True)(
         lambda inputs, attrs, num_results=None, _op=_op: _run(_op, inputs, attrs, num_results))
+KERNELS[CONTRIB_TO_GRAPH[("com.microsoft", "DynamicQuantizeLSTM")]] = (
+    lambda inputs, attrs, num_results=None: _run("DynamicQuantizeLSTM", inputs, attrs,
+                                                 num_results))
