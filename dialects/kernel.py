@@ -22,6 +22,7 @@ config)` sizes a workspace whose type has `?` dims. The rules:
 | op | workspaces |
 |---|---|
 | `kernel.conv2d` | `padded` C x (H+pt+pb) x (W+pl+pr) when a pad is non-zero; `im2col` (C*kh*kw) x (Ho*Wo) unless the kernel is 1x1 with stride 1 and no pads (then the input is the matrix); depthwise (one input channel per group, several groups; kernels larger than 1x1): `im2col` is a band of channels, flat: per channel its kh*kw rows and its M/C result rows, Ho x (W+pl+pr) each, for as many channels as fit 512Ki elements (one at least). Per image: a batch reuses them |
+| `kernel.conv_transpose` | `cols` (M*k1*..*kn) x (D1*..*Dn): one image's Wᵀ·X before col2im scatters it into Y (kernel_spatial.py) |
 | `kernel.matmul` | none (transposes are strided views; bias/alpha/beta are applied in the out buffer) |
 | `kernel.pool2d` | `padded` C x Eh x Ew (E = (O-1)*stride + dilated kernel) when windows reach into padding (pads, or a ceil_mode overhang); `divisor` Ho x Wo (avg) when windows count different numbers of cells |
 | `kernel.softmax` | `stats`: the input's shape with the axis dim 1 (row max, then row sums) |
@@ -63,13 +64,15 @@ from palimpsest.dialects.kernel_recurrent import (  # noqa: F401
     RECURRENT_KERNELS, GruOp, LstmOp, RnnOp,
 )
 from palimpsest.dialects.kernel_attention import AttentionOp  # noqa: F401
+from palimpsest.dialects.kernel_spatial import ConvTransposeOp  # noqa: F401
 
 KERNEL_OPS = {cls.name: cls for cls in (
     Conv2dOp, MatmulOp, Pool2dOp, SoftmaxOp, LayerNormOp, ReduceOp, ElementwiseOp,
-    TransposeOp, ConcatOp, GatherOp, PadOp, ResizeOp, LstmOp, GruOp, RnnOp, AttentionOp)}
+    TransposeOp, ConcatOp, GatherOp, PadOp, ResizeOp, LstmOp, GruOp, RnnOp, AttentionOp,
+    ConvTransposeOp)}
 
 __all__ = [
-    "KERNEL_OPS", "STEPS", "AttentionOp", "ConcatOp", "Conv2dOp", "ElementwiseOp", "GatherOp", "GenericOp",
+    "KERNEL_OPS", "STEPS", "AttentionOp", "ConcatOp", "Conv2dOp", "ConvTransposeOp", "ElementwiseOp", "GatherOp", "GenericOp",
     "GruOp", "KernelOp", "LayerNormOp", "LstmOp", "MatmulOp", "PadOp", "Pool2dOp",
     "RECURRENT_KERNELS", "ReduceOp", "ResizeOp", "RnnOp", "SoftmaxOp", "TransposeOp",
     "f64_array", "int_array", "is_float", "is_numeric", "segment_sizes_attr", "step_shape",

@@ -14,6 +14,9 @@ from palimpsest.ir.opdef import FunctionLike, is_dialect_registered, lookup_op
 from palimpsest.ir.parse_attributes import _split_uses, _symbol_name, _unescape
 
 _UNSET = object()
+# `%r:N` names N results; a count beyond this is a typo, not an op (the shared-type
+# pretty form would otherwise build N results before anything could object).
+MAX_RESULT_GROUP = 1 << 16
 
 
 class _Placeholder(Value):
@@ -322,6 +325,9 @@ class OpActions:
                 base, _, count = group.partition(":")
                 base = base.strip()[1:]
                 count = int(count) if count else 1
+                if not 1 <= count <= MAX_RESULT_GROUP:
+                    self.fail(f"result group '{group}' must name 1 to {MAX_RESULT_GROUP} "
+                              f"results", results_token)
                 if count == 1:
                     result_names.append(base)
                 else:

@@ -450,7 +450,7 @@ def _erase_dead(block) -> int:
             op.erase()
             erased += 1
         elif op.name == "buffer.alloc" and not op.results[0].uses \
-                and op.properties["kind"].value != "output":
+                and op.kind.value != "output":
             op.erase()
             erased += 1
         elif op.name == "buffer.compute" and _writes_only_private(op):
@@ -465,7 +465,7 @@ def _writes_only_private(op: Operation) -> bool:
     for value in op.outs:
         owner = getattr(value, "op", None)
         if owner is None or owner.name != "buffer.alloc" \
-                or owner.properties["kind"].value == "output":
+                or owner.kind.value == "output":
             return False
         if any(user is not op for user, _ in value.uses):
             return False

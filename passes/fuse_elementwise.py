@@ -116,7 +116,7 @@ def _link(chain: list, between: list, step: _Step) -> bool:
     else:
         owner = getattr(t, "op", None)
         if owner is None or owner.name != "buffer.alloc" or \
-                owner.properties["kind"].value != "activation":
+                owner.kind.value != "activation":
             return False
         members = {s.op for s in chain}
         for user in t.users():  # T carries only the chain's values (in place or not)

@@ -110,7 +110,7 @@ def insert_deallocs(root: Operation, dynamic_only: bool = False) -> InsertDeallo
         order = BlockOrder(block)
         plan: dict = {}
         for alloc in allocs:
-            if alloc.properties["kind"].value not in FREED_KINDS:
+            if alloc.kind.value not in FREED_KINDS:
                 continue
             values = alias_closure(alloc.results[0])
             users = {user for v in values for user, _ in v.uses}

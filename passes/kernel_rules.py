@@ -162,6 +162,56 @@ def _lower_conv(c: _Compute):
     return K.Conv2dOp, [v for v in (x, w, b) if v is not None], props
 
 
+def _lower_conv_transpose(c: _Compute):
+    """graph.conv_transpose → kernel.conv_transpose (kernel_spatial.py): auto_pad,
+    output_shape and output_padding folded into explicit (possibly negative) pads, as the
+    reference places them."""
+    x, w, b = c["x"], c["w"], c["b"]
+    if x is None or w is None or len(_shape(x)) < 3 or len(_shape(w)) != len(_shape(x)):
+        return None
+    if not K.is_float(_element(x)) or any(_element(v) != _element(x)
+                                          for v in (w, b) if v is not None):
+        return None
+    n = len(_shape(x)) - 2
+    kernel, sizes = list(_shape(w)[2:]), list(_shape(x)[2:])
+    if None in kernel or (c.prop("kernel_shape") is not None
+                          and list(c.prop("kernel_shape")) != kernel):
+        return None
+    strides = list(c.prop("strides") or [1] * n)
+    dilations = list(c.prop("dilations") or [1] * n)
+    extra = list(c.prop("output_padding") or [0] * n)
+    if len(strides) != n or len(dilations) != n or len(extra) != n:
+        return None
+    reach = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    auto_pad = c.prop("auto_pad", "NOTSET")
+    output_shape = c.prop("output_shape")
+    if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        if None in sizes:
+            return None
+        if output_shape is not None:
+            if len(output_shape) not in (n, n + 2):
+                return None
+            out = list(output_shape)[-n:]
+        else:
+            out = [size * s for size, s in zip(sizes, strides)]
+        begins, ends = [], []
+        for size, s, r, e, o in zip(sizes, strides, reach, extra, out):
+            total = s * (size - 1) + r + e - o
+            begin = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+            begins.append(begin)
+            ends.append(s * (size - 1) + r - begin - o)
+    elif auto_pad == "VALID":
+        begins, ends = [0] * n, [-e for e in extra]
+    else:
+        pads = list(c.prop("pads") or [0] * (2 * n))
+        if len(pads) != 2 * n:
+            return None
+        begins, ends = pads[:n], [p - e for p, e in zip(pads[n:], extra)]
+    props = {"group": _i(c.prop("group", 1)), "strides": K.int_array(strides),
+             "dilations": K.int_array(dilations), "pads": K.int_array(begins + ends)}
+    return K.ConvTransposeOp, [v for v in (x, w, b) if v is not None], props
+
+
 def _lower_matmul(c: _Compute):
     a, b = c["a"], c["b"]
     if a is None or b is None or _element(a) != _element(b) or not K.is_numeric(_element(a)):
@@ -466,6 +516,7 @@ def _lower_attention(c: _Compute):
 
 RULES = {
     "graph.conv": _lower_conv,
+    "graph.conv_transpose": _lower_conv_transpose,
     "graph.matmul": _lower_matmul,
     "graph.gemm": _lower_gemm,
     "graph.max_pool": _lower_pool,

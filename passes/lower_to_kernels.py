@@ -14,6 +14,7 @@ the IR and the planner can share it with activations that are dead during the op
 | graph op | kernel op | when (otherwise `kernel.generic`) |
 |---|---|---|
 | conv | conv2d | 4-D, f32/f64; auto_pad SAME_* needs static spatial dims |
+| conv_transpose | conv_transpose (workspace: `cols`) | rank >= 3, f32/f64, static kernel dims; auto_pad SAME_* and output_shape need static spatial dims |
 | matmul, gemm | matmul | same element types (gemm: f32/f64) |
 | max_pool (one result), average_pool | pool2d | 4-D; auto_pad as conv |
 | global_average_pool, global_max_pool | reduce (mean/max over the spatial dims) | f32/f64 |

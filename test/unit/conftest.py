@@ -11,6 +11,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 load_all()
 
 
+def pytest_addoption(parser):
+    parser.addoption("--fuzz-cases", type=int, default=None, metavar="N",
+                     help="cases per fuzzer (test_fuzz_*.py; PALIMPSEST_FUZZ_CASES too)")
+
+
 @pytest.fixture
 def parse_text():
     from palimpsest.ir.parser import parse
