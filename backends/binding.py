@@ -97,6 +97,55 @@ def bound_input_type(name: str, type_, dims: dict):
     return type_.with_bounds(bounds)
 
 
+def shaped_input_type(name: str, type_, shape):
+    """`type_` (input `name`'s) at the concrete `shape` (its `?` dims made static);
+    BindingError, one line naming the input, the expected type and the shape given, for
+    a rank that differs, a static dim contradicted, a negative dim or one beyond a bound."""
+    from dataclasses import replace
+
+    shape = tuple(int(d) for d in shape)
+    if not isinstance(type_, ShapedType):
+        raise BindingError(f"input '{name}': only a shaped argument takes a shape, not "
+                           f"'{type_}'")
+    declared = type_.shape
+    if declared is not None:
+        if len(declared) != len(shape):
+            raise BindingError(f"input '{name}': shape {list(shape)} does not fit {type_}: "
+                               f"expected {len(declared)} dims, got {len(shape)}")
+        for dim, (want, got) in enumerate(zip(declared, shape)):
+            if want is not None and want != got:
+                raise BindingError(f"input '{name}': shape {list(shape)} does not fit "
+                                   f"{type_}: dim {dim} is {want}, got {got}")
+    for dim, got in enumerate(shape):
+        if got < 0:
+            raise BindingError(f"input '{name}': shape {list(shape)} has a negative dim "
+                               f"({got} at dim {dim}; expected {type_})")
+    check_bounds(name, type_, shape)
+    return replace(type_.with_bounds(None), shape=shape)
+
+
+def specialize_inputs(func, shapes: dict | None = None, bounds: dict | None = None) -> None:
+    """Retype `func`'s inputs, named as users bind them: `bounds` ({name: {dim: bound}})
+    bound `?` dims, then `shapes` ({name: dims}) make them static. What the types of
+    the body become is `infer-shapes`' work. BindingError, one line, for an unknown
+    input or a shape or bound that does not fit."""
+    names = input_names(func)
+    types = list(func.type.inputs)
+    for name, type_ in zip(names, types):
+        if (name in (shapes or {}) or name in (bounds or {})) and not isinstance(
+                type_, TensorType):
+            raise BindingError(f"input '{name}': shapes and bounds apply to graph-level IR "
+                               f"(tensor arguments), not to '{type_}'")
+    for table, retype in ((bounds, bound_input_type), (shapes, shaped_input_type)):
+        for name, value in (table or {}).items():
+            if name not in names:
+                raise BindingError(f"unknown input '{name}' (the function takes: "
+                                   f"{', '.join(names) or 'no inputs'})")
+            index = names.index(name)
+            types[index] = retype(name, types[index], value)
+    retype_inputs(func, types)
+
+
 def retype_inputs(func, types) -> None:
     """Give `func`'s arguments `types` (its function type too)."""
     from palimpsest.ir.attributes import TypeAttr

@@ -73,6 +73,100 @@ class UserError(Exception):
     """A one-line error about the command line or the environment."""
 
 
+# ---------------------------------------------------------------- --shape and --bound
+
+SHAPE_HELP = ("give input NAME this shape, its '?' dims made static, before anything "
+              "else runs (repeatable)")
+BOUND_HELP = ("bound dynamic dims of an input, e.g. x=0:8,2:1280 (x's dim 0 <= 8, dim 2 "
+              "<= 1280; repeatable): bounded buffers are planned statically at their bounds")
+
+
+def add_shape_arguments(parser, shape_help: str = SHAPE_HELP,
+                        bound_help: str = BOUND_HELP) -> None:
+    """`--shape NAME=1x3x224x224` and `--bound NAME=DIM:BOUND,...`, as every tool spells them."""
+    parser.add_argument("--shape", action="append", default=[], metavar="NAME=1x3x224x224",
+                        help=shape_help)
+    parser.add_argument("--bound", action="append", default=[], metavar="NAME=DIM:BOUND,...",
+                        help=bound_help)
+
+
+def parse_assignments(items, what: str) -> dict:
+    """`NAME=VALUE` options (repeatable) -> {NAME: VALUE}."""
+    result = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name or not value:
+            raise UserError(f"{what} '{item}' must look like NAME=VALUE")
+        result[name] = value
+    return result
+
+
+def parse_shapes(items) -> dict:
+    """`--shape x=1x3x224x224` (repeatable) -> {"x": (1, 3, 224, 224)}."""
+    shapes = {}
+    for item in items:
+        name, eq, text = item.partition("=")
+        if not eq or not name or not text:
+            raise UserError(f"--shape '{item}' must look like NAME=DIMS (e.g. x=1x3x224x224)")
+        dims = []
+        for part in text.lower().split("x"):
+            try:
+                dims.append(int(part))
+            except ValueError:
+                raise UserError(f"--shape {item}: input '{name}': expected integer dims like "
+                                f"1x3x224x224, got '{part}'") from None
+            if dims[-1] < 0:
+                raise UserError(f"--shape {item}: input '{name}': expected dims >= 0, got "
+                                f"{dims[-1]}")
+        shapes[name] = tuple(dims)
+    return shapes
+
+
+def parse_bounds(items) -> dict:
+    """`--bound x=0:8,2:1280` (repeatable) -> {"x": {0: 8, 2: 1280}}."""
+    bounds: dict = {}
+    for item in items:
+        name, eq, text = item.partition("=")
+        dims = {}
+        try:
+            if not eq or not name:
+                raise ValueError
+            for pair in text.split(","):
+                dim, colon, bound = pair.partition(":")
+                if not colon:
+                    raise ValueError
+                dims[int(dim)] = int(bound)
+        except ValueError:
+            raise UserError(f"--bound '{item}' must look like NAME=DIM:BOUND[,DIM:BOUND...] "
+                            f"(e.g. x=0:8,2:1280)") from None
+        bounds.setdefault(name, {}).update(dims)
+    return bounds
+
+
+def specialize_module(module, function: str | None, shapes: dict, bounds: dict) -> None:
+    """Give the inputs of `function` (default: main, or the only one) of `module` the
+    parsed `--shape`s and `--bound`s (backends.binding.specialize_inputs)."""
+    from palimpsest.backends.binding import BindingError, find_function, specialize_inputs
+
+    if not shapes and not bounds:
+        return
+    try:
+        func = find_function(module, function)
+    except BindingError as error:
+        flags = "/".join(f for f, given in (("--shape", shapes), ("--bound", bounds)) if given)
+        raise UserError(f"{flags}: {error}") from None
+    for name, dims in bounds.items():
+        try:
+            specialize_inputs(func, bounds={name: dims})
+        except BindingError as error:
+            raise UserError(f"--bound: {error}") from None
+    for name, shape in shapes.items():
+        try:
+            specialize_inputs(func, shapes={name: shape})
+        except BindingError as error:
+            raise UserError(f"--shape {name}={'x'.join(map(str, shape))}: {error}") from None
+
+
 def run_main(tool: str, body, sources: SourceManager | None = None) -> int:
     """Run `body()` and turn every failure into a one-line report and an exit code."""
     try:

@@ -6,7 +6,10 @@ import argparse
 import os
 import sys
 
-from palimpsest.tools.cli import console_entry, UserError, run_main, write_text
+from palimpsest.tools.cli import (
+    add_shape_arguments, console_entry, parse_bounds, parse_shapes, run_main,
+    specialize_module, UserError, write_text,
+)
 
 
 def build_argument_parser() -> argparse.ArgumentParser:
@@ -22,6 +25,9 @@ def build_argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-infer-shapes", action="store_true",
                         help="do not run infer-shapes after importing")
     parser.add_argument("--print-op-generic", action="store_true")
+    add_shape_arguments(parser, shape_help=(
+        "give input NAME (its ONNX name) this shape, its '?' dims made static, before "
+        "infer-shapes runs (repeatable)"))
     return parser
 
 
@@ -37,9 +43,11 @@ def _run(args) -> int:
     from palimpsest.ir.verifier import verify
     from palimpsest.passes.pass_manager import PassManager, parse_pipeline
 
+    shapes, bounds = parse_shapes(args.shape), parse_bounds(args.bound)
     if not os.path.exists(args.model):
         raise UserError(f"cannot open '{args.model}': no such file")
     module = import_onnx(args.model, function_name=args.function, inline_limit=args.inline_limit)
+    specialize_module(module, args.function, shapes, bounds)
     verify(module)
     if not args.no_infer_shapes:
         PassManager(parse_pipeline("infer-shapes")).run(module)

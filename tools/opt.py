@@ -7,7 +7,10 @@ import sys
 import time
 
 from palimpsest.ir.diagnostics import DiagnosticError, SourceManager, split_source
-from palimpsest.tools.cli import console_entry, UserError, output_dir, read_text, run_main, write_text
+from palimpsest.tools.cli import (
+    add_shape_arguments, console_entry, output_dir, parse_bounds, parse_shapes, read_text,
+    run_main, specialize_module, UserError, write_text,
+)
 
 
 def build_argument_parser() -> argparse.ArgumentParser:
@@ -35,6 +38,9 @@ def build_argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-verify", action="store_true",
                         help="do not verify the IR after parsing and after each pass")
     parser.add_argument("--list-passes", action="store_true", help="list the passes and exit")
+    add_shape_arguments(parser, shape_help=(
+        "give input NAME of @main (or the only function) this shape, its '?' dims made "
+        "static, before the passes run; infer-shapes carries it through (repeatable)"))
     return parser
 
 
@@ -62,6 +68,7 @@ def _run(args, sources: SourceManager) -> int:
         passes = parse_pipeline(args.pass_pipeline)
     except PipelineError as error:
         raise UserError(str(error)) from None
+    args.shapes, args.bounds = parse_shapes(args.shape), parse_bounds(args.bound)
     text, filename = read_text(args.input)
     chunks = split_source(text) if args.split_input_file else [(text, 0)]
     timings: list[tuple[str, float]] = []
@@ -99,6 +106,7 @@ def _process(args, passes, chunk, offset, filename, timings) -> str:
     module = parse(chunk, filename, allow_unregistered=args.allow_unregistered_dialect,
                    line_offset=offset)
     timings.append(("(parse)", time.perf_counter() - start))
+    specialize_module(module, None, args.shapes, args.bounds)
     if not args.no_verify:
         start = time.perf_counter()
         verify(module)

@@ -29,7 +29,7 @@ import argparse
 import sys
 from typing import Sequence, TextIO
 
-from palimpsest.tools.cli import console_entry
+from palimpsest.tools.cli import add_shape_arguments, console_entry
 from palimpsest.passes.planners import (
     ALGORITHMS,
     PlanError,
@@ -116,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="for a .pal model: plan inputs and outputs as activations (real lifetimes)",
     )
+    add_shape_arguments(parser, shape_help=(
+        "for a .pal model: give input NAME of @main (or the only function) this shape, "
+        "its '?' dims made static, before planning (repeatable)"))
     return parser
 
 
@@ -135,6 +138,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.export is not None or args.input.endswith(".pal"):
         return _export_main(args)
+    if args.shape or args.bound:
+        print(f"{PROG}: error: --shape and --bound apply to a .pal model, not to CSV "
+              f"intervals", file=sys.stderr)
+        return 1
     if args.alignment is None:
         args.alignment = 1
 
@@ -186,7 +193,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _export_main(args) -> int:
     """Plan a .pal model and export its plan (the work is in passes.plan_export)."""
     from palimpsest.ir.diagnostics import SourceManager
-    from palimpsest.tools.cli import UserError, read_text, run_main, write_text
+    from palimpsest.tools.cli import (
+        parse_bounds, parse_shapes, read_text, run_main, specialize_module, UserError,
+        write_text,
+    )
 
     sources = SourceManager()
 
@@ -202,10 +212,12 @@ def _export_main(args) -> int:
         fmt = args.export or "json"
         if fmt == "png" and args.output == "-":
             raise UserError("--export png writes a file: give it with -o FILE.png")
+        shapes, bounds = parse_shapes(args.shape), parse_bounds(args.bound)
         load_all()
         text, filename = read_text(args.input)
         sources.add(filename, text)
         module = parse(text, filename)
+        specialize_module(module, None, shapes, bounds)
         verify(module)
         report = plan_for_export(module, args.algorithm, args.time_budget,
                                  args.inputs_as_activations, args.alignment or 64)

@@ -6,7 +6,10 @@ import argparse
 import os
 import sys
 
-from palimpsest.tools.cli import console_entry, UserError, read_text, run_main
+from palimpsest.tools.cli import (
+    add_shape_arguments, console_entry, parse_assignments, parse_bounds, parse_shapes,
+    read_text, run_main, specialize_module, UserError,
+)
 
 
 # --level -> the named pipeline (passes/pass_manager.py PIPELINES) that lowers to it
@@ -23,13 +26,11 @@ def build_argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--random-inputs", action="store_true",
                         help="fill unbound inputs with seeded random data")
     parser.add_argument("--seed", type=int, default=0, help="seed for --random-inputs")
-    parser.add_argument("--shape", action="append", default=[], metavar="NAME=1x3x224x224",
-                        help="shape for a random input with dynamic dims (repeatable)")
-    parser.add_argument("--bound", action="append", default=[], metavar="NAME=DIM:BOUND,...",
-                        help="bound dynamic dims of an input, e.g. x=0:8,2:1280 (x's dim 0 "
-                             "<= 8, dim 2 <= 1280; repeatable): bounded buffers are planned "
-                             "statically at their bounds, in one plan for every shape within "
-                             "them")
+    add_shape_arguments(
+        parser, shape_help="shape for a random input with dynamic dims (repeatable)",
+        bound_help="bound dynamic dims of an input, e.g. x=0:8,2:1280 (x's dim 0 <= 8, dim 2 "
+                   "<= 1280; repeatable): bounded buffers are planned statically at their "
+                   "bounds, in one plan for every shape within them")
     parser.add_argument("--output-dir", help="write each output as NAME.npy into this directory")
     parser.add_argument("--function", help="function to run (default: main, or the only one)")
     parser.add_argument("--level", choices=list(LEVELS), default="planned",
@@ -65,58 +66,6 @@ def main(argv: list[str] | None = None) -> int:
     return run_main("palimpsest-run", lambda: _run(args, sources), sources)
 
 
-def _parse_assignments(items, what):
-    result = {}
-    for item in items:
-        name, eq, value = item.partition("=")
-        if not eq or not name or not value:
-            raise UserError(f"{what} '{item}' must look like NAME=VALUE")
-        result[name] = value
-    return result
-
-
-def _parse_bounds(items) -> dict:
-    """`--bound x=0:8,2:1280` (repeatable) -> {"x": {0: 8, 2: 1280}}."""
-    bounds: dict = {}
-    for item in items:
-        name, eq, text = item.partition("=")
-        dims = {}
-        try:
-            if not eq or not name:
-                raise ValueError
-            for pair in text.split(","):
-                dim, colon, bound = pair.partition(":")
-                if not colon:
-                    raise ValueError
-                dims[int(dim)] = int(bound)
-        except ValueError:
-            raise UserError(f"--bound '{item}' must look like NAME=DIM:BOUND[,DIM:BOUND...] "
-                            f"(e.g. x=0:8,2:1280)") from None
-        bounds.setdefault(name, {}).update(dims)
-    return bounds
-
-
-def _bound_inputs(module, function, bounds: dict) -> None:
-    """Bound the inputs of the function to run (`--bound`), before it is lowered."""
-    from palimpsest.backends.binding import (
-        BindingError, bound_input_type, find_function, input_names, retype_inputs,
-    )
-
-    try:
-        func = find_function(module, function)
-        names = input_names(func)
-        types = list(func.type.inputs)
-        for name, dims in bounds.items():
-            if name not in names:
-                raise BindingError(f"unknown input '{name}' (the function takes: "
-                                   f"{', '.join(names) or 'no inputs'})")
-            index = names.index(name)
-            types[index] = bound_input_type(name, types[index], dims)
-    except BindingError as error:
-        raise UserError(f"--bound: {error}") from None
-    retype_inputs(func, types)
-
-
 def _load_module(args, sources):
     from palimpsest.dialects import load_all
     from palimpsest.ir.parser import parse
@@ -137,17 +86,12 @@ def _load_module(args, sources):
     return module
 
 
-def _random_array(rng, name, type_, shape_text):
+def _random_array(rng, name, type_, shape):
     import numpy as np
 
     from palimpsest.ir.attributes import numpy_dtype_name
 
-    shape = type_.shape
-    if shape_text is not None:
-        try:
-            shape = tuple(int(d) for d in shape_text.lower().split("x")) if shape_text else ()
-        except ValueError:
-            raise UserError(f"--shape {name}={shape_text}: expected dims like 1x3x224x224") from None
+    shape = type_.shape if shape is None else shape
     if shape is None or any(d is None for d in shape):
         raise UserError(f"input '{name}' has dynamic dims ({type_}); give its shape with "
                         f"--shape {name}=DIMS")
@@ -168,15 +112,16 @@ def _run(args, sources) -> int:
 
     import numpy as np
 
-    from palimpsest.backends.binding import BindingError, find_function, input_names
+    from palimpsest.backends.binding import (
+        BindingError, find_function, input_names, shaped_input_type,
+    )
     from palimpsest.backends.reference.executor import run
 
-    files = _parse_assignments(args.input, "--input")
-    shapes = _parse_assignments(args.shape, "--shape")
-    bounds = _parse_bounds(args.bound)
+    files = parse_assignments(args.input, "--input")
+    shapes = parse_shapes(args.shape)
+    bounds = parse_bounds(args.bound)
     module = _load_module(args, sources)
-    if bounds:
-        _bound_inputs(module, args.function, bounds)
+    specialize_module(module, args.function, {}, bounds)
     if args.repeat is not None and args.repeat < 1:
         raise UserError(f"--repeat {args.repeat}: expected a count of at least 1")
     stats = session = None
@@ -214,6 +159,11 @@ def _run(args, sources) -> int:
             if name not in names:
                 raise BindingError(f"unknown input '{name}' (the function takes: "
                                    f"{', '.join(names) or 'no inputs'})")
+        for name, shape in shapes.items():
+            try:
+                shaped_input_type(name, func.type.inputs[names.index(name)], shape)
+            except BindingError as error:
+                raise UserError(f"--shape {name}={'x'.join(map(str, shape))}: {error}") from None
         inputs = {}
         for name, path in files.items():
             try:
@@ -228,13 +178,8 @@ def _run(args, sources) -> int:
                 if name not in inputs:
                     inputs[name] = _random_array(rng, name, type_, shapes.get(name))
         if session is not None:
-            for name, text in shapes.items():
-                try:
-                    dims = [int(d) for d in text.lower().split("x")] if text else []
-                except ValueError:
-                    raise UserError(f"--shape {name}={text}: expected dims like "
-                                    f"1x3x224x224") from None
-                session.set_input_shape(name, dims)
+            for name, shape in shapes.items():
+                session.set_input_shape(name, shape)
             session.prepare()
         for _ in range(args.repeat or 1):
             if stats is not None:
@@ -254,9 +199,16 @@ def _run(args, sources) -> int:
     for name, array in outputs.items():
         array = np.asarray(array)
         print(f"{name}: {array.dtype} {list(array.shape)}")
+        if args.stats:
+            print(f"  {_value_summary(array)}")
         if args.output_dir:
             safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
             np.save(os.path.join(args.output_dir, safe + ".npy"), array)
+    if args.stats:
+        print("\n".join(_memory_table(
+            session.last_plan.module if session is not None else module,
+            "a model with control flow runs at the graph level, unplanned"
+            if session is not None else f"--level {args.level} runs without a plan")))
     if session is not None and args.stats:
         print(session.last_stats.run_stats.summary())
         if args.repeat is not None or shapes:
@@ -269,6 +221,52 @@ def _run(args, sources) -> int:
         run_stats = session.last_stats.run_stats if session is not None else stats
         print(device_summary(executors[0], run_stats))
     return 0
+
+
+def _value_summary(array, count: int = 5) -> str:
+    """min/max/mean and the first values of an output, as users check a run."""
+    import numpy as np
+
+    if array.size == 0:
+        return "no values (empty)"
+    try:
+        values = array.astype(np.float64)
+    except (TypeError, ValueError):
+        return f"first {min(count, array.size)}: {array.reshape(-1)[:count].tolist()}"
+    flat = values.reshape(-1)
+    first = ", ".join(f"{v:.4g}" for v in flat[:count])
+    more = ", ..." if flat.size > count else ""
+    return (f"min {flat.min():.4g}, max {flat.max():.4g}, mean {flat.mean():.4g}; "
+            f"first {min(count, flat.size)}: [{first}{more}]")
+
+
+def _memory_table(module, unplanned: str) -> list:
+    """Per pool of the executed plan: planned bytes, the lower bound, one allocation per
+    buffer (their sum) and the saving (passes.plan_export.pool_usage)."""
+    from palimpsest.passes.plan_export import pool_usage
+
+    usage = pool_usage(module)
+    if not usage:
+        return [f"memory: no planned pools ({unplanned})"]
+    rows = [("pool", "planned", "lower bound", "one alloc per buffer", "saving")]
+    for u in usage:
+        pool = f"@{u.pool}" if len({x.function for x in usage}) == 1 else \
+            f"@{u.function} @{u.pool}"
+        share = 100.0 * u.saving / u.separate if u.separate else 0.0
+        rows.append((pool, str(u.planned), str(u.lower_bound),
+                     f"{u.separate} ({u.buffers} buffer{'' if u.buffers == 1 else 's'})",
+                     f"{u.saving} ({share:.1f}%)"))
+    if len(usage) > 1:
+        planned = sum(u.planned for u in usage)
+        separate = sum(u.separate for u in usage)
+        share = 100.0 * (separate - planned) / separate if separate else 0.0
+        rows.append(("total", str(planned), str(sum(u.lower_bound for u in usage)),
+                     f"{separate} ({sum(u.buffers for u in usage)} buffers)",
+                     f"{separate - planned} ({share:.1f}%)"))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    return ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
+                      for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
+            for row in rows]
 
 
 def _lower(module, poison: bool, pipeline: str, backend: str = "numpy", device=None):

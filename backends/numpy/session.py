@@ -65,12 +65,12 @@ import numpy as np
 
 from palimpsest.backends.binding import (
     BindingError, bound_input_type, check_bounds, check_input, find_function, input_names,
-    output_names, retype_inputs,
+    output_names, retype_inputs, shaped_input_type, specialize_inputs,
 )
 from palimpsest.backends.numpy.arena import RunStats
 from palimpsest.backends.numpy.executor import Executor
-from palimpsest.ir.attributes import TypeAttr, numpy_dtype_name
-from palimpsest.ir.types import FunctionType, TensorType
+from palimpsest.ir.attributes import numpy_dtype_name
+from palimpsest.ir.types import TensorType
 
 
 VERIFY_MODES = ("first", "plans", "passes", "none")
@@ -213,16 +213,7 @@ class Session:
     def set_input_shape(self, name: str, shape) -> None:
         """Fix input `name`'s shape for the next runs (before or after `prepare`)."""
         index = self._index(name)
-        shape = tuple(int(d) for d in shape)
-        declared = self.input_types[index].shape
-        if declared is not None and (len(declared) != len(shape) or any(
-                d is not None and d != s for d, s in zip(declared, shape))):
-            raise BindingError(f"input '{name}': shape {list(shape)} does not fit "
-                               f"{self.input_types[index]}")
-        if any(s < 0 for s in shape):
-            raise BindingError(f"input '{name}': negative dim in {list(shape)}")
-        check_bounds(name, self.input_types[index], shape)
-        self._shapes[name] = shape
+        self._shapes[name] = shaped_input_type(name, self.input_types[index], shape).shape
 
     def set_input_bound(self, name: str, dims: dict) -> None:
         """Bound `?` dims of input `name` ({dim: bound}): see "Bounds" in the module doc."""
@@ -285,13 +276,7 @@ class Session:
             module = self._clone()
             func = find_function(module, self.function)
             if signature is not None:
-                args = func.entry_block.args
-                types = []
-                for arg, type_, shape in zip(args, self.input_types, signature):
-                    arg.type = TensorType(tuple(shape), type_.element_type)
-                    types.append(arg.type)
-                func.properties["function_type"] = TypeAttr(
-                    FunctionType(tuple(types), func.type.results))
+                specialize_inputs(func, dict(zip(self.input_names, signature)))
             elif self._bounded:
                 retype_inputs(func, self.input_types)  # the dynamic plan, at the bounds
             if has_control_flow(module):
