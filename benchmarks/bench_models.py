@@ -87,23 +87,36 @@ def median_seconds(fn, runs: int) -> float:
     return statistics.median(times)
 
 
-def plan_bytes(module_path, feeds) -> tuple[int, int]:
-    """(bytes of the planned pools, their lower bound) at the feeds' shapes."""
-    from palimpsest.backends.binding import find_function
+def plan_bytes(module_path, feeds, session) -> tuple[int, int]:
+    """(bytes of the planned pools, their lower bound) at the feeds' shapes. A model with
+    control flow is planned per segment (backends/numpy/segments.py): the sum over the
+    segments `session` ran, each at the largest of the shapes it met."""
     from palimpsest.backends.numpy.session import has_control_flow
     from palimpsest.dialects.graph.from_onnx import import_onnx
+
+    module = import_onnx(str(module_path))
+    if not has_control_flow(module):
+        return _planned(module, [a.shape for a in feeds.values()])
+    pools = bound = 0
+    for segment in session.last_plan.executor.plan.segments():
+        if segment.session is not None:
+            planned = [_planned(segment.module.clone(), signature)
+                       for signature in segment.session.cached_signatures]
+            pools += max(p for p, _ in planned)
+            bound += max(b for _, b in planned)
+    return pools, bound
+
+
+def _planned(module, shapes) -> tuple[int, int]:
+    from palimpsest.backends.binding import find_function
     from palimpsest.ir import attributes as A
     from palimpsest.ir.types import FunctionType, TensorType
     from palimpsest.passes.pass_manager import PassManager, parse_pipeline
     from palimpsest.passes.plan_memory import plan_memory
 
-    module = import_onnx(str(module_path))
-    if has_control_flow(module):
-        return 0, 0
     func = find_function(module, None)
-    arrays = list(feeds.values())
-    for arg, array in zip(func.entry_block.args, arrays):
-        arg.type = TensorType(tuple(array.shape), arg.type.element_type)
+    for arg, shape in zip(func.entry_block.args, shapes):
+        arg.type = TensorType(tuple(shape), arg.type.element_type)
     func.properties["function_type"] = A.TypeAttr(FunctionType(
         tuple(a.type for a in func.entry_block.args), func.type.results))
     PassManager(parse_pipeline("infer-shapes,canonicalize,bufferize,lower-to-kernels,"
@@ -136,10 +149,12 @@ def run_model(name: str, entry: dict, runs: int, opencl: bool, rss: bool) -> dic
                               capture_output=True, text=True, timeout=600)
         row["ort_rss"] = json.loads(done.stdout) if done.returncode == 0 else None
     backends = ["numpy"] + (["opencl"] if opencl else [])
+    numpy_session = None
     for backend in backends:
         try:
             session = Session(str(path), backend=backend)
             got = session.run(feeds)
+            numpy_session = numpy_session or session
         except Exception as error:  # noqa: BLE001 - reported in the table
             row[f"{backend}_status"] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
             continue
@@ -153,7 +168,7 @@ def run_model(name: str, entry: dict, runs: int, opencl: bool, rss: bool) -> dic
         row[f"{backend}_status"] = "runs"
         row[f"{backend}_ms"] = 1e3 * median_seconds(lambda: session.run(feeds), runs)
     try:
-        row["pool_bytes"], row["lower_bound"] = plan_bytes(path, feeds)
+        row["pool_bytes"], row["lower_bound"] = plan_bytes(path, feeds, numpy_session)
     except Exception as error:  # noqa: BLE001 - reported in the table
         row["pool_bytes"] = f"{type(error).__name__}"
     return row
@@ -174,7 +189,7 @@ def table(rows: list, opencl: bool) -> str:
                  f"{ort_ms:.1f}" if ort_ms else "-",
                  f"{ms / ort_ms:.2f}x" if ms and ort_ms else "-",
                  f"{pools / 1024:.0f}" if isinstance(pools, int) and pools else
-                 ("graph level" if pools == 0 else str(pools or "-")),
+                 str(pools or "-"),
                  f"{bound / 1024:.0f}" if bound else "-",
                  f"{r['ort_rss'] / 2**20:.1f}" if r.get("ort_rss") else "-"]
         if opencl:

@@ -280,10 +280,14 @@ class Session:
             elif self._bounded:
                 retype_inputs(func, self.input_types)  # the dynamic plan, at the bounds
             if has_control_flow(module):
-                # correctness first: a model with If/Loop/Scan runs at the graph level
-                # (README: control flow), its tensors unplanned; no infer-shapes at the
-                # input shapes: a branch not taken may not fit them
-                target = _GraphLevel()
+                # cut at If/Loop/Scan into segments, each planned by a session of its own
+                # (segments.py); no infer-shapes at the input shapes: a branch not taken
+                # may not fit them
+                from palimpsest.backends.numpy.segments import SegmentedFunction
+
+                target = SegmentedFunction(find_function(module, self.function), {
+                    "poison": self.poison, "pipeline": self.pipeline,
+                    "backend": self.backend, "verify": self.verify})
             elif not any(op.name == "memory.pool" for op in module.regions[0].block.ops):
                 pipeline = deallocs_for_planning(parse_pipeline(self.pipeline))
                 self._target.adapt_pipeline(pipeline)  # (planned IR runs as is)
@@ -391,29 +395,6 @@ def has_control_flow(module) -> bool:
     from palimpsest.backends.reference.executor import REGION_OPS
 
     return any(op.name in REGION_OPS for op in module.walk())
-
-
-class _GraphLevel:
-    """Runs graph-level IR with the reference executor (the executor protocol of
-    CompiledPlan: begin_run, run, stats, end_run)."""
-
-    def executor(self):
-        return self
-
-    def begin_run(self, stats) -> None:
-        self.stats = stats
-
-    def run(self, func, inputs: dict, outputs: dict | None, copy_outputs: bool = False):
-        from palimpsest.backends.reference.executor import run
-
-        results = run(func, inputs)
-        for name, array in (outputs or {}).items():
-            np.copyto(array, results[name])
-            results[name] = array
-        return results
-
-    def end_run(self) -> None:
-        pass
 
 
 class _NumpyTarget:

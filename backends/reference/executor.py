@@ -32,7 +32,8 @@ def run_block(block, values: dict, depth: int = 0) -> list:
             callee = lookup_symbol(op, op.callee)
             results = run_function(callee, [values[v] for v in op.operands], depth + 1)
         elif op.name in REGION_OPS:
-            results = REGION_OPS[op.name](op, values, depth)
+            results = REGION_OPS[op.name](
+                op, values, lambda index, args, op=op: _region(op, index, values, args, depth))
         elif op.name.startswith("graph."):
             results = _evaluate(op, values)
         else:
@@ -54,16 +55,19 @@ def _region(op, index, values, args, depth):
     return run_block(block, scope, depth + 1)
 
 
-def _if(op, values, depth):
+# Each region op's runner: (op, values, run_region) -> results, where run_region(index,
+# args) runs region `index` on its block arguments (here by interpreting it; the numpy
+# backend's segments.py passes planned bodies).
+def _if(op, values, run_region):
     import numpy as np
 
     cond = np.asarray(values[op.operands[0]])
     if cond.size != 1:
         raise op.error(f"'cond' must hold one value, got shape {list(cond.shape)}")
-    return _region(op, 0 if bool(cond.reshape(-1)[0]) else 1, values, [], depth)
+    return run_region(0 if bool(cond.reshape(-1)[0]) else 1, [])
 
 
-def _loop(op, values, depth):
+def _loop(op, values, run_region):
     """ONNX Loop: while (no M or i < M) and (no cond or cond)."""
     import numpy as np
 
@@ -75,7 +79,7 @@ def _loop(op, values, depth):
     scans: list = []
     i = 0
     while going and (limit is None or i < limit):
-        out = _region(op, 0, values, [np.array(i, np.int64), np.array(going)] + carried, depth)
+        out = run_region(0, [np.array(i, np.int64), np.array(going)] + carried)
         going = bool(np.asarray(out[0]).reshape(-1)[0])
         carried = out[1:1 + len(carried)]
         scans.append(out[1 + len(carried):])
@@ -90,7 +94,7 @@ def _loop(op, values, depth):
     return carried + stacked
 
 
-def _scan(op, values, depth):
+def _scan(op, values, run_region):
     """ONNX Scan 9+: states carried, scan inputs sliced along their axes (reversed where
     the direction is 1), scan outputs stacked along theirs. Scan-8 (`batched`): the same
     per entry of dim 0, results stacked along it."""
@@ -99,13 +103,13 @@ def _scan(op, values, depth):
     inputs = [values[v] for v in op.operands]
     batched = op.properties.get("batched")
     if batched is not None and batched.value:
-        per_entry = [_scan_once(op, values, depth, [np.asarray(a)[b] for a in inputs])
+        per_entry = [_scan_once(op, run_region, [np.asarray(a)[b] for a in inputs])
                      for b in range(np.asarray(inputs[0]).shape[0])]
         return [np.stack(parts) for parts in zip(*per_entry)]
-    return _scan_once(op, values, depth, inputs)
+    return _scan_once(op, run_region, inputs)
 
 
-def _scan_once(op, values, depth, inputs):
+def _scan_once(op, run_region, inputs):
     import numpy as np
 
     count = op.properties["num_scan_inputs"].value
@@ -124,7 +128,7 @@ def _scan_once(op, values, depth, inputs):
     for t in range(steps):
         slices = [np.take(s, steps - 1 - t if d else t, axis=a)
                   for s, a, d in zip(scanned, in_axes, in_dirs)]
-        out = _region(op, 0, values, states + slices, depth)
+        out = run_region(0, states + slices)
         states = out[:len(states)]
         outs.append(out[len(states):])
     n_out = len(op.results) - len(states)

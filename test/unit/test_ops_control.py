@@ -1,5 +1,6 @@
 """If, Loop and Scan with ONNX subgraphs as regions, against onnxruntime through a
-Session (they run at the graph level): branches that are whole subnetworks reading outer
+Session, poisoned (each block cut at the region ops into planned segments,
+backends/numpy/segments.py): branches that are whole subnetworks reading outer
 values (as Silero VAD's top-level If), a Loop with a scan output, a Scan over a sequence;
 and the text format round trip of the regions."""
 
@@ -31,9 +32,17 @@ def _check(model, feeds):
     module = import_onnx(model)
     text = print_ir(module)
     assert print_ir(parse(text, "<test>")) == text
-    got = Session(module).run(feeds)
+    session = Session(module, poison=True)
+    got = session.run(feeds)
     for name, expected in zip(names, want):
         np.testing.assert_allclose(got[name], expected, rtol=1e-5, atol=1e-6, err_msg=name)
+    return session
+
+
+def _segments_run(session):
+    """The segments that ran: (segment, its session) with at least one plan compiled."""
+    segments = session.last_plan.executor.plan.segments()
+    return [(s, s.session) for s in segments if s.session is not None]
 
 
 def _if_model():
@@ -67,7 +76,14 @@ def _if_model():
 def test_if_branches_are_subnetworks_reading_outer_values(rate):
     model = _if_model()
     x = RNG.standard_normal((2, 8)).astype(np.float32)
-    _check(model, {"x": x, "sr": np.array(rate, np.int64)})
+    session = _check(model, {"x": x, "sr": np.array(rate, np.int64)})
+    # the branch taken ran as a planned function: its ops are kernel ops writing into a
+    # planned pool, its weights constants of that function
+    ran = _segments_run(session)
+    kernels = {op.name for _, s in ran for op in s.last_plan.func.walk()}
+    assert {"kernel.elementwise", "kernel.matmul"} & kernels   # tanh; matmul, sigmoid
+    assert any(s.last_plan.pool_sizes for _, s in ran)
+    assert all(not s.input_names or "w" not in "".join(s.input_names) for _, s in ran)
 
 
 def test_loop_with_a_carried_value_and_a_scan_output():
@@ -91,7 +107,11 @@ def test_loop_with_a_carried_value_and_a_scan_output():
          h.make_tensor_value_info("traces", T.FLOAT, None)])
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 16)])
     x = RNG.standard_normal(3).astype(np.float32)
-    _check(model, {"n": np.array(4, np.int64), "x": x, "start": np.ones(3, np.float32)})
+    session = _check(model, {"n": np.array(4, np.int64), "x": x,
+                             "start": np.ones(3, np.float32)})
+    # the body is compiled once and its plan reused on every iteration
+    (body, body_session), = [(s, b) for s, b in _segments_run(session) if b.stats.runs == 4]
+    assert body_session.stats.compiles == 1 and body_session.stats.plan_cache_hits == 3
 
 
 def test_scan_running_sum_in_both_directions():

@@ -1,0 +1,200 @@
+"""Models with control flow, planned around it.
+
+Each block (the function's body, and each If branch, Loop body and Scan body) is cut at
+its If/Loop/Scan ops into straight-line segments. A segment is outlined into a function
+of its own and run by a nested `Session`: the default pipeline, its own planned arena,
+plans specialized to the shapes met and cached. The region ops run between segments as
+the reference executor runs them (backends/reference/executor.py), with their bodies cut
+the same way. So what lives inside a branch or a loop body is planned like any function;
+only the values crossing a segment boundary (a segment's inputs and results, a region's
+operands and results) are arrays held here, and a loop body's plan is compiled once and
+reused on every iteration.
+
+Constants are not boundary values: a segment that reads one gets its own copy of the
+constant op (its weights shared, not copied), so it stays a constant to the planner."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from palimpsest.backends.reference.executor import REGION_OPS, evaluate_op
+
+CONSTANT_OPS = frozenset({"graph.constant"})
+
+
+class Segment:
+    """A run of straight-line ops outlined into a function; `inputs` and `outputs` are the
+    values of the enclosing block it reads and defines for later use."""
+
+    def __init__(self, ops: list, session_options: dict):
+        from palimpsest.dialects.builtin import ModuleOp
+        from palimpsest.dialects.func import FuncOp, ReturnOp
+        from palimpsest.ir import attributes as A
+
+        inside = set()
+        for op in ops:
+            inside.update(op.walk())
+        defined = {r for op in ops for r in op.results}
+        self.inputs, constants = [], []
+        for op in ops:
+            for value in _operands(op):
+                if value in defined or value in self.inputs or value in constants:
+                    continue
+                owner = getattr(value, "op", None)
+                if owner is not None and owner.name in CONSTANT_OPS:
+                    constants.append(value)
+                else:
+                    self.inputs.append(value)
+        self.outputs = [r for op in ops for r in op.results
+                        if any(user not in inside for user in r.users())]
+        func = FuncOp.build("segment", [v.type for v in self.inputs],
+                            [v.type for v in self.outputs])
+        block = func.entry_block
+        mapping = dict(zip(self.inputs, block.args))
+        for value in constants:
+            block.append(value.op.clone(mapping))
+        for op in ops:
+            block.append(op.clone(mapping))
+        block.append(ReturnOp([mapping[v] for v in self.outputs], []))
+
+        def names(count, prefix):
+            return A.ArrayAttr(tuple(A.DictionaryAttr.of(
+                {"palimpsest.name": A.StringAttr(f"{prefix}{i}")}) for i in range(count)))
+
+        func.properties["arg_attrs"] = names(len(self.inputs), "in")
+        func.properties["res_attrs"] = names(len(self.outputs), "out")
+        self.module = ModuleOp.build([func])
+        self.options = session_options
+        self.session = None
+
+    def run(self, scope: "Scope") -> None:
+        from palimpsest.backends.numpy.session import Session
+
+        if self.session is None:
+            self.session = Session(self.module, **self.options)
+        results = self.session.run({f"in{i}": scope[v] for i, v in enumerate(self.inputs)})
+        for i, value in enumerate(self.outputs):
+            scope[value] = results[f"out{i}"]
+
+
+class Scope:
+    """Arrays of the values in reach: a block's own, then its enclosing blocks'."""
+
+    def __init__(self, parent: "Scope | None" = None):
+        self.own: dict = {}
+        self.parent = parent
+
+    def __getitem__(self, value):
+        scope = self
+        while scope is not None:
+            if value in scope.own:
+                return scope.own[value]
+            scope = scope.parent
+        owner = getattr(value, "op", None)
+        if owner is not None and owner.name in CONSTANT_OPS:   # read by a region op
+            return evaluate_op(owner, [])[0]
+        raise KeyError(value)
+
+    def __setitem__(self, value, array) -> None:
+        self.own[value] = array
+
+
+class BlockPlan:
+    """A block as steps: segments, and region ops with a BlockPlan per region."""
+
+    def __init__(self, block, session_options: dict):
+        self.steps: list = []
+        self.block = block
+        run: list = []
+        ops = list(block.ops)
+        body, terminator = ops[:-1], ops[-1]
+        for op in body:
+            if op.name in REGION_OPS:
+                if run:
+                    self.steps.append(Segment(run, session_options))
+                    run = []
+                self.steps.append((op, [BlockPlan(r.blocks[0], session_options)
+                                        for r in op.regions]))
+            elif op.name not in CONSTANT_OPS:
+                run.append(op)
+        if run:
+            self.steps.append(Segment(run, session_options))
+        self.terminator = terminator
+
+    def run(self, scope: Scope, args=()) -> list:
+        scope.own.update(zip(self.block.args, args))
+        for step in self.steps:
+            if isinstance(step, Segment):
+                step.run(scope)
+            else:
+                op, regions = step
+                results = _run_region_op(op, regions, scope)
+                for value, array in zip(op.results, results):
+                    scope[value] = array
+        return [scope[v] for v in self.terminator.operands]
+
+    def segments(self):
+        for step in self.steps:
+            if isinstance(step, Segment):
+                yield step
+            else:
+                for region in step[1]:
+                    yield from region.segments()
+
+
+def _operands(op):
+    """Every value `op` reads, its nested regions' reads from outside them included."""
+    for value in op.operands:
+        yield value
+    for region in op.regions:
+        inner = set()
+        for nested in region.blocks[0].ops:
+            inner.update(nested.results)
+        inner.update(region.blocks[0].args)
+        for nested in region.blocks[0].ops:
+            for value in _operands(nested):
+                if value not in inner:
+                    yield value
+
+
+def _run_region_op(op, regions, scope):
+    """The reference executor's iteration rules (If, Loop, Scan), the bodies planned."""
+    return REGION_OPS[op.name](op, scope, lambda index, args: regions[index].run(
+        Scope(scope), args))
+
+
+class SegmentedFunction:
+    """The executor protocol of CompiledPlan (begin_run, run, stats, end_run) over a
+    function cut into planned segments."""
+
+    def __init__(self, func, session_options: dict):
+        self.plan = BlockPlan(func.entry_block, session_options)
+        self.stats = None
+
+    def executor(self):
+        return self
+
+    def begin_run(self, stats) -> None:
+        self.stats = stats
+
+    def run(self, func, inputs: dict, outputs: dict | None, copy_outputs: bool = False):
+        from palimpsest.backends.binding import bind_inputs, output_names
+
+        results = dict(zip(output_names(func),
+                           self.plan.run(Scope(), bind_inputs(func, inputs))))
+        for name, array in (outputs or {}).items():
+            np.copyto(array, results[name])
+            results[name] = array
+        return results
+
+    def end_run(self) -> None:
+        pass
+
+    def pool_bytes(self) -> int:
+        """The planned arenas of every segment compiled so far (their largest plans)."""
+        total = 0
+        for segment in self.plan.segments():
+            if segment.session is not None:
+                total += max((sum(p.pool_sizes.values())
+                              for p in segment.session._cache.values()), default=0)
+        return total
