@@ -1,0 +1,120 @@
+"""`kernel.conv_transpose` in OpenCL (the numpy kernel in
+backends/numpy/kernel_ops_spatial.py is the reference).
+
+Per image, two launches, as on numpy:
+
+- the register-blocked GEMM of linalg.py (`Gemm`, one batch entry per group) writes
+  Wᵀ · X into the `cols` workspace: rows (m, kernel offset), columns the input
+  positions. Wᵀ is read in place (its element (r, c) is W[c, r]: unit row stride), X's
+  rows are contiguous, so the vectors run along the input positions;
+- col2im gathers: one work-item per out element sums, over the kernel offsets whose
+  input position i = (o + pad_begin - offset * dilation) / stride is whole and inside
+  the input, the `cols` entries, starting from the bias (or zero). Every out element is
+  written once, so Y needs no clearing and no atomics. Any rank, group, stride,
+  dilation and (negative) pad.
+
+f32 and f64; other types run on the host (the op is kernel.generic for them anyway).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from palimpsest.backends.opencl.kernels.base import (
+    Launch, Unsupported, bind, generator, params, ref, round_up, strides_of,
+)
+from palimpsest.backends.opencl.kernels.linalg import Gemm, Operand
+
+_GROUP = 256
+
+
+def _n(value: int) -> str:
+    value = int(value)
+    return f"{value}L" if abs(value) >= 2 ** 31 else str(value)
+
+
+@generator("kernel.conv_transpose")
+def conv_transpose(call) -> list:
+    config = call.config
+    x, w, y = call.ins[0], call.ins[1], call.outs[0]
+    t = y.ctype
+    if t not in ("float", "double"):
+        raise Unsupported(f"conv_transpose of {y.dtype} on the device")
+    if y.size == 0:
+        return []
+    has_bias = len(call.ins) > 2
+    n, c = x.shape[:2]
+    group = config["group"]
+    cg, mg = c // group, w.shape[1]
+    m = mg * group
+    kernel, sizes, outs = tuple(w.shape[2:]), tuple(x.shape[2:]), tuple(y.shape[2:])
+    rank = len(kernel)
+    taps, pixels, out_pixels = math.prod(kernel), math.prod(sizes), math.prod(outs)
+    large = max(a.size for a in (x, w, y, *call.workspaces.values())) >= 2 ** 31
+    ix = "long" if large else "int"
+    launches = []
+    rows = mg * taps
+    if rows and pixels and cg:
+        gemm = Gemm(t, rows, pixels, cg, group,
+                    Operand("w", f"z * {_n(cg * rows)}", 1, rows),
+                    Operand("x", f"image * {_n(c * pixels)} + z * {_n(cg * pixels)}",
+                            pixels, 1),
+                    Operand("cols", f"z * {_n(rows * pixels)}", pixels, 1),
+                    buffers=[("w", t, False), ("x", t, False), ("cols", t, True)], ix=ix)
+    else:
+        gemm = None
+    gather = _col2im(t, ix, m, kernel, sizes, outs, config, has_bias)
+    total = m * out_pixels
+    local = _GROUP if total >= _GROUP else None
+    args = [ref("ws", "cols")] + ([ref("in", 2)] if has_bias else []) + [ref("out", 0)]
+    for image in range(n):
+        if gemm is not None:
+            launches.append(gemm.vector_launch([ref("in", 1), ref("in", 0), ref("ws", "cols"),
+                                                np.int32(image)]))
+        launches.append(Launch(gather, "col2im", (round_up(total, local or 1),),
+                               (local,) if local else None, args + [np.int32(image)]))
+    return launches
+
+
+def _col2im(t, ix, m, kernel, sizes, outs, config, has_bias) -> str:
+    rank = len(kernel)
+    taps, pixels, out_pixels = math.prod(kernel), math.prod(sizes), math.prod(outs)
+    strides, dilations, begins = config["strides"], config["dilations"], config["pads"][:rank]
+    out_strides, in_strides, tap_strides = strides_of(outs), strides_of(sizes), \
+        strides_of(kernel)
+    buffers = [("cols", t, False)] + ([("bias", t, False)] if has_bias else []) \
+        + [("y", t, True)]
+    lines = [f"const {ix} ch = i / {_n(out_pixels)};",
+             f"__global const {t}* rows = cols + ch * {_n(taps * pixels)};",
+             f"{t} sum = {'bias[ch]' if has_bias else '0'};"]
+    indent = ""
+    for a in range(rank):
+        coord = f"(i / {_n(out_strides[a])})" if out_strides[a] != 1 else "i"
+        lines.append(f"const {ix} o{a} = {coord} % {_n(outs[a])};")
+    for a in range(rank):
+        lines.append(f"{indent}for (int j{a} = 0; j{a} < {kernel[a]}; ++j{a}) {{")
+        indent += "  "
+        lines.append(f"{indent}const {ix} t{a} = o{a} + {begins[a]} - j{a} * {dilations[a]};")
+        if strides[a] == 1:
+            lines.append(f"{indent}if (t{a} < 0 || t{a} >= {_n(sizes[a])}) continue;")
+            lines.append(f"{indent}const {ix} i{a} = t{a};")
+        else:
+            lines.append(f"{indent}if (t{a} < 0 || t{a} % {strides[a]}) continue;")
+            lines.append(f"{indent}const {ix} i{a} = t{a} / {strides[a]};")
+            lines.append(f"{indent}if (i{a} >= {_n(sizes[a])}) continue;")
+    tap = " + ".join(f"j{a} * {tap_strides[a]}" if tap_strides[a] != 1 else f"j{a}"
+                     for a in range(rank))
+    position = " + ".join(f"i{a} * {_n(in_strides[a])}" if in_strides[a] != 1 else f"i{a}"
+                          for a in range(rank))
+    lines.append(f"{indent}sum += rows[({tap}) * {_n(pixels)} + {position}];")
+    for a in reversed(range(rank)):
+        indent = indent[:-2]
+        lines.append(f"{indent}}}")
+    lines.append(f"y[image * {_n(m * out_pixels)} + i] = sum;")
+    total = m * out_pixels
+    return (f"__kernel void col2im({params(*buffers)}, const int image) {{\n"
+            f"  const {ix} i = get_global_id(0);\n"
+            f"  if (i >= {_n(total)}) return;\n"
+            f"{bind(*buffers)}\n" + "".join(f"  {line}\n" for line in lines) + "}\n")
