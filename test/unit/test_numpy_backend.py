@@ -430,10 +430,12 @@ def test_palimpsest_run_levels_stats_and_poison(tmp_path, capsys):
         outs[level] = np.load(out_dir / "logits.npy")
         printed = capsys.readouterr().out.splitlines()
         assert printed[0] == "logits: float32 [1, 4]"
-        if level != "graph":
-            keys = [line.split(":")[0] for line in printed[1:]]
+        if level != "graph":  # the output's values, the pools (tools/run.py), the counts
+            assert printed[1].startswith("  min ")
+            assert printed[2].startswith("pool " if level == "planned" else "memory: no planned")
+            keys = [line.split(":")[0] for line in printed[-4:]]
             assert keys == ["allocations", "bytes allocated", "peak bytes", "bytes copied"]
-            numbers = {k: int(line.split(":")[1].split()[0]) for k, line in zip(keys, printed[1:])}
+            numbers = {k: int(line.split(":")[1].split()[0]) for k, line in zip(keys, printed[-4:])}
             assert 0 < numbers["peak bytes"] <= numbers["bytes allocated"]
     for level in ("buffer", "kernel", "planned"):
         np.testing.assert_allclose(outs[level], outs["graph"], rtol=1e-5, atol=1e-6)
