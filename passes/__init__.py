@@ -16,6 +16,7 @@ PASSES = {
     "lower-to-kernels": "lower_to_kernels",
     "test-print-liveness": "liveness",
     "plan-memory": "plan_memory",
+    "schedule-for-memory": "schedule_for_memory",
 }
 PASS_MODULES = tuple(dict.fromkeys(PASSES.values()))
 

@@ -1,0 +1,554 @@
+"""Memory-aware operator scheduling: an order of a DAG's nodes with the least peak of
+live bytes. Plain data in, an order out; nothing here knows the IR (the
+`schedule-for-memory` pass builds a :class:`ScheduleProblem` from a block).
+
+The model. Node `v` (numbered in file order, which must be a topological order):
+
+- `preds[v]`: the nodes that must run before it (data dependencies and side-effect
+  ordering, whatever the caller decided);
+- `allocs[v]`: the storages it creates (bytes from the moment it runs);
+- `uses[v]`: the storages it reads (a storage is freed after the last node using it;
+  one nobody uses is freed right after the node that creates it; a `pinned` one is never
+  freed; one in `initial` is live from the start);
+- `inplace[v]`: `(bytes, candidates)` pairs: a result of `bytes` that reuses the
+  storage of a candidate that dies at `v`, so while `v` runs it costs nothing (the
+  caller gives it in `allocs` too: after `v` it is live as any storage);
+- `workspace[v]`: bytes live only while `v` runs.
+
+While `v` runs the live bytes are: everything live before it, plus its new storages
+(less the in-place ones whose candidate dies at `v`), plus its workspace — an operand
+dying at `v` still counts, as liveness counts a buffer at its last use. The peak of an
+order is the most over its nodes; it is the lower bound the interval planner packs.
+
+Algorithms, each returning a :class:`Schedule`:
+
+- `file_order`;
+- XLA's three heuristics: `list_schedule` (greedy: the ready node freeing the most
+  bytes net), `dfs_schedule` (post-order DFS visiting first the operands with the most
+  other users, then the biggest subgraphs) and `post_order` (post-order DFS in operand
+  order);
+- `exact_schedule`: branch and bound over scheduled sets (the live bytes after a set
+  do not depend on its order, so a set reached again with no lower peak is pruned),
+  with divide-and-conquer at cut points (a node every other node is an ancestor or a
+  descendant of: every order puts it at the same place, so the parts between them are
+  solved apart, and a chain costs nothing), a reduction (a ready node that frees at
+  least what it allocates and stays within the peak reached is scheduled at once), a
+  lower bound per node (the bytes that must be live while it runs in any order: when a
+  schedule reaches it, it is proven minimal), and a time budget;
+- `schedule(problem, "auto")`: the best of all of them, `proven` when the exact
+  search finished (or the bound was reached). Ties keep the earlier candidate, file
+  order first, so an order is changed only for a strictly lower peak.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+__all__ = [
+    "ScheduleProblem", "Schedule", "SCHEDULERS", "schedule", "peak_of", "is_valid_order",
+    "file_order", "list_schedule", "dfs_schedule", "post_order", "exact_schedule",
+    "lower_bound", "cut_points",
+]
+
+
+@dataclass
+class ScheduleProblem:
+    """A DAG of `n` nodes, in a valid (file) order, and what each costs in memory."""
+
+    preds: list                                  # [set of node ids]
+    allocs: list                                 # [list of storage ids]
+    uses: list                                   # [set of storage ids]
+    sizes: dict                                  # storage id -> bytes
+    inplace: list = None                         # [list of (bytes, tuple of storages)]
+    workspace: list = None                       # [bytes]
+    pinned: frozenset = frozenset()              # storages never freed
+    initial: tuple = ()                          # storages live from the start
+    names: list = None                           # [str], for messages
+
+    def __post_init__(self):
+        n = len(self.preds)
+        self.preds = [set(p) for p in self.preds]
+        self.uses = [set(u) for u in self.uses]
+        self.allocs = [list(a) for a in self.allocs]
+        if self.inplace is None:
+            self.inplace = [[] for _ in range(n)]
+        if self.workspace is None:
+            self.workspace = [0] * n
+        self.pinned = frozenset(self.pinned)
+        if not (len(self.allocs) == len(self.uses) == len(self.inplace)
+                == len(self.workspace) == n):
+            raise ValueError("preds, allocs, uses, inplace and workspace differ in length")
+        for v, ps in enumerate(self.preds):
+            for u in ps:
+                if not 0 <= u < v:
+                    raise ValueError(f"node {v} depends on node {u}: the given order must "
+                                     f"be topological")
+        self.succs = [[] for _ in range(n)]
+        for v, ps in enumerate(self.preds):
+            for u in sorted(ps):
+                self.succs[u].append(v)
+        self.users: dict = {}
+        for v, us in enumerate(self.uses):
+            for s in us:
+                self.users.setdefault(s, []).append(v)
+
+    @property
+    def n(self) -> int:
+        return len(self.preds)
+
+
+@dataclass
+class Schedule:
+    order: list          # node ids
+    peak: int            # the most live bytes while a node runs
+    algorithm: str
+    proven: bool = False  # minimal over all valid orders
+    seconds: float = 0.0
+    candidates: dict = field(default_factory=dict)  # algorithm -> peak (auto)
+
+
+# ---------------------------------------------------------------------------- simulation
+
+class _State:
+    """Live bytes of a partial schedule, updated node by node (and undone, for the
+    search)."""
+
+    __slots__ = ("p", "remaining", "live")
+
+    def __init__(self, p: ScheduleProblem):
+        self.p = p
+        self.remaining = {s: len(us) for s, us in p.users.items()}
+        self.live = sum(p.sizes.get(s, 0) for s in p.initial)
+
+    def _dies(self, s, v) -> bool:
+        return s not in self.p.pinned and self.remaining.get(s, 0) == 1 and \
+            s in self.p.uses[v]
+
+    def during(self, v) -> int:
+        p = self.p
+        sizes = p.sizes
+        cost = self.live + p.workspace[v]
+        for s in p.allocs[v]:
+            cost += sizes.get(s, 0)
+        for nbytes, candidates in p.inplace[v]:
+            if any(self._dies(c, v) for c in candidates):
+                cost -= nbytes
+        return cost
+
+    def delta(self, v) -> int:
+        """Live bytes after `v` minus before it."""
+        p = self.p
+        sizes = p.sizes
+        change = 0
+        for s in p.allocs[v]:
+            if s not in p.pinned and not p.users.get(s):
+                continue
+            change += sizes.get(s, 0)
+        for s in p.uses[v]:
+            if self._dies(s, v):
+                change -= sizes.get(s, 0)
+        return change
+
+    def apply(self, v) -> None:
+        self.live += self.delta(v)
+        for s in self.p.uses[v]:
+            self.remaining[s] -= 1
+
+    def undo(self, v) -> None:
+        for s in self.p.uses[v]:
+            self.remaining[s] += 1
+        self.live -= self.delta(v)
+
+
+def peak_of(problem: ScheduleProblem, order) -> int:
+    """The peak of live bytes of `order` (assumed valid)."""
+    state = _State(problem)
+    peak = state.live
+    for v in order:
+        peak = max(peak, state.during(v))
+        state.apply(v)
+    return peak
+
+
+def is_valid_order(problem: ScheduleProblem, order) -> bool:
+    """Every node exactly once, each after its predecessors."""
+    if sorted(order) != list(range(problem.n)):
+        return False
+    position = {v: i for i, v in enumerate(order)}
+    return all(position[u] < position[v] for v in range(problem.n) for u in problem.preds[v])
+
+
+# ---------------------------------------------------------------------------- heuristics
+
+def _result(problem, order, algorithm, started) -> Schedule:
+    return Schedule(list(order), peak_of(problem, order), algorithm,
+                    seconds=time.perf_counter() - started)
+
+
+def file_order(problem: ScheduleProblem) -> Schedule:
+    return _result(problem, range(problem.n), "file-order", time.perf_counter())
+
+
+def list_schedule(problem: ScheduleProblem) -> Schedule:
+    """XLA's list scheduler: among the ready nodes, the one that frees the most bytes
+    net (freed − allocated), then the earliest in file order."""
+    import heapq
+
+    started = time.perf_counter()
+    p = problem
+    state = _State(p)
+    waiting = [len(ps) for ps in p.preds]
+    ready = [v for v in range(p.n) if not waiting[v]]
+    order = []
+    # priorities change as storages lose users: recompute for the ready set each step,
+    # with a heap keyed by the value it had when pushed (lazy re-evaluation)
+    heap = [(state.delta(v), v) for v in ready]
+    heapq.heapify(heap)
+    done = [False] * p.n
+    while heap:
+        key, v = heapq.heappop(heap)
+        if done[v]:
+            continue
+        current = state.delta(v)
+        if current != key:
+            heapq.heappush(heap, (current, v))
+            continue
+        done[v] = True
+        order.append(v)
+        touched = set()
+        for s in p.uses[v]:
+            touched.update(p.users.get(s, ()))
+        state.apply(v)
+        for w in p.succs[v]:
+            waiting[w] -= 1
+            if not waiting[w]:
+                heapq.heappush(heap, (state.delta(w), w))
+        for w in touched:  # their delta may have dropped: push a fresh key
+            if not done[w] and not waiting[w]:
+                heapq.heappush(heap, (state.delta(w), w))
+    return _result(p, order, "list", started)
+
+
+def _sinks(problem):
+    return [v for v in range(problem.n) if not problem.succs[v]]
+
+
+def _post_order(problem, roots, key=None) -> list:
+    """Iterative post-order DFS from `roots`, visiting predecessors sorted by `key`
+    (their order of first use when None)."""
+    p = problem
+    seen = [False] * p.n
+    order = []
+    for root in roots:
+        if seen[root]:
+            continue
+        seen[root] = True
+        stack = [(root, iter(_ordered_preds(p, root, key)))]
+        while stack:
+            v, it = stack[-1]
+            for u in it:
+                if not seen[u]:
+                    seen[u] = True
+                    stack.append((u, iter(_ordered_preds(p, u, key))))
+                    break
+            else:
+                stack.pop()
+                order.append(v)
+    return order
+
+
+def _ordered_preds(p, v, key):
+    preds = sorted(p.preds[v])
+    return preds if key is None else sorted(preds, key=key)
+
+
+def post_order(problem: ScheduleProblem) -> Schedule:
+    """XLA's post-order scheduler: a DFS post-order from the sinks (in file order),
+    predecessors in file order."""
+    started = time.perf_counter()
+    return _result(problem, _post_order(problem, _sinks(problem)), "post-order", started)
+
+
+def dfs_schedule(problem: ScheduleProblem) -> Schedule:
+    """XLA's DFS scheduler: a post-order DFS that visits first the predecessors with
+    the most extra users, then those with the largest cumulative bytes (their own
+    allocations plus their predecessors', counted along every path, as XLA does)."""
+    started = time.perf_counter()
+    p = problem
+    total = [0] * p.n
+    extra = [0] * p.n
+    for v in range(p.n):  # file order is topological
+        own = sum(p.sizes.get(s, 0) for s in p.allocs[v])
+        total[v] = own + sum(total[u] for u in p.preds[v])
+        extra[v] = sum(max(len(p.users.get(s, ())) - 1, 0) for s in p.allocs[v])
+    order = _post_order(p, _sinks(p), key=lambda u: (-extra[u], -total[u], u))
+    return _result(p, order, "dfs", started)
+
+
+# ---------------------------------------------------------------------------- bounds
+
+def _closures(problem):
+    """(ancestors, descendants) of every node as bit sets (ints)."""
+    p = problem
+    anc = [0] * p.n
+    for v in range(p.n):
+        bits = 0
+        for u in p.preds[v]:
+            bits |= anc[u] | (1 << u)
+        anc[v] = bits
+    desc = [0] * p.n
+    for v in range(p.n - 1, -1, -1):
+        bits = 0
+        for w in p.succs[v]:
+            bits |= desc[w] | (1 << w)
+        desc[v] = bits
+    return anc, desc
+
+
+def cut_points(problem: ScheduleProblem, closures=None) -> list:
+    """Nodes comparable to every other node, in file order: every valid order has the
+    same nodes before each of them."""
+    anc, desc = closures or _closures(problem)
+    n = problem.n
+    return [v for v in range(n) if anc[v].bit_count() + desc[v].bit_count() == n - 1]
+
+
+def _node_bounds(problem, closures=None) -> list:
+    """Per node, bytes live while it runs in every valid order: its workspace, its new
+    storages (less those that may be in place), and every storage created by it or an
+    ancestor and used by it or a descendant (or pinned)."""
+    p = problem
+    anc, desc = closures or _closures(p)
+    everyone = (1 << p.n) - 1
+    bounds = [p.workspace[v] - sum(nbytes for nbytes, _ in p.inplace[v]) for v in range(p.n)]
+    made_by = {}
+    for v in range(p.n):
+        for s in p.allocs[v]:
+            made_by[s] = v
+    for s, size in p.sizes.items():
+        if not size:
+            continue
+        made = made_by.get(s)
+        if made is None and s not in p.initial:
+            continue
+        after_made = everyone if made is None else desc[made] | (1 << made)
+        if s in p.pinned:
+            needed = everyone
+        else:
+            needed = 0 if made is None else 1 << made
+            for u in p.users.get(s, ()):
+                needed |= anc[u] | (1 << u)
+        mask = after_made & needed
+        while mask:
+            low = mask & -mask
+            bounds[low.bit_length() - 1] += size
+            mask ^= low
+    return [max(b, 0) for b in bounds]
+
+
+def lower_bound(problem: ScheduleProblem) -> int:
+    """No valid order has a lower peak than this."""
+    return max(_node_bounds(problem), default=0)
+
+
+# ---------------------------------------------------------------------------- exact
+
+class _Timeout(Exception):
+    pass
+
+
+def exact_schedule(problem: ScheduleProblem, time_budget: float = 1.0,
+                   upper: Schedule | None = None) -> Schedule:
+    """The least-peak order, proven when the search ends within `time_budget` seconds
+    (else the best found, `proven=False`). `upper`: a schedule to beat (a heuristic's)."""
+    started = time.perf_counter()
+    deadline = started + time_budget
+    p = problem
+    if p.n == 0:
+        return Schedule([], peak_of(p, []), "exact", True, 0.0)
+    closures = _closures(p)
+    bounds = _node_bounds(p, closures)
+    floor = max(bounds)
+    if upper is None:
+        upper = min((list_schedule(p), dfs_schedule(p), file_order(p)), key=lambda s: s.peak)
+    cuts = set(cut_points(p, closures))
+    # segments: runs of non-cut nodes between cut points, cut points alone
+    segments, current = [], []
+    for v in range(p.n):  # file order: cut points split it the same way every order does
+        if v in cuts:
+            if current:
+                segments.append(current)
+                current = []
+            segments.append([v])
+        else:
+            current.append(v)
+    if current:
+        segments.append(current)
+    position = {v: i for i, v in enumerate(upper.order)}
+    state = _State(p)
+    order, peak, proven = [], state.live, True
+    for segment in segments:
+        # the upper bound's order restricted to this segment is a valid segment order
+        seed = sorted(segment, key=position.__getitem__)
+        if len(segment) == 1:
+            best_order = seed
+        else:
+            best_order, complete = _search_segment(p, state, segment, seed, bounds,
+                                                   max(floor, peak), deadline)
+            proven = proven and complete
+        for v in best_order:
+            peak = max(peak, state.during(v))
+            state.apply(v)
+            order.append(v)
+    result = Schedule(order, peak_of(p, order), "exact", proven,
+                      time.perf_counter() - started)
+    if result.peak > upper.peak:  # (cannot happen: each segment starts from upper's)
+        return Schedule(upper.order, upper.peak, "exact", False, result.seconds)
+    if result.peak <= floor:
+        result.proven = True
+    return result
+
+
+def _search_segment(p, state, segment, seed, bounds, floor, deadline):
+    """Branch and bound over the orders of `segment` (every node before it scheduled
+    in `state`). Returns (best order, whether it is proven minimal for the segment)."""
+    index = {v: i for i, v in enumerate(segment)}
+    members = set(segment)
+    local_preds = [[index[u] for u in p.preds[v] if u in members] for v in segment]
+    local_succs = [[index[w] for w in p.succs[v] if w in members] for v in segment]
+    m = len(segment)
+    full = (1 << m) - 1
+
+    def cost_of(order_ids):
+        peak = 0
+        for v in order_ids:
+            peak = max(peak, state.during(v))
+            state.apply(v)
+        for v in reversed(order_ids):
+            state.undo(v)
+        return peak
+
+    best_order = list(seed)
+    best = cost_of(best_order)
+    segment_floor = max(bounds[v] for v in segment)
+    if best <= max(segment_floor, 0):
+        return best_order, True
+    by_bound = sorted(range(m), key=lambda i: -bounds[segment[i]])
+    seen: dict = {}
+    waiting = [len(ps) for ps in local_preds]
+    path: list = []
+    counter = [0]
+
+    def remaining_bound(mask):
+        for i in by_bound:
+            if not (mask >> i) & 1:
+                return bounds[segment[i]]
+        return 0
+
+    def visit(mask, prefix, ready):
+        nonlocal best, best_order
+        if best <= floor:
+            return  # no order of this segment can lower the whole peak any more
+        counter[0] += 1
+        if counter[0] & 255 == 0 and time.perf_counter() > deadline:
+            raise _Timeout
+        if mask == full:
+            if prefix < best:
+                best, best_order = prefix, [segment[i] for i in path]
+            return
+        if max(prefix, remaining_bound(mask)) >= best:
+            return
+        known = seen.get(mask)
+        if known is not None and known <= prefix:
+            return
+        seen[mask] = prefix
+        # reduction: a ready node that frees at least what it allocates and stays within
+        # the peak any completion reaches anyway is scheduled now, without branching
+        level = max(prefix, floor)
+        options = []
+        for i in ready:
+            v = segment[i]
+            during = state.during(v)
+            if during <= level and state.delta(v) <= 0:
+                options = [(during, state.delta(v), i)]
+                break
+            options.append((during, state.delta(v), i))
+        else:
+            options.sort()
+        for during, _, i in options:
+            peak = max(prefix, during)
+            if peak >= best:
+                continue
+            v = segment[i]
+            state.apply(v)
+            path.append(i)
+            next_ready = [j for j in ready if j != i]
+            for j in local_succs[i]:
+                waiting[j] -= 1
+                if not waiting[j]:
+                    next_ready.append(j)
+            try:
+                visit(mask | (1 << i), peak, next_ready)
+            finally:
+                for j in local_succs[i]:
+                    waiting[j] += 1
+                path.pop()
+                state.undo(v)
+
+    import sys
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 4 * m + 1000))
+    try:
+        visit(0, 0, [i for i in range(m) if not waiting[i]])
+        complete = True
+    except _Timeout:
+        complete = False
+    finally:
+        sys.setrecursionlimit(limit)
+    return best_order, complete
+
+
+# ---------------------------------------------------------------------------- driver
+
+SCHEDULERS = {
+    "file-order": file_order,
+    "list": list_schedule,
+    "dfs": dfs_schedule,
+    "post-order": post_order,
+}
+ALGORITHMS = ("auto", "exact", "list", "dfs", "post-order", "file-order")
+
+
+def schedule(problem: ScheduleProblem, algorithm: str = "auto",
+             time_budget: float = 1.0) -> Schedule:
+    """An order for `problem` by `algorithm` (one of :data:`ALGORITHMS`), never with a
+    higher peak than file order: a heuristic that does worse gives file order back.
+    `auto` runs the three heuristics and the exact search and keeps the best."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown scheduling algorithm {algorithm!r}; choose one of "
+                         f"{', '.join(ALGORITHMS)}")
+    started = time.perf_counter()
+    base = file_order(problem)
+    found = {"file-order": base}
+    if algorithm in ("auto", "exact"):
+        for name in ("list", "dfs", "post-order"):
+            found[name] = SCHEDULERS[name](problem)
+        upper = min(found.values(), key=lambda s: s.peak)  # first best: file order on ties
+        remaining = max(time_budget - (time.perf_counter() - started), 0.0)
+        found["exact"] = exact_schedule(problem, remaining, upper)
+        candidates = [found["file-order"], found["list"], found["dfs"],
+                      found["post-order"], found["exact"]]
+    elif algorithm != "file-order":
+        found[algorithm] = SCHEDULERS[algorithm](problem)
+        candidates = [base, found[algorithm]]
+    else:
+        candidates = [base]
+    best = min(candidates, key=lambda s: s.peak)  # min keeps the first on ties
+    proven = found["exact"].proven if "exact" in found else False
+    if not proven and problem.n:
+        proven = best.peak <= lower_bound(problem)
+    return Schedule(best.order, best.peak, best.algorithm if algorithm == "auto"
+                    else algorithm, proven, time.perf_counter() - started,
+                    {name: s.peak for name, s in found.items()})
