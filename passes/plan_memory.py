@@ -157,10 +157,10 @@ class PlanReport:
                            f"({_count(pool.buffers, 'buffer')}, {capacity}, {pool.algorithm})")
             if fn.bounded:
                 out.append(f"plan-memory @{fn.function}: {_count(len(fn.bounded), 'buffer')} "
-                           f"planned at their bounds: {', '.join(fn.bounded)}")
+                           f"planned at their bounds: {_first_names(fn.bounded)}")
             if fn.dynamic:
                 out.append(f"plan-memory @{fn.function}: {_count(len(fn.dynamic), 'dynamic buffer')} "
-                           f"left to the runtime: {', '.join(fn.dynamic)}")
+                           f"left to the runtime: {_first_names(fn.dynamic)}")
         return out
 
     def to_dict(self) -> dict:
@@ -184,6 +184,18 @@ class PlanReport:
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+REMARK_NAMES = 5  # buffer names a remark lists before it says how many more
+
+
+def _first_names(names: list) -> str:
+    """The first few names, then how many more and where to see them all: a model's
+    remark once listed 160 names on one line."""
+    if len(names) <= REMARK_NAMES:
+        return ", ".join(names)
+    return (f"{', '.join(names[:REMARK_NAMES])} and {len(names) - REMARK_NAMES} more "
+            f"(-p test-print-liveness lists every buffer)")
 
 
 # ---------------------------------------------------------------------------- pools
