@@ -30,54 +30,52 @@ import weakref
 
 import numpy as np
 
-from palimpsest.backends.binding import bind_inputs, output_names
+from palimpsest.backends.loop import ExecutorLoop, FunctionPlan, Pending, check_bounds
 from palimpsest.backends.numpy.arena import (
     Arena, RunStats, byte_view, dtype_of, poison as poison_array,
 )
 from palimpsest.backends.numpy.kernels import FAST, ComputeInfo, infer_out_shapes
-from palimpsest.dialects.buffer import BufferType
-from palimpsest.ir.diagnostics import DiagnosticError
-from palimpsest.ir.opdef import WRITE, IsTerminator
-from palimpsest.ir.verifier import lookup_symbol
 
+# buffer.constant op -> (its attribute, the read-only array): shared by every executor
 _CONSTANTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
-
-class _Pending:
-    """An alloc with `?` dims and no sizes, or a view of a pool with bounded `?` dims:
-    memory (or the view of its slot, `slot` = (byte array, offset)) comes when its shape
-    is known."""
-
-    __slots__ = ("type", "value", "slot")
-
-    def __init__(self, type_: BufferType, value, slot=None):
-        self.type = type_
-        self.value = value
-        self.slot = slot
+_Pending = Pending  # the loop's (backends/loop.py)
 
 
-class Executor:
-    """One run: arenas, stats, and the values of the functions it executes."""
+class Executor(ExecutorLoop):
+    """One run: arenas, stats, and the values of the functions it executes (the loop is
+    backends/loop.py; these are the numpy backend's hooks)."""
+
+    NAME = "numpy"
+    LEVELS = "buffer-level IR: the buffer, memory and func dialects"
+    ARRAY = np.ndarray
 
     def __init__(self, poison: bool = False, stats: RunStats | None = None):
-        self.poison = poison
-        self.stats = stats if stats is not None else RunStats()
+        super().__init__(poison, stats if stats is not None else RunStats())
+        self.constants = _CONSTANTS
         self.pools: dict = {}         # pool name -> Arena
-        self.arenas: dict = {}        # alloc value -> Arena
         self.infos: dict = {}         # buffer.compute -> ComputeInfo
-        self.plans: dict = {}         # func -> _FunctionPlan
         self.bound: dict = {}         # output buffer value -> the caller's array (run(outputs=))
         self.pool_views: dict = {}    # memory.arena -> its views' (value, offset, bytes)
+
+    @property
+    def arenas(self) -> dict:
+        """The run's allocations (alloc value -> Arena)."""
+        return self.allocations
+
+    @arenas.setter
+    def arenas(self, allocations: dict) -> None:
+        self.allocations = allocations
 
     # -- entry points --------------------------------------------------------------------------
     def begin_run(self, stats: RunStats) -> None:
         """Start a run of a kept executor: fresh memory (results are views of a run's
         arenas, which no later run reuses) and fresh stats; op and function info kept."""
         self.stats = stats
-        self.pools, self.arenas = {}, {}
+        self.pools, self.allocations = {}, {}
 
     def end_run(self) -> None:
-        self.pools, self.arenas = {}, {}
+        self.pools, self.allocations = {}, {}
 
     def run(self, func, inputs: dict, outputs: dict | None = None,
             copy_outputs: bool = True) -> dict:
@@ -86,53 +84,44 @@ class Executor:
         overlaps no input becomes the memory of the buffer the function returns (no copy),
         any other is filled with one counted copy. `copy_outputs=False` returns the other
         results as they are (views of this run's arenas, which no later run reuses)."""
-        arrays = bind_inputs(func, inputs)
-        plan = self._plan(func)
         self.bound = {}
-        if outputs:
-            self._bind_outputs(func, plan, arrays, outputs)
-        bound = []
-        for index, array in enumerate(arrays):
-            if index in plan.written_args or not array.flags.c_contiguous \
-                    or not array.flags.aligned:
-                arena = Arena(array.nbytes, self.stats, poison=False)
-                copy = arena.typed(array.shape, array.dtype)
-                np.copyto(copy, array)
-                self.stats.io_bytes += array.nbytes
-                bound.append(copy)
-            else:
-                view = array.view()
-                view.flags.writeable = False
-                bound.append(view)
-        results = self.run_function(func, bound)
-        self.bound = {}
-        named = {}
-        for name, array in zip(output_names(func), results):
-            user = outputs.get(name) if outputs else None
-            if user is not None and isinstance(array, np.ndarray):
-                if not (array.size == user.size and array.size and
-                        array.__array_interface__["data"][0] == user.ctypes.data
-                        and array.dtype == user.dtype and array.flags.c_contiguous):
-                    if array.shape != user.shape:
-                        raise ValueError(f"output '{name}': the result has shape "
-                                         f"{array.shape}, the given array {user.shape}")
-                    np.copyto(user, array)
-                    self.stats.io_bytes += array.nbytes
-                named[name] = user
-            elif isinstance(array, np.ndarray) and copy_outputs:
-                named[name] = np.array(array, copy=True)
-                self.stats.io_bytes += array.nbytes
-            else:
-                named[name] = array
-        return named
+        try:
+            return super().run(func, inputs, outputs, copy_outputs)
+        finally:
+            self.bound = {}
 
-    def _bind_outputs(self, func, plan, inputs: list, outputs: dict) -> None:
-        names = output_names(func)
-        unknown = [n for n in outputs if n not in names]
-        if unknown:
-            raise ValueError(f"unknown output '{unknown[0]}' (the function returns: "
-                             f"{', '.join(names)})")
-        for name, root in zip(names, plan.output_roots):
+    def bind_input(self, index: int, array, plan: FunctionPlan):
+        if index in plan.written_args or not array.flags.c_contiguous \
+                or not array.flags.aligned:
+            arena = Arena(array.nbytes, self.stats, poison=False)
+            copy = arena.typed(array.shape, array.dtype)
+            np.copyto(copy, array)
+            self.stats.io_bytes += array.nbytes
+            return copy
+        view = array.view()
+        view.flags.writeable = False
+        return view
+
+    def read_output(self, name: str, array, user, copy_outputs: bool):
+        if user is not None and isinstance(array, np.ndarray):
+            if not (array.size == user.size and array.size and
+                    array.__array_interface__["data"][0] == user.ctypes.data
+                    and array.dtype == user.dtype and array.flags.c_contiguous):
+                if array.shape != user.shape:
+                    raise ValueError(f"output '{name}': the result has shape "
+                                     f"{array.shape}, the given array {user.shape}")
+                np.copyto(user, array)
+                self.stats.io_bytes += array.nbytes
+            return user
+        if isinstance(array, np.ndarray) and copy_outputs:
+            self.stats.io_bytes += array.nbytes
+            return np.array(array, copy=True)
+        return array
+
+    def prepare_outputs(self, func, plan: FunctionPlan, inputs: list, outputs: dict) -> None:
+        from palimpsest.backends.binding import output_names
+
+        for name, root in zip(output_names(func), plan.output_roots):
             user = outputs.get(name)
             if root is None or user is None:
                 continue
@@ -154,76 +143,15 @@ class Executor:
             return None
         return user.reshape(tuple(shape))
 
-    def run_function(self, func, arrays: list, depth: int = 0) -> list:
-        if depth > 64:
-            raise func.error("call depth exceeds 64 (recursion?)")
-        if func.is_declaration:
-            raise func.error("is a declaration: there is no body to run")
-        plan = self._plan(func)
-        values = dict(zip(func.entry_block.args, arrays))
-        for op in func.entry_block.ops:
-            if op.name == "func.return":
-                results = []
-                for v in op.operands:
-                    value = values[v]
-                    if isinstance(value, _Pending):
-                        raise op.error(f"returns a buffer that was never written ({v.type})")
-                    results.append(value)
-                return results
-            self._execute(op, values, depth)
-            for dying in plan.poison_after.get(op, ()):
-                if self.poison and isinstance(values.get(dying), np.ndarray):
-                    poison_array(values[dying])
-        raise func.error("has no func.return")
+    def released(self, value) -> bool:
+        return value in self.bound  # the caller's output array
 
-    # -- per function, once ---------------------------------------------------------------------
-    def _plan(self, func) -> "_FunctionPlan":
-        plan = self.plans.get(func)
-        if plan is None:
-            plan = self.plans[func] = _FunctionPlan(func)
-        return plan
-
-    # -- one op ------------------------------------------------------------------------------------
-    def _execute(self, op, values: dict, depth: int) -> None:
-        name = op.name
-        if name == "buffer.compute":
-            self._compute(op, values)
-        elif name == "buffer.alloc":
-            self._alloc(op, values)
-        elif name == "buffer.dealloc":
-            self._dealloc(op, values)
-        elif name == "buffer.constant":
-            values[op.results[0]] = self._constant(op)
-        elif name == "buffer.reshape":
-            values[op.results[0]] = self._reshape(op, values)
-        elif name == "buffer.view":
-            values[op.results[0]] = self._view(op, values)
-        elif name == "buffer.copy":
-            self._copy(op, values)
-        elif name == "buffer.dim":
-            source = self._materialized(op, values, op.operands[0])
-            values[op.results[0]] = int(source.shape[op.properties["index"].value])
-        elif name == "memory.arena":
-            values[op.results[0]] = self._pool(op)
-        elif name == "func.call":
-            callee = lookup_symbol(op, op.callee)
-            results = self.run_function(callee, [values[v] for v in op.operands], depth + 1)
-            for result, array in zip(op.results, results, strict=True):
-                values[result] = array
-        elif name.startswith("kernel."):  # kernel level: backends/numpy/kernel_ops.py
-            from palimpsest.backends.numpy.kernel_ops import execute_kernel
-            execute_kernel(self, op, values)
-        else:
-            raise DiagnosticError(f"the numpy backend cannot run '{name}' (buffer-level IR: "
-                                  f"the buffer, memory and func dialects)", op.loc)
-
-    def _materialized(self, op, values, value) -> np.ndarray:
-        array = values[value]
-        if isinstance(array, _Pending):
-            raise op.error(f"reads a buffer that was never written ({value.type})")
-        return array
-
-    def _new_arena(self, shape, type_: BufferType) -> tuple[Arena, np.ndarray]:
+    # -- memory hooks ----------------------------------------------------------------------------
+    def allocate(self, op, value, shape, type_) -> np.ndarray:
+        if self.bound:
+            user = self._bound_as(value, shape)
+            if user is not None:
+                return user
         dtype = dtype_of(type_.element_type)
         count = 1
         for d in shape:
@@ -231,105 +159,21 @@ class Executor:
         arena = Arena(count * dtype.itemsize, self.stats, self.poison)
         self.stats.dynamic_allocations += 1
         self.stats.dynamic_bytes += arena.nbytes
-        return arena, arena.typed(tuple(shape), dtype)
+        self.allocations[value] = arena
+        return arena.typed(tuple(shape), dtype)
 
-    def _alloc(self, op, values) -> None:
-        type_ = op.results[0].type
-        sizes = iter(values[v] for v in op.operands)
-        if None in type_.shape and not op.operands:
-            values[op.results[0]] = _Pending(type_, op.results[0])
-            return
-        shape = tuple(d if d is not None else int(next(sizes)) for d in type_.shape)
-        if any(d < 0 for d in shape):
-            raise op.error(f"has a negative size: {shape}")
+    def slot(self, value, source, offset: int, shape, type_) -> np.ndarray:
         if self.bound:
-            user = self._bound_as(op.results[0], shape)
-            if user is not None:
-                values[op.results[0]] = user
-                return
-        arena, array = self._new_arena(shape, type_)
-        self.arenas[op.results[0]] = arena
-        values[op.results[0]] = array
-
-    def _materialize(self, pending: _Pending, shape, values) -> np.ndarray:
-        if pending.type.bounds is not None:
-            check_bounds(pending, shape)
-        if self.bound:
-            user = self._bound_as(pending.value, shape)
-            if user is not None:
-                values[pending.value] = user
-                return user
-        if pending.slot is not None:
-            source, offset = pending.slot
-            array = byte_view(source, offset, shape, dtype_of(pending.type.element_type))
-            values[pending.value] = array
-            return array
-        arena, array = self._new_arena(shape, pending.type)
-        self.arenas[pending.value] = arena
-        values[pending.value] = array
-        return array
-
-    def _dealloc(self, op, values) -> None:
-        value = op.operands[0]
-        arena = self.arenas.get(value)
-        if arena is None:
-            if value in self.bound:
-                return  # the caller's output array
-            if isinstance(values.get(value), _Pending):
-                values.pop(value)  # never written: nothing was allocated
-                return
-            raise op.error("frees a buffer that no buffer.alloc of this run allocated")
-        if not arena.live:
-            raise op.error("frees a buffer twice")
-        if self.poison:
-            poison_array(values[value])
-        arena.release()
-
-    def _constant(self, op) -> np.ndarray:
-        attr = op.properties["value"]
-        cached = _CONSTANTS.get(op)
-        if cached is not None and cached[0] is attr:
-            return cached[1]
-        try:
-            array = np.asarray(attr.to_numpy())
-        except OSError as error:
-            raise op.error(f"cannot read its data: {error.strerror or error}: "
-                           f"'{error.filename}'") from None
-        except ValueError as error:
-            raise op.error(f"cannot read its data: {error}") from None
-        array = array.view()
-        array.flags.writeable = False
-        _CONSTANTS[op] = (attr, array)
-        return array
-
-    def _reshape(self, op, values) -> np.ndarray:
-        source = self._materialized(op, values, op.operands[0])
-        shape = op.results[0].type.shape
-        if shape.count(None) > 1:
-            raise op.error("needs a static shape, or one '?' dim, to reshape at run time")
-        view = source.view()
-        try:
-            view.shape = tuple(-1 if d is None else d for d in shape)
-        except (AttributeError, ValueError) as error:
-            raise op.error(f"cannot view a buffer of shape {source.shape} as "
-                           f"{op.results[0].type}: {error}") from None
-        return view
-
-    def _view(self, op, values) -> np.ndarray:
-        source = self._materialized(op, values, op.operands[0])
-        type_ = op.results[0].type
-        if None in type_.shape:
-            if not type_.is_bounded or "offset" not in op.properties:
-                raise op.error(f"views with '?' dims need a bound on each and a static "
-                               f"offset ({type_})")
-            # a slot planned at the bounds: viewed once the writer knows the shape
-            return _Pending(type_, op.results[0], (source, op.properties["offset"].value))
-        if self.bound:
-            user = self._bound_as(op.results[0], type_.shape)
+            user = self._bound_as(value, shape)
             if user is not None:
                 return user
-        offset = op.properties["offset"].value if "offset" in op.properties \
-            else int(values[op.operands[1]])
+        return byte_view(source, offset, shape, dtype_of(type_.element_type))
+
+    def view(self, op, value, source, offset: int, type_) -> np.ndarray:
+        if self.bound:
+            user = self._bound_as(value, type_.shape)
+            if user is not None:
+                return user
         try:
             return byte_view(source, offset, type_.shape, dtype_of(type_.element_type),
                              type_.strides)
@@ -337,28 +181,30 @@ class Executor:
             raise op.error(f"cannot view {type_} at byte {offset} of a {source.nbytes}-byte "
                            f"buffer: {error}") from None
 
-    def _copy(self, op, values) -> None:
-        source = self._materialized(op, values, op.operands[0])
-        target = values[op.operands[1]]
-        if isinstance(target, _Pending):
-            target = self._materialize(target, source.shape, values)
-        if target.shape != source.shape:
-            raise op.error(f"copies shape {source.shape} into shape {target.shape}")
-        np.copyto(target, source)
-        self.stats.copy_op_bytes += source.nbytes
+    def reshape(self, op, source) -> np.ndarray:
+        view = source.view()
+        try:
+            view.shape = tuple(-1 if d is None else d for d in op.results[0].type.shape)
+        except (AttributeError, ValueError) as error:
+            raise op.error(f"cannot view a buffer of shape {source.shape} as "
+                           f"{op.results[0].type}: {error}") from None
+        return view
 
-    def _pool(self, op) -> np.ndarray:
-        pool_name = op.properties["pool"].root
+    def constant(self, host) -> np.ndarray:
+        array = host.view()
+        array.flags.writeable = False
+        return array
+
+    def copy(self, source, target) -> None:
+        np.copyto(target, source)
+
+    def poison_array(self, array) -> None:
+        poison_array(array)
+
+    def pool(self, op, pool_name: str, size: int) -> np.ndarray:
         arena = self.pools.get(pool_name)
+        dtype = dtype_of(op.results[0].type.element_type)
         if arena is None:
-            size = op.results[0].type.shape[0]
-            if size is None:
-                pool = lookup_symbol(op, op.properties["pool"])
-                size_attr = pool.properties.get("size") if pool is not None else None
-                if size_attr is None:
-                    raise op.error(f"pool @{pool_name} has no size (plan the memory first)")
-                size = size_attr.value
-            dtype = dtype_of(op.results[0].type.element_type)
             if self.bound:
                 needed = self._pool_needed(op, size)
                 if needed < size:  # the views past `needed` are the caller's output arrays
@@ -371,7 +217,6 @@ class Executor:
                     return arena.data.view(dtype)
             arena = self.pools[pool_name] = Arena(size, self.stats, self.poison)
             self.stats.static_bytes += size
-        dtype = dtype_of(op.results[0].type.element_type)
         return arena.data.view(dtype)
 
     def _pool_needed(self, op, size: int) -> int:
@@ -388,6 +233,14 @@ class Executor:
             if self._bound_as(value, value.type.shape) is None:
                 needed = max(needed, offset + nbytes)
         return needed
+
+    # -- ops hooks -----------------------------------------------------------------------------------
+    def run_kernel(self, op, values) -> None:  # kernel level: backends/numpy/kernel_ops.py
+        from palimpsest.backends.numpy.kernel_ops import execute_kernel
+        execute_kernel(self, op, values)
+
+    def run_generic(self, op, values) -> None:
+        self._compute(op, values)
 
     # -- buffer.compute ----------------------------------------------------------------------------
     def _compute(self, op, values) -> None:
@@ -444,78 +297,6 @@ class Executor:
             np.copyto(out, result)
 
 
-def check_bounds(pending: _Pending, shape) -> None:
-    """A buffer (an alloc's or a view's result) beyond its bounds is an error naming it."""
-    upper = pending.type.upper_shape
-    if len(shape) != len(upper) or any(u is not None and d > u for d, u in zip(shape, upper)):
-        value = pending.value
-        raise value.op.error(f"{'%' + value.name_hint if value.name_hint else 'a buffer'} has "
-                             f"shape {list(shape)} at run time, beyond its bounds "
-                             f"{['?' if u is None else u for u in upper]} ({pending.type})")
-
-
-class _FunctionPlan:
-    """What a run needs to know about a function beyond its ops: which arguments the IR
-    writes (they are copied in), and after which op each pooled view dies (to poison it)."""
-
-    def __init__(self, func):
-        from palimpsest.passes.insert_deallocs import BlockOrder, alias_closure
-
-        self.written_args: set = set()
-        self.poison_after: dict = {}
-        self.output_roots: list = []  # per result: the buffer a caller's array can replace
-        if func.is_declaration:
-            return
-        block = func.entry_block
-        self.output_roots = _output_roots(block)
-        for index, arg in enumerate(block.args):
-            if not isinstance(arg.type, BufferType):
-                continue
-            closure = set(alias_closure(arg))
-            for value in closure:
-                for user in value.users():
-                    effects = user.memory_effects()
-                    if effects is None or any(kind == WRITE and target in closure
-                                              for kind, target in effects):
-                        self.written_args.add(index)
-        order = None
-        for op in block.ops:
-            if op.name != "buffer.view" or not _from_pool(op.operands[0]):
-                continue
-            order = order or BlockOrder(block)
-            closure = alias_closure(op.results[0])
-            last, local = order.last_user(closure)
-            if last is None or not local or last.has_trait(IsTerminator) or any(
-                    user.has_trait(IsTerminator) for v in closure for user in v.users()):
-                continue
-            self.poison_after.setdefault(last, []).append(op.results[0])
-
-
-def _output_roots(block) -> list:
-    """Per returned value, the buffer it is (through `buffer.reshape`s) when that buffer
-    is a `buffer.alloc` or a `buffer.view` of a `memory.arena` of this block, returned once
-    and written by no other returned value's chain; else None."""
-    ret = block.last
-    if ret is None or ret.name != "func.return":
-        return []
-    roots = []
-    for value in ret.operands:
-        owner = getattr(value, "op", None)
-        while owner is not None and owner.name == "buffer.reshape":
-            value = owner.operands[0]
-            owner = getattr(value, "op", None)
-        ok = owner is not None and owner.parent is block and isinstance(
-            value.type, BufferType) and (owner.name == "buffer.alloc" or (
-                owner.name == "buffer.view" and _from_pool(value)
-                and getattr(owner.operands[0], "op", None) is not None
-                and owner.operands[0].op.name == "memory.arena"))
-        roots.append(value if ok else None)
-    for index, root in enumerate(roots):
-        if root is not None and roots.count(root) > 1:
-            roots[index] = None
-    return roots
-
-
 def _pool_views(arena) -> list | bool:
     """[(view, byte offset, bytes)] of the `buffer.view`s of a `memory.arena`; False when
     it has another user, or a view at a dynamic offset, with `?` dims or strides."""
@@ -527,13 +308,6 @@ def _pool_views(arena) -> list | bool:
             return False
         views.append((user.results[0], user.properties["offset"].value, type_.nbytes()))
     return views
-
-
-def _from_pool(value) -> bool:
-    owner = getattr(value, "op", None)
-    while owner is not None and owner.name in ("buffer.view", "buffer.reshape"):
-        owner = getattr(owner.operands[0], "op", None)
-    return owner is not None and owner.name == "memory.arena"
 
 
 def run(func, inputs: dict, *, poison: bool = False, stats: RunStats | None = None,

@@ -91,7 +91,8 @@ class GenericOps:
     # -- host ops --------------------------------------------------------------------------------
     def _on_host(self, op, values) -> None:
         """Run `op` with the numpy backend: operands read back, outs written to the device."""
-        from palimpsest.backends.numpy.executor import Executor, _Pending as HostPending
+        from palimpsest.backends.loop import Pending as HostPending
+        from palimpsest.backends.numpy.executor import Executor
 
         if op.name in ("buffer.compute", "kernel.generic") and (
                 self._relayout(op, values) or self._generic_on_device(op, values)):

@@ -24,3 +24,12 @@ def parse_text():
         return parse(text, "<test>", **kwargs)
 
     return _parse
+
+
+@pytest.fixture(scope="session")
+def onnx_models():
+    """examples/onnx_models.py, loaded once (example_models.py; `load()` where a module
+    needs it at collection time)."""
+    import example_models
+
+    return example_models.load()

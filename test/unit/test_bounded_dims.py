@@ -4,7 +4,6 @@ by infer-shapes, buffers planned statically at their bounds, run at any shape wi
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -23,19 +22,12 @@ from palimpsest.ir.printer import print_ir  # noqa: E402
 from palimpsest.ir.types import TensorType, f32  # noqa: E402
 from palimpsest.passes.pass_manager import PassManager, parse_pipeline  # noqa: E402
 
+import example_models  # noqa: E402  (test/unit, on sys.path: conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 RTOL, ATOL = 1e-4, 1e-5
 
-
-def _load_models():
-    spec = importlib.util.spec_from_file_location("palimpsest_onnx_models_bounds",
-                                                  ROOT / "examples" / "onnx_models.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-M = _load_models()
+M = example_models.load()
 
 
 @pytest.fixture(scope="module")

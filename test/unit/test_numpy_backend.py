@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -35,21 +34,11 @@ from palimpsest.ir.verifier import verify  # noqa: E402
 from palimpsest.passes.bufferize import bufferize  # noqa: E402
 from palimpsest.passes.pass_manager import PassManager, parse_pipeline  # noqa: E402
 
+import example_models  # noqa: E402  (test/unit, on sys.path: conftest.py)
+import onnx_node_cases as nc  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load(name, path):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-M = _load("palimpsest_onnx_models", ROOT / "examples" / "onnx_models.py")
-nc = _load("palimpsest_test_onnx_node_cases", Path(__file__).resolve().with_name("onnx_node_cases.py"))
+M = example_models.load()
 
 
 def lower(module, pipeline="bufferize,insert-deallocs"):
@@ -78,35 +67,12 @@ def assert_same(got: dict, want: dict, what: str) -> None:
         np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6, err_msg=f"{what}: {name}")
 
 
-def image(shape, seed=0):
-    return {"input": np.random.default_rng(seed).standard_normal(shape).astype(np.float32)}
-
-
-def small_minilm(**kwargs):
-    return M.minilm(**{**dict(hidden=32, heads=4, layers=2, ffn=64, vocab=100, max_positions=64),
-                       **kwargs})
-
-
+image = example_models.image
 MODELS = {
-    "resnet": lambda: (M.resnet(image=32, width=8, blocks=(1, 1, 1, 1), classes=10),
-                       [image((1, 3, 32, 32))]),
-    "resnet_dynamic_batch": lambda: (M.resnet(image=24, width=4, blocks=(1, 1), classes=5, batch=None),
-                                     [image((1, 3, 24, 24), 1), image((3, 3, 24, 24), 2)]),
-    "mobilenet_v2": lambda: (M.mobilenet_v2(image=32, width_mult=0.25, last_channel=64, classes=10),
-                             [image((1, 3, 32, 32))]),
-    "minilm_dynamic": lambda: (small_minilm(),
-                               [M.minilm_inputs(1, 16, vocab=100, seed=1),
-                                M.minilm_inputs(2, 9, vocab=100, seed=2, padded=3)]),
-    "minilm_static": lambda: (small_minilm(dynamic=False, seq=8, batch=2),
-                              [M.minilm_inputs(2, 8, vocab=100, seed=3, padded=2)]),
-    "ocr_dynamic_width": lambda: (M.ocr_crnn(channels=(8, 16, 16, 16), classes=12), [
-        {"image": np.random.default_rng(s).standard_normal((1, 1, 32, w)).astype(np.float32)}
-        for s, w in ((4, 40), (5, 64))]),
-    "deep_mlp": lambda: (M.deep_mlp(nodes=60, hidden=16, tokens=4), [
-        {"x": np.random.default_rng(s).standard_normal((b, 4, 16)).astype(np.float32)}
-        for s, b in ((6, 1), (7, 3))]),
-    "tiny_cnn": lambda: (M.tiny_cnn(), [
-        {"x": np.random.default_rng(8).standard_normal((1, 3, 8, 8)).astype(np.float32)}]),
+    **example_models.small_model_cases(),
+    "deep_mlp": lambda: (M.deep_mlp(nodes=60, hidden=16, tokens=4),
+                         [image((b, 4, 16), s, "x") for s, b in ((6, 1), (7, 3))]),
+    "tiny_cnn": lambda: (M.tiny_cnn(), [image((1, 3, 8, 8), 8, "x")]),
 }
 
 

@@ -14,7 +14,6 @@ here skips and says why):
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -28,19 +27,12 @@ from palimpsest.dialects.graph.naming import ONNX_TO_GRAPH
 
 pytestmark = requires_opencl
 
+import example_models  # noqa: E402  (test/unit, on sys.path: conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
-
-def _load_models():
-    spec = importlib.util.spec_from_file_location("palimpsest_onnx_models",
-                                                  EXAMPLES / "onnx_models.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-M = _load_models()
+M = example_models.load()
 
 # -- 1. ONNX node cases --------------------------------------------------------------------------
 
@@ -59,35 +51,20 @@ def test_node_case_on_opencl(name):
 
 # -- 2. real models ------------------------------------------------------------------------------
 
-def image(shape, seed=0, name="input"):
-    return {name: np.random.default_rng(seed).standard_normal(shape).astype(np.float32)}
-
-
-def small_minilm(**kwargs):
-    return M.minilm(**{**dict(hidden=32, heads=4, layers=2, ffn=64, vocab=100, max_positions=64),
-                       **kwargs})
-
-
 # Shape arithmetic of exported models (Shape -> Gather -> Concat -> Reshape) stays on the
 # host: integer ops on a few elements, which the issue keeps there.
 SHAPE_OPS = ("graph.shape", "graph.gather", "graph.unsqueeze", "graph.concat", "graph.cast",
              "graph.equal", "graph.where", "graph.constant_of_shape", "graph.slice",
              "graph.range", "graph.expand", "kernel.gather", "kernel.concat")
 
+image = example_models.image
+small_minilm = example_models.small_minilm
 MODELS = {
-    "resnet": lambda: (M.resnet(image=32, width=8, blocks=(1, 1, 1, 1), classes=10),
-                       [image((1, 3, 32, 32))]),
-    "resnet_dynamic_batch": lambda: (M.resnet(image=24, width=4, blocks=(1, 1), classes=5,
-                                              batch=None),
-                                     [image((1, 3, 24, 24), 1), image((3, 3, 24, 24), 2)]),
-    "mobilenet_v2": lambda: (M.mobilenet_v2(image=32, width_mult=0.25, last_channel=64,
-                                            classes=10), [image((1, 3, 32, 32))]),
+    **example_models.small_model_cases(),
     "minilm_dynamic": lambda: (small_minilm(),
                                [M.minilm_inputs(1, 16, vocab=100, seed=1),
                                 M.minilm_inputs(2, 9, vocab=100, seed=2, padded=3),
                                 M.minilm_inputs(1, 32, vocab=100, seed=4)]),
-    "minilm_static": lambda: (small_minilm(dynamic=False, seq=8, batch=2),
-                              [M.minilm_inputs(2, 8, vocab=100, seed=3, padded=2)]),
     "ocr_dynamic_width": lambda: (M.ocr_crnn(channels=(8, 16, 16, 16), classes=12), [
         image((1, 1, 32, w), s, "image") for s, w in ((4, 40), (5, 64), (6, 96))]),
     "deep_mlp": lambda: (M.deep_mlp(nodes=120), [image((2, 16, 64), 7, "x")]),

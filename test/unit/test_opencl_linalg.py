@@ -7,9 +7,7 @@ Conv / MatMul / Gemm node cases on the device, checked to run there."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -216,15 +214,9 @@ def test_generated_programs_are_reused_per_shape():
 # -- ONNX node cases ------------------------------------------------------------------------------
 
 def _node_cases():
-    name = "palimpsest_test_onnx_node_cases"
-    module = sys.modules.get(name)
-    if module is None:
-        path = Path(__file__).resolve().with_name("onnx_node_cases.py")
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return module
+    import onnx_node_cases  # test/unit, on sys.path: conftest.py
+
+    return onnx_node_cases
 
 
 def _case_names():

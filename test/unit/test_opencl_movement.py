@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -351,14 +350,9 @@ def test_a_chain_of_movements_in_planned_pools():
 # -- ONNX node cases -------------------------------------------------------------------------
 
 def _load_node_cases():
-    name = "palimpsest_test_onnx_node_cases"
-    if name not in sys.modules:  # the module test_numpy_backend.py loads, shared
-        spec = importlib.util.spec_from_file_location(
-            name, Path(__file__).resolve().with_name("onnx_node_cases.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    import onnx_node_cases  # test/unit, on sys.path: conftest.py
+
+    return onnx_node_cases
 
 
 MOVEMENT_OPS = {"Transpose", "Concat", "Gather", "Pad", "Resize"}

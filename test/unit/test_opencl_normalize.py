@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -258,15 +257,9 @@ def test_minilm_block_stays_on_the_device():
 # -- ONNX node cases ------------------------------------------------------------------------------
 
 def _node_cases():
-    name = "palimpsest_test_onnx_node_cases"
-    module = sys.modules.get(name)
-    if module is None:
-        path = Path(__file__).resolve().with_name("onnx_node_cases.py")
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return module
+    import onnx_node_cases  # test/unit, on sys.path: conftest.py
+
+    return onnx_node_cases
 
 
 def _case_names():

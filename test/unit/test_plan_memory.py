@@ -34,6 +34,8 @@ from palimpsest.passes.plan_export import (
 from palimpsest.passes.plan_memory import PlanCheckError, plan_memory
 from palimpsest.passes.planners import ALGORITHMS, Interval, check_plan
 
+import example_models  # noqa: E402  (test/unit, on sys.path: conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -287,18 +289,10 @@ def test_pipeline_option_spelling_and_report(capfd):
 
 # -- real models ------------------------------------------------------------------------------
 
-def _models_module():
-    spec = importlib.util.spec_from_file_location("palimpsest_onnx_models_plan",
-                                                  ROOT / "examples" / "onnx_models.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def real_models(full: bool) -> dict:
     pytest.importorskip("onnx")
     pytest.importorskip("numpy")
-    M = _models_module()
+    M = example_models.load()
     if full:
         return {"resnet": M.resnet(), "mobilenet_v2": M.mobilenet_v2(),
                 "minilm": M.minilm(dynamic=False)}
@@ -370,15 +364,14 @@ def _numpy_backend():
 
 
 @pytest.mark.parametrize("inputs_as_activations", [False, True], ids=["io-pool", "as-activations"])
-def test_planned_models_run_in_arenas_of_the_pools_sizes(inputs_as_activations):
+def test_planned_models_run_in_arenas_of_the_pools_sizes(inputs_as_activations, onnx_models):
     backend = _numpy_backend()
     import numpy as np
     from palimpsest.backends.binding import find_function
     from palimpsest.backends.reference.executor import run as reference_run
     from palimpsest.dialects.graph.from_onnx import import_onnx
 
-    M = _models_module()
-    models = dict(real_models(False), tiny_cnn=M.tiny_cnn())
+    models = dict(real_models(False), tiny_cnn=onnx_models.tiny_cnn())
     for name, model in models.items():
         graph = import_onnx(model)
         PassManager(parse_pipeline("infer-shapes")).run(graph)
@@ -410,9 +403,8 @@ def test_planned_models_run_in_arenas_of_the_pools_sizes(inputs_as_activations):
 # -- exports ----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def small_plan():
-    M = _models_module()
-    module = bufferized(M.small()["resnet"]())
+def small_plan(onnx_models):
+    module = bufferized(onnx_models.small()["resnet"]())
     return plan_for_export(module)
 
 
@@ -470,9 +462,8 @@ def test_png_export_needs_matplotlib(small_plan, tmp_path):
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_report_from_planned_ir_matches_offsets(small_plan):
-    M = _models_module()
-    module = bufferized(M.small()["resnet"]())
+def test_report_from_planned_ir_matches_offsets(small_plan, onnx_models):
+    module = bufferized(onnx_models.small()["resnet"]())
     plan_memory(module)
     derived = report_from_ir(module)
     fn = derived.function("main")
@@ -487,9 +478,9 @@ def _run_tool(*args, cwd=None):
     return subprocess.run(command + list(args), capture_output=True, text=True, cwd=cwd)
 
 
-def test_palimpsest_plan_exports_a_model(tmp_path):
+def test_palimpsest_plan_exports_a_model(tmp_path, onnx_models):
     pytest.importorskip("onnx")
-    M = _models_module()
+    M = onnx_models
     from palimpsest.dialects.graph.from_onnx import import_onnx
 
     source = tmp_path / "model.pal"

@@ -10,7 +10,6 @@ one line, exit 1 and no traceback.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -35,20 +34,13 @@ from palimpsest.ir.verifier import verify  # noqa: E402
 from palimpsest.passes.pass_manager import PassManager, parse_pipeline  # noqa: E402
 from palimpsest.tools import onnx_import  # noqa: E402
 
+import example_models  # noqa: E402  (test/unit, on sys.path: conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 RTOL, ATOL = 1e-4, 1e-5
 
-
-def _load_models():
-    spec = importlib.util.spec_from_file_location("palimpsest_onnx_models",
-                                                  EXAMPLES / "onnx_models.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-M = _load_models()
+M = example_models.load()
 
 
 # -- helpers ------------------------------------------------------------------------------------

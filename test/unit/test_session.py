@@ -5,7 +5,6 @@ chaining; palimpsest-run --shape/--repeat through a session."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -20,19 +19,12 @@ from palimpsest.backends.reference.executor import run as reference_run  # noqa:
 from palimpsest.dialects.graph.from_onnx import import_onnx  # noqa: E402
 from palimpsest.ir.parser import parse  # noqa: E402
 
+import example_models  # noqa: E402  (test/unit, on sys.path: conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 RTOL, ATOL = 1e-4, 1e-5
 
-
-def _load_models():
-    spec = importlib.util.spec_from_file_location("palimpsest_onnx_models_session",
-                                                  ROOT / "examples" / "onnx_models.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-M = _load_models()
+M = example_models.load()
 
 
 class Model:

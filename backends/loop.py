@@ -1,0 +1,441 @@
+"""The executor loop every backend shares: it walks a function's ops, binds each value to
+the backend's memory, and calls the backend's hooks for what differs.
+
+A backend is a subclass of `ExecutorLoop` that names its array type (`ARRAY`: numpy's
+ndarray, OpenCL's DeviceArray) and implements the hooks:
+
+| hook | called for | does |
+|---|---|---|
+| `allocate(op, value, shape, type_)` | `buffer.alloc`, a `?`-dim buffer once its shape is known | memory of its own, recorded in `self.allocations` (a handle with `live` and `release()`) |
+| `pool(op, name, size)` | `memory.arena` | the pool's memory (one arena per run, or kept) |
+| `view(op, value, source, offset, type_)` | `buffer.view` at a static shape | a typed view at a byte offset |
+| `slot(value, source, offset, shape, type_)` | a bounded `?`-dim view once its shape is known | the same, at the actual shape |
+| `reshape(op, source)` | `buffer.reshape` | the same memory in another shape, never a copy |
+| `constant(host)` | `buffer.constant` (once per op and value) | the weights, where kernels read them |
+| `copy(source, target)` | `buffer.copy` | a copy on the backend |
+| `run_kernel(op, values)` | `kernel.*` but `kernel.generic` | the kernel, on the backend |
+| `run_generic(op, values)` | `buffer.compute`, `kernel.generic` | the graph op, on the backend or its host |
+| `poison_array(array)` | with `poison=True`: an allocation made, freed, a pool view whose liveness ended | fill it with poison |
+| `bind_input(index, array, plan)` / `read_output(name, result, user, copy)` | `run` | inputs in, results out (zero-copy where the backend can) |
+| `sync()` | the profiler, around each kernel | wait for the work queued so far |
+| `setup_seconds()` | the profiler | seconds spent building programs so far (left out of op times) |
+
+The loop itself owns what is the same everywhere: the op dispatch, `func.call` and
+`func.return`, `buffer.dim`, pending buffers (a `?`-dim alloc or bounded view, given
+memory when the kernel that writes it knows its shape, and checked against its bounds),
+the frees and their errors (twice, never allocated), reading constants, the per-function
+facts (which arguments the IR writes, after which op each pool view dies, which buffers
+a caller's output arrays may replace), and the profiler hook (`self.profiler`,
+backends/profile.py): each kernel op, `buffer.compute` and `buffer.copy` is timed
+between two `sync()`s and recorded with its buffers.
+"""
+
+from __future__ import annotations
+
+from palimpsest.backends.binding import bind_inputs, output_names
+from palimpsest.dialects.buffer import BufferType
+from palimpsest.ir.diagnostics import DiagnosticError
+from palimpsest.ir.opdef import WRITE, IsTerminator
+from palimpsest.ir.verifier import lookup_symbol
+
+# the ops the profiler times (the others only bind memory)
+TIMED = frozenset({"buffer.compute", "buffer.copy"})
+
+
+class Pending:
+    """An alloc with `?` dims and no sizes, or a view of a pool with bounded `?` dims
+    (`slot`: the source and byte offset): memory comes when its shape is known."""
+
+    __slots__ = ("type", "value", "slot")
+
+    def __init__(self, type_: BufferType, value, slot=None):
+        self.type = type_
+        self.value = value
+        self.slot = slot
+
+
+def check_bounds(pending: Pending, shape) -> None:
+    """A buffer (an alloc's or a view's result) beyond its bounds is an error naming it."""
+    upper = pending.type.upper_shape
+    if len(shape) != len(upper) or any(u is not None and d > u for d, u in zip(shape, upper)):
+        value = pending.value
+        raise value.op.error(f"{'%' + value.name_hint if value.name_hint else 'a buffer'} has "
+                             f"shape {list(shape)} at run time, beyond its bounds "
+                             f"{['?' if u is None else u for u in upper]} ({pending.type})")
+
+
+class ExecutorLoop:
+    """One run's walk over a function's ops (see the module doc); backends add hooks."""
+
+    NAME = "?"                  # the backend, in errors
+    LEVELS = ""                 # the IR it runs, in errors
+    ARRAY: type = object        # the backend's array type
+    PENDING = Pending
+
+    def __init__(self, poison: bool, stats):
+        self.poison = poison
+        self.stats = stats
+        self.allocations: dict = {}  # alloc value -> handle (live, release()) this run
+        self.plans: dict = {}        # func -> FunctionPlan
+        self.constants: dict = {}    # buffer.constant op -> (attr, array)
+        self.profiler = None         # backends/profile.py Profiler, or None
+
+    # -- hooks (see the module doc) ----------------------------------------------------------------
+    def allocate(self, op, value, shape, type_):
+        raise NotImplementedError
+
+    def pool(self, op, name: str, size: int):
+        raise NotImplementedError
+
+    def view(self, op, value, source, offset: int, type_):
+        raise NotImplementedError
+
+    def slot(self, value, source, offset: int, shape, type_):
+        raise NotImplementedError
+
+    def reshape(self, op, source):
+        raise NotImplementedError
+
+    def constant(self, host):
+        raise NotImplementedError
+
+    def copy(self, source, target) -> None:
+        raise NotImplementedError
+
+    def run_kernel(self, op, values) -> None:
+        raise NotImplementedError
+
+    def run_generic(self, op, values) -> None:
+        raise NotImplementedError
+
+    def poison_array(self, array) -> None:
+        pass
+
+    def bind_input(self, index: int, array, plan: "FunctionPlan"):
+        return array
+
+    def prepare_outputs(self, func, plan: "FunctionPlan", arrays: list, outputs: dict) -> None:
+        pass
+
+    def read_output(self, name: str, result, user, copy_outputs: bool):
+        return result
+
+    def released(self, value) -> bool:
+        """True when a `buffer.dealloc` of `value`, which no alloc of this run allocated,
+        frees nothing on purpose (the numpy backend: a caller's output array)."""
+        return False
+
+    def sync(self) -> None:
+        pass
+
+    def setup_seconds(self) -> float:
+        """Seconds spent so far building programs (left out of the profiler's op times)."""
+        return 0.0
+
+    def finish(self) -> None:
+        """The end of `run`: results are where the caller can read them."""
+
+    # -- runs ----------------------------------------------------------------------------------------
+    def run(self, func, inputs: dict, outputs: dict | None = None,
+            copy_outputs: bool = True) -> dict:
+        """Named results of `func` on named inputs; `outputs` (name -> array): the caller's
+        arrays to write them into (in place where the backend can, else one counted copy);
+        `copy_outputs=False`: results the backend can hand out as they are (the numpy
+        backend's arena views) are not copied."""
+        arrays = bind_inputs(func, inputs)
+        names = output_names(func)
+        if outputs:
+            unknown = [n for n in outputs if n not in names]
+            if unknown:
+                raise ValueError(f"unknown output '{unknown[0]}' (the function returns: "
+                                 f"{', '.join(names)})")
+        plan = self._plan(func)
+        profiler = self.profiler
+        if profiler is not None:
+            profiler.begin_run()
+        try:
+            if outputs:
+                self.prepare_outputs(func, plan, arrays, outputs)
+            bound = [self.bind_input(index, array, plan) for index, array in enumerate(arrays)]
+            results = self.run_function(func, bound)
+            named = {name: self.read_output(name, result,
+                                            outputs.get(name) if outputs else None,
+                                            copy_outputs)
+                     for name, result in zip(names, results)}
+            self.finish()
+        finally:
+            if profiler is not None:
+                profiler.end_run()
+        return named
+
+    def run_function(self, func, arrays: list, depth: int = 0) -> list:
+        if depth > 64:
+            raise func.error("call depth exceeds 64 (recursion?)")
+        if func.is_declaration:
+            raise func.error("is a declaration: there is no body to run")
+        plan = self._plan(func)
+        values = dict(zip(func.entry_block.args, arrays))
+        poison_after = plan.poison_after if self.poison else None
+        profiler = self.profiler
+        execute = self._execute
+        array_type = self.ARRAY
+        for op in func.entry_block.ops:
+            name = op.name
+            if name == "func.return":
+                results = []
+                for v in op.operands:
+                    value = values[v]
+                    if isinstance(value, Pending):
+                        raise op.error(f"returns a buffer that was never written ({v.type})")
+                    results.append(value)
+                return results
+            if profiler is not None and (name in TIMED or name.startswith("kernel.")):
+                profiler.measure(self, op, values, depth)
+            else:
+                execute(op, values, depth)
+            if poison_after:
+                for dying in poison_after.get(op, ()):
+                    array = values.get(dying)
+                    if isinstance(array, array_type):
+                        self.poison_array(array)
+        raise func.error("has no func.return")
+
+    def _plan(self, func) -> "FunctionPlan":
+        plan = self.plans.get(func)
+        if plan is None:
+            plan = self.plans[func] = FunctionPlan(func)
+        return plan
+
+    # -- one op --------------------------------------------------------------------------------------
+    def _execute(self, op, values: dict, depth: int) -> None:
+        name = op.name
+        if name.startswith("kernel.") and name != "kernel.generic":
+            self.run_kernel(op, values)
+            return
+        handler = _HANDLERS.get(name)
+        if handler is None:
+            raise DiagnosticError(f"the {self.NAME} backend cannot run '{name}' "
+                                  f"({self.LEVELS})", op.loc)
+        handler(self, op, values, depth)
+
+    def _materialized(self, op, values, value):
+        array = values[value]
+        if isinstance(array, Pending):
+            raise op.error(f"reads a buffer that was never written ({value.type})")
+        return array
+
+    def _materialize(self, pending: Pending, shape, values):
+        """The memory of a pending buffer whose shape is known now."""
+        shape = tuple(int(d) for d in shape)
+        if pending.type.bounds is not None:
+            check_bounds(pending, shape)
+        if pending.slot is not None:
+            source, offset = pending.slot
+            array = self.slot(pending.value, source, offset, shape, pending.type)
+        else:
+            if any(d < 0 for d in shape):
+                raise pending.value.op.error(f"has a negative size: {shape}")
+            array = self.allocate(pending.value.op, pending.value, shape, pending.type)
+        values[pending.value] = array
+        return array
+
+    def _sized(self, values, value, shape):
+        """The memory of `value`; a pending one sized by `shape()` (ValueError when it
+        cannot say)."""
+        array = values[value]
+        if isinstance(array, Pending):
+            concrete = shape()
+            if concrete is None or None in concrete:
+                raise ValueError("cannot size a buffer from the operand shapes")
+            array = self._materialize(array, concrete, values)
+        return array
+
+    def _alloc(self, op, values, depth) -> None:
+        type_ = op.results[0].type
+        if None in type_.shape and not op.operands:
+            values[op.results[0]] = Pending(type_, op.results[0])
+            return
+        sizes = iter(values[v] for v in op.operands)
+        shape = tuple(d if d is not None else int(next(sizes)) for d in type_.shape)
+        if any(d < 0 for d in shape):
+            raise op.error(f"has a negative size: {shape}")
+        values[op.results[0]] = self.allocate(op, op.results[0], shape, type_)
+
+    def _dealloc(self, op, values, depth) -> None:
+        value = op.operands[0]
+        handle = self.allocations.get(value)
+        if handle is None:
+            if isinstance(values.get(value), Pending):
+                values.pop(value)  # never written: nothing was allocated
+                return
+            if self.released(value):
+                return
+            raise op.error("frees a buffer that no buffer.alloc of this run allocated")
+        if not handle.live:
+            raise op.error("frees a buffer twice")
+        if self.poison:
+            self.poison_array(values[value])
+        handle.release()
+
+    def _pool(self, op, values, depth) -> None:
+        name = op.properties["pool"].root
+        size = op.results[0].type.shape[0]
+        if size is None:
+            pool = lookup_symbol(op, op.properties["pool"])
+            size_attr = pool.properties.get("size") if pool is not None else None
+            if size_attr is None:
+                raise op.error(f"pool @{name} has no size (plan the memory first)")
+            size = size_attr.value
+        values[op.results[0]] = self.pool(op, name, size)
+
+    def _view(self, op, values, depth) -> None:
+        source = self._materialized(op, values, op.operands[0])
+        type_ = op.results[0].type
+        if None in type_.shape:
+            if not type_.is_bounded or "offset" not in op.properties:
+                raise op.error(f"views with '?' dims need a bound on each and a static "
+                               f"offset ({type_})")
+            # a slot planned at the bounds: viewed once the writer knows the shape
+            values[op.results[0]] = Pending(type_, op.results[0],
+                                            (source, op.properties["offset"].value))
+            return
+        offset = op.properties["offset"].value if "offset" in op.properties \
+            else int(values[op.operands[1]])
+        values[op.results[0]] = self.view(op, op.results[0], source, offset, type_)
+
+    def _reshape(self, op, values, depth) -> None:
+        source = self._materialized(op, values, op.operands[0])
+        if op.results[0].type.shape.count(None) > 1:
+            raise op.error("needs a static shape, or one '?' dim, to reshape at run time")
+        values[op.results[0]] = self.reshape(op, source)
+
+    def _constant(self, op, values, depth) -> None:
+        attr = op.properties["value"]
+        cached = self.constants.get(op)
+        if cached is not None and cached[0] is attr:
+            values[op.results[0]] = cached[1]
+            return
+        import numpy as np
+
+        try:
+            host = np.asarray(attr.to_numpy())
+        except OSError as error:
+            raise op.error(f"cannot read its data: {error.strerror or error}: "
+                           f"'{error.filename}'") from None
+        except ValueError as error:
+            raise op.error(f"cannot read its data: {error}") from None
+        array = self.constant(host)
+        self.constants[op] = (attr, array)
+        values[op.results[0]] = array
+
+    def _copy(self, op, values, depth) -> None:
+        source = self._materialized(op, values, op.operands[0])
+        target = values[op.operands[1]]
+        if isinstance(target, Pending):
+            target = self._materialize(target, source.shape, values)
+        if target.shape != source.shape:
+            raise op.error(f"copies shape {source.shape} into shape {target.shape}")
+        self.copy(source, target)
+        self.stats.copy_op_bytes += source.nbytes
+
+    def _dim(self, op, values, depth) -> None:
+        source = self._materialized(op, values, op.operands[0])
+        values[op.results[0]] = int(source.shape[op.properties["index"].value])
+
+    def _call(self, op, values, depth) -> None:
+        callee = lookup_symbol(op, op.callee)
+        results = self.run_function(callee, [values[v] for v in op.operands], depth + 1)
+        for result, array in zip(op.results, results, strict=True):
+            values[result] = array
+
+    def _generic(self, op, values, depth) -> None:
+        self.run_generic(op, values)
+
+
+_HANDLERS = {
+    "buffer.compute": ExecutorLoop._generic,
+    "kernel.generic": ExecutorLoop._generic,
+    "buffer.alloc": ExecutorLoop._alloc,
+    "buffer.dealloc": ExecutorLoop._dealloc,
+    "buffer.constant": ExecutorLoop._constant,
+    "buffer.reshape": ExecutorLoop._reshape,
+    "buffer.view": ExecutorLoop._view,
+    "buffer.copy": ExecutorLoop._copy,
+    "buffer.dim": ExecutorLoop._dim,
+    "memory.arena": ExecutorLoop._pool,
+    "func.call": ExecutorLoop._call,
+}
+
+
+class FunctionPlan:
+    """What a run needs to know about a function beyond its ops: which arguments the IR
+    writes (a backend that binds inputs in place copies those), after which op each pooled
+    view dies (to poison it), and per result the buffer a caller's array can replace."""
+
+    def __init__(self, func):
+        from palimpsest.passes.insert_deallocs import BlockOrder, alias_closure
+
+        self.written_args: set = set()
+        self.poison_after: dict = {}
+        self.output_roots: list = []  # per result: the buffer a caller's array can replace
+        if func.is_declaration:
+            return
+        block = func.entry_block
+        self.output_roots = _output_roots(block)
+        for index, arg in enumerate(block.args):
+            if not isinstance(arg.type, BufferType):
+                continue
+            closure = set(alias_closure(arg))
+            for value in closure:
+                for user in value.users():
+                    effects = user.memory_effects()
+                    if effects is None or any(kind == WRITE and target in closure
+                                              for kind, target in effects):
+                        self.written_args.add(index)
+        order = None
+        for op in block.ops:
+            if op.name != "buffer.view" or not from_pool(op.operands[0]):
+                continue
+            order = order or BlockOrder(block)
+            closure = alias_closure(op.results[0])
+            last, local = order.last_user(closure)
+            if last is None or not local or last.has_trait(IsTerminator) or any(
+                    user.has_trait(IsTerminator) for v in closure for user in v.users()):
+                continue
+            self.poison_after.setdefault(last, []).append(op.results[0])
+
+
+def _output_roots(block) -> list:
+    """Per returned value, the buffer it is (through `buffer.reshape`s) when that buffer
+    is a `buffer.alloc` or a `buffer.view` of a `memory.arena` of this block, returned once
+    and written by no other returned value's chain; else None."""
+    ret = block.last
+    if ret is None or ret.name != "func.return":
+        return []
+    roots = []
+    for value in ret.operands:
+        owner = getattr(value, "op", None)
+        while owner is not None and owner.name == "buffer.reshape":
+            value = owner.operands[0]
+            owner = getattr(value, "op", None)
+        ok = owner is not None and owner.parent is block and isinstance(
+            value.type, BufferType) and (owner.name == "buffer.alloc" or (
+                owner.name == "buffer.view" and from_pool(value)
+                and getattr(owner.operands[0], "op", None) is not None
+                and owner.operands[0].op.name == "memory.arena"))
+        roots.append(value if ok else None)
+    for index, root in enumerate(roots):
+        if root is not None and roots.count(root) > 1:
+            roots[index] = None
+    return roots
+
+
+def from_pool(value) -> bool:
+    """True when `value` is (a view or reshape of) a `memory.arena`."""
+    owner = getattr(value, "op", None)
+    while owner is not None and owner.name in ("buffer.view", "buffer.reshape"):
+        owner = getattr(owner.operands[0], "op", None)
+    return owner is not None and owner.name == "memory.arena"
+
+
+__all__ = ["ExecutorLoop", "FunctionPlan", "Pending", "check_bounds", "from_pool"]

@@ -1,0 +1,63 @@
+"""examples/onnx_models.py (the real models' small variants, built in code), loaded once
+per test process for every test file: `load()` for module-level use (parametrize lists),
+the `onnx_models` fixture (conftest.py) inside tests."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+PATH = Path(__file__).resolve().parents[2] / "examples" / "onnx_models.py"
+NAME = "palimpsest_onnx_models"
+
+
+def load():
+    """The examples/onnx_models.py module, imported once."""
+    module = sys.modules.get(NAME)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(NAME, PATH)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[NAME] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[NAME]
+            raise
+    return module
+
+
+# -- the small real-model cases the backend tests share ---------------------------------------
+
+def image(shape, seed: int = 0, name: str = "input") -> dict:
+    """{name: a float32 standard-normal array of `shape`}."""
+    import numpy as np
+
+    return {name: np.random.default_rng(seed).standard_normal(shape).astype(np.float32)}
+
+
+def small_minilm(**kwargs):
+    """A two-layer MiniLM-style encoder, small enough for unit tests."""
+    sizes = dict(hidden=32, heads=4, layers=2, ffn=64, vocab=100, max_positions=64)
+    return load().minilm(**{**sizes, **kwargs})
+
+
+def small_model_cases() -> dict:
+    """{name: () -> (ONNX model, [feeds])}: the small variants every backend runs."""
+    M = load()
+    return {
+        "resnet": lambda: (M.resnet(image=32, width=8, blocks=(1, 1, 1, 1), classes=10),
+                           [image((1, 3, 32, 32))]),
+        "resnet_dynamic_batch": lambda: (M.resnet(image=24, width=4, blocks=(1, 1), classes=5,
+                                                  batch=None),
+                                         [image((1, 3, 24, 24), 1), image((3, 3, 24, 24), 2)]),
+        "mobilenet_v2": lambda: (M.mobilenet_v2(image=32, width_mult=0.25, last_channel=64,
+                                                classes=10), [image((1, 3, 32, 32))]),
+        "minilm_dynamic": lambda: (small_minilm(),
+                                   [M.minilm_inputs(1, 16, vocab=100, seed=1),
+                                    M.minilm_inputs(2, 9, vocab=100, seed=2, padded=3)]),
+        "minilm_static": lambda: (small_minilm(dynamic=False, seq=8, batch=2),
+                                  [M.minilm_inputs(2, 8, vocab=100, seed=3, padded=2)]),
+        "ocr_dynamic_width": lambda: (M.ocr_crnn(channels=(8, 16, 16, 16), classes=12), [
+            image((1, 1, 32, w), s, "image") for s, w in ((4, 40), (5, 64))]),
+    }
