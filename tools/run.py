@@ -54,6 +54,13 @@ def build_argument_parser() -> argparse.ArgumentParser:
                         help="run N times (through one session at the planned level: plans "
                              "specialized to the input shapes are cached); --stats then "
                              "reports the last run, with the plan cache's hits and misses")
+    parser.add_argument("--profile", action="store_true",
+                        help="time every kernel op (a lowered level): print per op kind and "
+                             "per op calls, total and mean time, share of the run and "
+                             "GFLOP/s or GB/s (backends/profile.py)")
+    parser.add_argument("--profile-json", metavar="FILE",
+                        help="write the profile as a Chrome trace (chrome://tracing, "
+                             "Perfetto): one event per kernel, with its buffers' pool offsets")
     parser.add_argument("--allow-unregistered-dialect", action="store_true")
     return parser
 
@@ -137,11 +144,19 @@ def _run(args, sources) -> int:
             raise UserError(str(error)) from None
     elif args.device is not None or args.dump_kernels:
         raise UserError("--device and --dump-kernels need --backend opencl")
+    profiler = None
+    if args.profile or args.profile_json:
+        if LEVELS[args.level] is None:
+            raise UserError("--profile and --profile-json need a lowered level (buffer, "
+                            "kernel or planned)")
+        from palimpsest.backends.profile import Profiler
+
+        profiler = Profiler()
     if args.level == "planned":
         pass  # through a Session (backends/numpy/session.py), made once the function is found
     elif LEVELS[args.level] is not None:
         run, stats = _lower(module, args.poison, LEVELS[args.level], args.backend,
-                            args.device)
+                            args.device, profiler)
     elif args.stats or args.poison:
         raise UserError("--stats and --poison need a lowered level (buffer, kernel or planned)")
     try:
@@ -153,6 +168,7 @@ def _run(args, sources) -> int:
             session = Session(module, function=args.function, poison=args.poison,
                               backend=args.backend, device=args.device,
                               bounds=bounds, specialize=not bounds)
+            session.profiler = profiler
             run = functools.partial(_run_session, session)
         names = input_names(func)
         for name in list(files) + list(shapes):
@@ -220,6 +236,17 @@ def _run(args, sources) -> int:
 
         run_stats = session.last_stats.run_stats if session is not None else stats
         print(device_summary(executors[0], run_stats))
+    if profiler is not None:
+        if args.profile:
+            print(profiler.table())
+        if args.profile_json:
+            try:
+                profiler.write_chrome_trace(args.profile_json)
+            except OSError as error:
+                raise UserError(f"--profile-json: cannot write '{args.profile_json}': "
+                                f"{error.strerror or error}") from None
+            print(f"wrote a Chrome trace of {profiler.calls} kernel calls to "
+                  f"{args.profile_json}", file=sys.stderr)
     return 0
 
 
@@ -269,7 +296,8 @@ def _memory_table(module, unplanned: str) -> list:
             for row in rows]
 
 
-def _lower(module, poison: bool, pipeline: str, backend: str = "numpy", device=None):
+def _lower(module, poison: bool, pipeline: str, backend: str = "numpy", device=None,
+           profiler=None):
     """Lower `module` with the named pipeline (IR already at that level passes through
     unchanged); the backend's `run` (bound to a RunStats it fills) and that RunStats."""
     import functools
@@ -285,13 +313,14 @@ def _lower(module, poison: bool, pipeline: str, backend: str = "numpy", device=N
         from palimpsest.backends.opencl.runtime import device as open_device
 
         executor = OpenCLExecutor(open_device(device), poison, stats)
+        executor.profiler = profiler
 
         def run_opencl(func, inputs):
             executor.begin_run(stats)
             return executor.run(func, inputs)
         run_opencl.executor = executor
         return run_opencl, stats
-    return functools.partial(run_numpy, poison=poison, stats=stats), stats
+    return functools.partial(run_numpy, poison=poison, stats=stats, profiler=profiler), stats
 
 
 entry = console_entry(main)

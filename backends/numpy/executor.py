@@ -311,10 +311,13 @@ def _pool_views(arena) -> list | bool:
 
 
 def run(func, inputs: dict, *, poison: bool = False, stats: RunStats | None = None,
-        outputs: dict | None = None) -> dict:
+        outputs: dict | None = None, profiler=None) -> dict:
     """Run buffer-level `func` on named inputs; named output arrays (copies, or the
-    caller's `outputs` arrays written in place)."""
-    return Executor(poison, stats).run(func, inputs, outputs)
+    caller's `outputs` arrays written in place). `profiler`: a backends/profile.py
+    Profiler that times the run's ops."""
+    executor = Executor(poison, stats)
+    executor.profiler = profiler
+    return executor.run(func, inputs, outputs)
 
 
 def run_with_stats(func, inputs: dict, *, poison: bool = False) -> tuple[dict, RunStats]:

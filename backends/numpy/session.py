@@ -40,6 +40,12 @@ bytes are the worst case; `last_stats.plan` is "bounded"). A specialized plan ne
 bounds (every shape is static): bounds only check its inputs. Setting a bound drops the
 dynamic plan (compiled again when next needed); specialized plans are kept.
 
+Profile. With `profile=True` every run's kernel ops are timed (backends/profile.py, a hook
+of the executor loop) into `session.profiler`, over all runs: `profiler.table()` per op
+kind and per op (calls, total and mean time, share of the runs, GFLOP/s or GB/s), and
+`profiler.write_chrome_trace(path)` a Chrome/Perfetto trace with the planned buffers'
+offsets (`palimpsest-run --profile`, `--profile-json FILE`).
+
 Memory per run (`last_stats`, a `RunReport`): the pools of the plan used (static bytes)
 are one arena each; run-time allocations are counted apart (dynamic bytes, allocations,
 frees); nothing is both. Inputs are read in place (read-only views) when they have the
@@ -145,8 +151,10 @@ class CompiledPlan:
                 sizes[op.properties["sym_name"].value] = op.properties["size"].value
         return sizes
 
-    def run(self, inputs: dict, outputs: dict | None) -> tuple[dict, RunStats]:
+    def run(self, inputs: dict, outputs: dict | None,
+            profiler=None) -> tuple[dict, RunStats]:
         executor = self.executor   # op and function info kept across runs
+        executor.profiler = profiler
         executor.begin_run(RunStats())
         results = executor.run(self.func, inputs, outputs, copy_outputs=False)
         stats = executor.stats
@@ -163,7 +171,7 @@ class Session:
                  pipeline: str = "default", cast_inputs: bool = False,
                  backend: str = "numpy", device: int | None = None,
                  bounds: dict | None = None,
-                 verify: str = "first"):
+                 verify: str = "first", profile: bool = False):
         from palimpsest.dialects import load_all
         from palimpsest.ir.verifier import verify as verify_ir
 
@@ -198,6 +206,10 @@ class Session:
         self.verify = verify
         self.backend = backend
         self._target = _target(backend, poison, device)
+        self.profiler = None
+        if profile:
+            from palimpsest.backends.profile import Profiler
+            self.profiler = Profiler()
         self._shapes: dict = {}
         self._bounded: set = set()   # inputs given bounds (set_input_bound)
         self._cache: OrderedDict = OrderedDict()
@@ -370,7 +382,7 @@ class Session:
             if fresh:
                 compile_seconds = plan.compile_seconds
         start = time.perf_counter()
-        results, run_stats = plan.run(arrays, outputs)
+        results, run_stats = plan.run(arrays, outputs, self.profiler)
         seconds = time.perf_counter() - start
         report = RunReport(
             plan="specialized" if plan.signature is not None else (

@@ -342,9 +342,12 @@ class OpenCLTarget:
 
 
 def run(func, inputs: dict, *, device=None, poison: bool = False,
-        stats: RunStats | None = None, outputs: dict | None = None) -> dict:
-    """Run kernel- or buffer-level `func` on named inputs on an OpenCL device."""
-    return OpenCLExecutor(device, poison, stats).run(func, inputs, outputs)
+        stats: RunStats | None = None, outputs: dict | None = None, profiler=None) -> dict:
+    """Run kernel- or buffer-level `func` on named inputs on an OpenCL device
+    (`profiler`: a backends/profile.py Profiler that times the run's ops)."""
+    executor = OpenCLExecutor(device, poison, stats)
+    executor.profiler = profiler
+    return executor.run(func, inputs, outputs)
 
 
 __all__ = ["DeviceArray", "OpenCLExecutor", "OpenCLTarget", "device_summary", "dump_kernels", "run"]
