@@ -221,10 +221,7 @@ def _run(args, sources) -> int:
             safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
             np.save(os.path.join(args.output_dir, safe + ".npy"), array)
     if args.stats:
-        print("\n".join(_memory_table(
-            session.last_plan.module if session is not None else module,
-            "a model with control flow runs at the graph level, unplanned"
-            if session is not None else f"--level {args.level} runs without a plan")))
+        print("\n".join(_memory_table(*_planned_modules(session, module), args.level)))
     if session is not None and args.stats:
         print(session.last_stats.run_stats.summary())
         if args.repeat is not None or shapes:
@@ -267,33 +264,52 @@ def _value_summary(array, count: int = 5) -> str:
             f"first {min(count, flat.size)}: [{first}{more}]")
 
 
-def _memory_table(module, unplanned: str) -> list:
+def _planned_modules(session, module) -> tuple:
+    """The planned IR the last run used, and whether it is a model's segments: the
+    session's plan, or for a model with control flow (backends/numpy/segments.py) each
+    segment's last plan; without a session, the lowered `module`."""
+    if session is None:
+        return [module], False
+    plan = session.last_plan
+    blocks = getattr(plan.executor, "plan", None)
+    if blocks is None or not hasattr(blocks, "segments"):
+        return [plan.module], False
+    return [s.session.last_plan.module for s in blocks.segments()
+            if s.session is not None and s.session.last_plan is not None], True
+
+
+def _memory_table(modules: list, segments: bool, level: str) -> list:
     """Per pool of the executed plan: planned bytes, the lower bound, one allocation per
-    buffer (their sum) and the saving (passes.plan_export.pool_usage)."""
+    buffer (their sum) and the saving (passes.plan_export.pool_usage); a model's
+    segments, each planned in an arena of its own, summed per pool."""
     from palimpsest.passes.plan_export import pool_usage
 
-    usage = pool_usage(module)
+    usage = [u for m in modules for u in pool_usage(m)]
     if not usage:
-        return [f"memory: no planned pools ({unplanned})"]
-    rows = [("pool", "planned", "lower bound", "one alloc per buffer", "saving")]
+        return [f"memory: no planned pools (--level {level} runs without a plan)"]
+    rows: dict = {}
     for u in usage:
-        pool = f"@{u.pool}" if len({x.function for x in usage}) == 1 else \
+        key = f"@{u.pool}" if segments or len({x.function for x in usage}) == 1 else \
             f"@{u.function} @{u.pool}"
-        share = 100.0 * u.saving / u.separate if u.separate else 0.0
-        rows.append((pool, str(u.planned), str(u.lower_bound),
-                     f"{u.separate} ({u.buffers} buffer{'' if u.buffers == 1 else 's'})",
-                     f"{u.saving} ({share:.1f}%)"))
-    if len(usage) > 1:
-        planned = sum(u.planned for u in usage)
-        separate = sum(u.separate for u in usage)
+        total = rows.setdefault(key, [0, 0, 0, 0])
+        for i, value in enumerate((u.planned, u.lower_bound, u.separate, u.buffers)):
+            total[i] += value
+    if len(rows) > 1:
+        rows["total"] = [sum(r[i] for r in rows.values()) for i in range(4)]
+    lines = [("pool", "planned", "lower bound", "one alloc per buffer", "saving")]
+    for key, (planned, lower, separate, buffers) in rows.items():
         share = 100.0 * (separate - planned) / separate if separate else 0.0
-        rows.append(("total", str(planned), str(sum(u.lower_bound for u in usage)),
-                     f"{separate} ({sum(u.buffers for u in usage)} buffers)",
-                     f"{separate - planned} ({share:.1f}%)"))
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    return ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
-                      for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
-            for row in rows]
+        lines.append((key, str(planned), str(lower),
+                      f"{separate} ({buffers} buffer{'' if buffers == 1 else 's'})",
+                      f"{separate - planned} ({share:.1f}%)"))
+    widths = [max(len(line[i]) for line in lines) for i in range(5)]
+    table = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
+                       for i, (cell, w) in enumerate(zip(line, widths))).rstrip()
+             for line in lines]
+    if segments:
+        table.insert(0, f"memory: {len(modules)} planned segments around the control flow, "
+                        f"each in arenas of its own; per pool, their sum")
+    return table
 
 
 def _lower(module, poison: bool, pipeline: str, backend: str = "numpy", device=None,
