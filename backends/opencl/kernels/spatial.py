@@ -25,9 +25,10 @@ import numpy as np
 from palimpsest.backends.opencl.kernels.base import (
     Launch, Unsupported, bind, generator, params, ref, round_up, strides_of,
 )
+from palimpsest.backends.numpy.kernel_ops_spatial import _tiles
 from palimpsest.backends.opencl.kernels.linalg import Gemm, Operand
 
-_GROUP = 256
+_ROWS_GROUP = 16   # out rows per work-group
 
 
 def _n(value: int) -> str:
@@ -66,8 +67,8 @@ def conv_transpose(call) -> list:
     else:
         gemm = None
     gather = _col2im(t, ix, m, kernel, sizes, outs, config, has_bias)
-    total = m * out_pixels
-    local = _GROUP if total >= _GROUP else None
+    total = m * math.prod(outs[:-1])  # out rows
+    local = _ROWS_GROUP if total >= _ROWS_GROUP else None
     args = [ref("ws", "cols")] + ([ref("in", 2)] if has_bias else []) + [ref("out", 0)]
     for image in range(n):
         if gemm is not None:
@@ -79,21 +80,45 @@ def conv_transpose(call) -> list:
 
 
 def _col2im(t, ix, m, kernel, sizes, outs, config, has_bias) -> str:
+    """One work-item per out row (channel and every out coordinate but the last): the
+    row's elements in a loop, each summing the taps that reach it."""
     rank = len(kernel)
     taps, pixels, out_pixels = math.prod(kernel), math.prod(sizes), math.prod(outs)
     strides, dilations, begins = config["strides"], config["dilations"], config["pads"][:rank]
-    out_strides, in_strides, tap_strides = strides_of(outs), strides_of(sizes), \
-        strides_of(kernel)
+    in_strides, tap_strides = strides_of(sizes), strides_of(kernel)
+    row_shape = (m,) + tuple(outs[:-1])
+    row_strides = strides_of(row_shape)
+    last = rank - 1
     buffers = [("cols", t, False)] + ([("bias", t, False)] if has_bias else []) \
         + [("y", t, True)]
-    lines = [f"const {ix} ch = i / {_n(out_pixels)};",
+    lines = [f"const {ix} ch = {'i / ' + _n(row_strides[0]) if row_strides[0] != 1 else 'i'};",
              f"__global const {t}* rows = cols + ch * {_n(taps * pixels)};",
-             f"{t} sum = {'bias[ch]' if has_bias else '0'};"]
-    indent = ""
-    for a in range(rank):
-        coord = f"(i / {_n(out_strides[a])})" if out_strides[a] != 1 else "i"
+             f"__global {t}* yr = y + image * {_n(m * out_pixels)} + i * {_n(outs[-1])};",
+             f"const {t} start = {'bias[ch]' if has_bias else '0'};"]
+    for a in range(last):
+        coord = f"(i / {_n(row_strides[a + 1])})" if row_strides[a + 1] != 1 else "i"
         lines.append(f"const {ix} o{a} = {coord} % {_n(outs[a])};")
+    lines.append(f"for ({ix} o{last} = 0; o{last} < {_n(outs[-1])}; ++o{last}) {{")
+    lines.append(f"  {t} sum = start;")
+    indent = "  "
+    loops = 0
     for a in range(rank):
+        if _tiles(sizes[a], outs[a], kernel[a], strides[a], dilations[a], begins[a]):
+            # exactly one tap reaches each out position along this axis: no loop, no checks
+            lines.append(f"{indent}const {ix} t{a} = o{a} + {begins[a]};")
+            lines.append(f"{indent}const int j{a} = t{a} % {strides[a]};")
+            lines.append(f"{indent}const {ix} i{a} = t{a} / {strides[a]};")
+            continue
+        loops += 1
+        if dilations[a] == 1 and strides[a] > 1:
+            # only the taps j = o + begin (mod stride) reach o: every stride-th from the first
+            first = f"(int)(((o{a} + {begins[a]}) % {strides[a]} + {strides[a]}) % {strides[a]})"
+            lines.append(f"{indent}for (int j{a} = {first}; j{a} < {kernel[a]}; "
+                         f"j{a} += {strides[a]}) {{")
+            indent += "  "
+            lines.append(f"{indent}const {ix} i{a} = (o{a} + {begins[a]} - j{a}) / {strides[a]};")
+            lines.append(f"{indent}if (i{a} < 0 || i{a} >= {_n(sizes[a])}) continue;")
+            continue
         lines.append(f"{indent}for (int j{a} = 0; j{a} < {kernel[a]}; ++j{a}) {{")
         indent += "  "
         lines.append(f"{indent}const {ix} t{a} = o{a} + {begins[a]} - j{a} * {dilations[a]};")
@@ -109,11 +134,11 @@ def _col2im(t, ix, m, kernel, sizes, outs, config, has_bias) -> str:
     position = " + ".join(f"i{a} * {_n(in_strides[a])}" if in_strides[a] != 1 else f"i{a}"
                           for a in range(rank))
     lines.append(f"{indent}sum += rows[({tap}) * {_n(pixels)} + {position}];")
-    for a in reversed(range(rank)):
+    for _ in range(loops):
         indent = indent[:-2]
         lines.append(f"{indent}}}")
-    lines.append(f"y[image * {_n(m * out_pixels)} + i] = sum;")
-    total = m * out_pixels
+    lines += [f"  yr[o{last}] = sum;", "}"]
+    total = math.prod(row_shape)
     return (f"__kernel void col2im({params(*buffers)}, const int image) {{\n"
             f"  const {ix} i = get_global_id(0);\n"
             f"  if (i >= {_n(total)}) return;\n"
