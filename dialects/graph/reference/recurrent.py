@@ -60,13 +60,13 @@ def _backwards(x, lengths):
     return np.where(valid[..., None], picked, 0), np.where(valid, source, 0), valid
 
 
-def _quantized_product(a, weight, scale, zero_point):
+def _quantized_product(a, weight, scale):
     """a @ weight as onnxruntime's DynamicQuantizeLSTM computes it: `a` quantized to
     uint8 over its own range (DynamicQuantizeLinear), an integer product (exact in
-    float64), scaled by a's scale times the weight's (per tensor or per column)."""
+    float64; `weight` has its zero point subtracted), scaled by a's scale times the
+    weight's (per tensor or per column)."""
     aq, a_scale, a_zero = dynamic_quantize_linear([a], {})
-    product = (aq.astype(np.float64) - float(a_zero)) @ (
-        weight.astype(np.float64) - zero_point.astype(np.float64))
+    product = (aq.astype(np.float64) - float(a_zero)) @ weight
     return product.astype(np.float32) * (np.float32(a_scale) * scale.astype(np.float32))
 
 
@@ -81,15 +81,17 @@ def _weights(onnx_op, inputs, compute):
               ((8, "W_scale"), (9, "W_zero_point"), (10, "R_scale"), (11, "R_zero_point"))]
     dirs = w.shape[0]
     w_scale, w_zero, r_scale, r_zero = (p.reshape(dirs, -1) for p in params)
+    w_centred = w.astype(np.float64) - w_zero.astype(np.float64)[:, None, :]
+    r_centred = r.astype(np.float64) - r_zero.astype(np.float64)[:, None, :]
 
     def project(d, x):
         rows = x.reshape(-1, x.shape[-1])
-        return _quantized_product(rows, w[d], w_scale[d], w_zero[d]).reshape(
+        return _quantized_product(rows, w_centred[d], w_scale[d]).reshape(
             x.shape[:-1] + (w.shape[2],))
 
     # W and R in the float ops' layout, only their shapes are read
     return (np.empty((dirs, w.shape[2], 0)), np.empty((dirs, 0, r.shape[1])),
-            project, lambda d, h: _quantized_product(h, r[d], r_scale[d], r_zero[d]))
+            project, lambda d, h: _quantized_product(h, r_centred[d], r_scale[d]))
 
 
 def _run(onnx_op, inputs, attrs, num_results):
