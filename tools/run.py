@@ -61,6 +61,10 @@ def build_argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--profile-json", metavar="FILE",
                         help="write the profile as a Chrome trace (chrome://tracing, "
                              "Perfetto): one event per kernel, with its buffers' pool offsets")
+    parser.add_argument("--threads", type=int, metavar="N",
+                        help="threads for the BLAS (numpy's GEMMs) and PoCL's CPU device "
+                             "(default: the physical cores, as onnxruntime; an "
+                             "OPENBLAS_NUM_THREADS / OMP_NUM_THREADS already set is kept)")
     parser.add_argument("--allow-unregistered-dialect", action="store_true")
     return parser
 
@@ -131,6 +135,11 @@ def _run(args, sources) -> int:
     specialize_module(module, args.function, {}, bounds)
     if args.repeat is not None and args.repeat < 1:
         raise UserError(f"--repeat {args.repeat}: expected a count of at least 1")
+    if args.threads is not None and args.threads < 1:
+        raise UserError(f"--threads {args.threads}: expected a count of at least 1")
+    from palimpsest.backends.threads import set_threads
+
+    threads = set_threads(args.threads)  # before OpenCL opens: PoCL reads its count once
     stats = session = None
     if args.backend == "opencl":
         if args.level not in ("kernel", "planned"):
@@ -167,7 +176,7 @@ def _run(args, sources) -> int:
             # with bounds: one plan at the bounds (the session's dynamic plan)
             session = Session(module, function=args.function, poison=args.poison,
                               backend=args.backend, device=args.device,
-                              bounds=bounds, specialize=not bounds)
+                              bounds=bounds, specialize=not bounds, threads=args.threads)
             session.profiler = profiler
             run = functools.partial(_run_session, session)
         names = input_names(func)
@@ -235,6 +244,7 @@ def _run(args, sources) -> int:
         print(device_summary(executors[0], run_stats))
     if profiler is not None:
         if args.profile:
+            print(threads.summary())
             print(profiler.table())
         if args.profile_json:
             try:

@@ -46,6 +46,12 @@ kind and per op (calls, total and mean time, share of the runs, GFLOP/s or GB/s)
 `profiler.write_chrome_trace(path)` a Chrome/Perfetto trace with the planned buffers'
 offsets (`palimpsest-run --profile`, `--profile-json FILE`).
 
+Threads. `threads=N` sets the BLAS's threads (numpy's GEMMs) and PoCL's CPU device's
+(POCL_MAX_PTHREAD_COUNT, read by PoCL once per process: it applies when the session is
+the first OpenCL user) for the process; None (the default) sets the physical cores, as
+onnxruntime does, leaving a count set in the environment (OPENBLAS_NUM_THREADS, ...) as it
+is. `session.threads` says what is in effect (backends/threads.py).
+
 Memory per run (`last_stats`, a `RunReport`): the pools of the plan used (static bytes)
 are one arena each; run-time allocations are counted apart (dynamic bytes, allocations,
 frees); nothing is both. Inputs are read in place (read-only views) when they have the
@@ -171,7 +177,8 @@ class Session:
                  pipeline: str = "default", cast_inputs: bool = False,
                  backend: str = "numpy", device: int | None = None,
                  bounds: dict | None = None,
-                 verify: str = "first", profile: bool = False):
+                 verify: str = "first", profile: bool = False,
+                 threads: int | None = None):
         from palimpsest.dialects import load_all
         from palimpsest.ir.verifier import verify as verify_ir
 
@@ -205,6 +212,10 @@ class Session:
                              f"{', '.join(VERIFY_MODES)})")
         self.verify = verify
         self.backend = backend
+        from palimpsest.backends.threads import set_threads
+
+        # before the OpenCL device opens: PoCL reads its thread count once per process
+        self.threads = set_threads(threads)
         self._target = _target(backend, poison, device)
         self.profiler = None
         if profile:
