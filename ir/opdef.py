@@ -210,6 +210,8 @@ def segment_sizes(op: Operation, items, defs, segment_prop) -> list[int] | str:
             return result
     if not isinstance(sizes, DenseArrayAttr) or len(sizes.values) != len(defs):
         return f"needs a '{segment_prop}' property with {len(defs)} entries"
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in sizes.values):
+        return f"'{segment_prop}' must hold integers >= 0, got {sizes}"
     if sum(sizes.values) != len(items):
         return f"'{segment_prop}' sums to {sum(sizes.values)}, but there are {len(items)}"
     return list(sizes.values)

@@ -111,8 +111,11 @@ class AttributeActions:
             cut = body.rfind("x", 0, len(body) - 5) if body.endswith("index") else body.rfind("x")
             dims = body[:cut].split("x") if cut >= 0 else []
             element = body[cut + 1:]
-            cached = T.TensorType(tuple(None if d == "?" else int(d) for d in dims),
-                                  T.scalar_type(element))
+            shape = tuple(None if d == "?" else int(d) for d in dims)
+            problem = T.check_dims(shape)
+            if problem:
+                self.fail(problem, token)
+            cached = T.TensorType(shape, T.scalar_type(element))
             self.type_cache[str(token)] = cached
         return cached
 
@@ -130,6 +133,9 @@ class AttributeActions:
             text = str(dims)
             shape = None if text == "*x" else tuple(
                 None if d == "?" else int(d) for d in text[:-1].split("x"))
+        problem = T.check_dims(shape)
+        if problem:
+            self.fail(problem, keyword)
         try:
             return cls.from_params(shape, [p for p in params if p is not None])
         except T.TypeParamError as error:
@@ -348,10 +354,16 @@ class AttributeActions:
             for v in flat:
                 self._check_int(v, element, token)
         if len(flat) == 1 and not shape:
-            return A.DenseElementsAttr(type_, (flat[0],))
+            return self._checked(token, A.DenseElementsAttr, type_, (flat[0],))
         if tuple(shape) != tuple(type_.shape) and not (n == 0 and not flat):
             self.fail(f"dense literal of shape {list(shape)} does not match type '{type_}'", token)
-        return A.DenseElementsAttr(type_, tuple(flat))
+        return self._checked(token, A.DenseElementsAttr, type_, tuple(flat))
+
+    def _checked(self, token, cls, type_, values):
+        try:
+            return cls(type_, values)
+        except ValueError as error:  # a float out of its element type's range
+            self.fail(str(error), token)
 
     def _flatten(self, value, flat, token):
         if not isinstance(value, list):
@@ -376,7 +388,12 @@ class AttributeActions:
         if isinstance(type_, T.FloatType):
             values = [self._float_bits(v, type_, v.token) if isinstance(v, _HexInt) else float(v)
                       for v in values]
-        return A.DenseArrayAttr(type_, tuple(values))
+        elif isinstance(type_, (T.IntegerType, T.IndexType)):
+            for v in values:
+                if isinstance(v, float):
+                    self.fail(f"expected an integer in 'array<{type_}: ...>', got {v}", token)
+                self._check_int(int(v), type_, token)
+        return self._checked(token, A.DenseArrayAttr, type_, tuple(values))
 
     # -- locations -------------------------------------------------------------
     def location(self, children):

@@ -120,6 +120,18 @@ def format_dims(shape) -> str:
     return "".join(("?" if d is None else str(d)) + "x" for d in shape)
 
 
+# MLIR's dims are int64: a larger dim (or bound) cannot be represented, sized or planned
+MAX_DIM = 2**63 - 1
+
+
+def check_dims(shape) -> str | None:
+    """Why a shape (ints and None) is not one MLIR can represent; None when it is."""
+    for index, dim in enumerate(shape or ()):
+        if dim is not None and dim > MAX_DIM:
+            return f"invalid dimension: dim {index} is {dim}, beyond 2^63-1"
+    return None
+
+
 def check_bounds(shape, bounds) -> str | None:
     """Why `bounds` (one int or None per dim) cannot bound a type of `shape`; None when
     they can: one entry per dim, a bound only on a `?` dim, and at least 1."""
@@ -135,6 +147,8 @@ def check_bounds(shape, bounds) -> str | None:
             return f"dim {index} is static ({dim}): only a '?' dim takes a bound"
         if bound < 1:
             return f"the bound of dim {index} must be at least 1, got {bound}"
+        if bound > MAX_DIM:
+            return f"the bound of dim {index} must be at most 2^63-1, got {bound}"
     return None
 
 

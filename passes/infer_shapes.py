@@ -24,7 +24,7 @@ from palimpsest.dialects.graph.ops_base import (
 )
 from palimpsest.ir import attributes as A
 from palimpsest.ir.core import Operation
-from palimpsest.ir.types import FunctionType, TensorType
+from palimpsest.ir.types import FunctionType, TensorType, check_dims
 from palimpsest.passes.pass_manager import ModulePass, register_pass
 
 MAX_MATERIALIZED_ELEMENTS = 256  # folded results larger than this stay computed
@@ -198,6 +198,9 @@ def _visit(op: GraphOp, state: _State, returns: dict, fold: bool,
             except ShapeError:
                 raise op.error(f"result #{index} has type '{value.type}' but infer-shapes "
                                f"computed '{expected}'") from None
+            problem = check_dims(getattr(refined, "shape", None))
+            if problem:
+                raise op.error(f"result #{index}: {problem}")
             if refined is not value.type and _retypable(value, returns):  # (a new type)
                 value.type = refined
                 result.refined += 1

@@ -57,7 +57,7 @@ from palimpsest.dialects.memory import ArenaOp, PoolMapOp, PoolOp
 from palimpsest.ir import attributes as A
 from palimpsest.ir.core import Operation
 from palimpsest.ir.diagnostics import DiagnosticError, format_diagnostic
-from palimpsest.ir.types import IntegerType
+from palimpsest.ir.types import MAX_DIM, IntegerType
 from palimpsest.passes.liveness import Liveness, compute_liveness, functions_of, value_names
 from palimpsest.passes.pass_manager import ModulePass, register_pass
 from palimpsest.passes.planners import (
@@ -404,6 +404,7 @@ def plan_memory(module: Operation, algorithm: str = "auto", time_budget: float =
         items, placement, how = _place_function(liveness, pools, candidates, names,
                                                 algorithm, time_budget, inputs_as_activations)
         _check(items, placement, pools)
+        _check_addressable(items, placement)
         fn_plan = _function_plan(liveness, names, items, placement, how, pools, details)
         report.functions.append(fn_plan)
         for pool_plan in fn_plan.pools:
@@ -422,6 +423,15 @@ def plan_memory(module: Operation, algorithm: str = "auto", time_budget: float =
     report.pools = {p.name: {"size": p.size, "capacity": p.capacity, "alignment": p.alignment}
                     for p in pools.values() if p.op is not None}
     return report
+
+
+def _check_addressable(items, placement) -> None:
+    """Offsets and pool sizes are int64 attributes: a plan beyond that is refused."""
+    for it in items:
+        pool, offset = placement[it.ident]
+        if offset + it.size > MAX_DIM:
+            raise it.anchor.error(f"needs {it.size} bytes at offset {offset} of pool @{pool}: "
+                                  f"beyond 2^63-1, the most a pool can address")
 
 
 def _check(items, placement, pools) -> None:

@@ -30,7 +30,7 @@ ends, expand and constant_of_shape shapes).
 from __future__ import annotations
 
 from palimpsest.dialects.graph.shapes import ShapeError, normalize_axis, product
-from palimpsest.ir.types import TensorType
+from palimpsest.ir.types import MAX_DIM, TensorType
 
 
 def broadcast_upper(*shapes):
@@ -207,6 +207,8 @@ def with_upper(type_, upper):
             bounds.append(None)
             continue
         # a dim of size 0 is still bounded by 1: bounds are at least 1
+        if new is not None and new > MAX_DIM:  # no int64 bound: as good as none
+            new = None
         candidates = [b for b in (None if new is None else max(new, 1), have) if b is not None]
         bounds.append(min(candidates) if candidates else None)
     return type_.with_bounds(bounds)

@@ -3,7 +3,7 @@ test_fuzz_plan.py.
 
 Each fuzzer takes valid seeds (the lit files, ONNX models, interval CSVs), applies a few
 seeded mutations, runs a tool's `main()` in this process and checks the tool's contract
-(DESIGN.md, invariant 2): the input is accepted, or refused with a one-line error and
+(docs/design.md, invariant 2): the input is accepted, or refused with a one-line error and
 exit 1 — never exit 3 (an internal error), never an exception escaping `main()`, never a
 hang. A case is reproduced from its seed alone: `case_rng(kind, i)` is the same on every
 machine.
