@@ -1,4 +1,4 @@
-"""The lit suite's %roundtrip: check DESIGN.md's round-trip invariant on one file.
+"""The lit suite's %roundtrip: check docs/design.md's round-trip invariant on one file.
 
     %roundtrip FILE [--allow-unregistered-dialect] [--split-input-file] [--print-op-generic]
 
