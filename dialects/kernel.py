@@ -33,6 +33,7 @@ config)` sizes a workspace whose type has `?` dims. The rules:
 | `kernel.attention` | `scores` B x Hq x Sq x Skv, `stats` B x Hq x Sq x 1, `context` (3-D) B x Hq x Sq x Dv (kernel_attention.py) |
 | `kernel.lstm`, `kernel.gru`, `kernel.rnn` | `projected` G x seq x batch x H (X·Wᵀ for every step), `recurrence` G x H x H (Rᵀ), `state` rows x batch x H (gates, hidden and cell states, scratch, broadcast biases and peepholes), `valid` seq x batch i1 with sequence_lens (kernel_recurrent.py) |
 | `kernel.transpose`, `kernel.concat`, `kernel.gather`, `kernel.pad` | none |
+| `kernel.split`, `kernel.slice` | none (kernel_slicing.py) |
 | `kernel.generic` | none: any other graph op, by name (`op`), run with its reference kernel |
 
 `kernel.elementwise` is one kernel for a fused chain of elementwise graph ops:
@@ -65,15 +66,16 @@ from palimpsest.dialects.kernel_recurrent import (  # noqa: F401
 )
 from palimpsest.dialects.kernel_attention import AttentionOp  # noqa: F401
 from palimpsest.dialects.kernel_spatial import ConvTransposeOp  # noqa: F401
+from palimpsest.dialects.kernel_slicing import SliceOp, SplitOp  # noqa: F401
 
 KERNEL_OPS = {cls.name: cls for cls in (
     Conv2dOp, MatmulOp, Pool2dOp, SoftmaxOp, LayerNormOp, ReduceOp, ElementwiseOp,
     TransposeOp, ConcatOp, GatherOp, PadOp, ResizeOp, LstmOp, GruOp, RnnOp, AttentionOp,
-    ConvTransposeOp)}
+    ConvTransposeOp, SplitOp, SliceOp)}
 
 __all__ = [
     "KERNEL_OPS", "STEPS", "AttentionOp", "ConcatOp", "Conv2dOp", "ConvTransposeOp", "ElementwiseOp", "GatherOp", "GenericOp",
     "GruOp", "KernelOp", "LayerNormOp", "LstmOp", "MatmulOp", "PadOp", "Pool2dOp",
-    "RECURRENT_KERNELS", "ReduceOp", "ResizeOp", "RnnOp", "SoftmaxOp", "TransposeOp",
+    "RECURRENT_KERNELS", "ReduceOp", "ResizeOp", "RnnOp", "SliceOp", "SoftmaxOp", "SplitOp", "TransposeOp",
     "f64_array", "int_array", "is_float", "is_numeric", "segment_sizes_attr", "step_shape",
 ]

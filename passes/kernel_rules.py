@@ -395,6 +395,59 @@ def _lower_pad(c: _Compute):
     return K.PadOp, ins, {"mode": _s(mode), "pads": K.int_array(full)}
 
 
+def _lower_split(c: _Compute):
+    """graph.split → kernel.split: the sizes are the outs' (static) extents along the
+    axis, which the graph op's shape rule gave them."""
+    x = c["input"]
+    if x is None or not _shape(x) or not c.outs:
+        return None
+    axis = _normalized_axis(c, len(_shape(x)), 0)
+    if axis is None:
+        return None
+    sizes = [_shape(v)[axis] if len(_shape(v)) == len(_shape(x)) else None for v in c.outs]
+    if None in sizes:
+        return None
+    return K.SplitOp, [x], {"axis": _i(axis), "sizes": K.int_array(sizes)}
+
+
+def _lower_slice(c: _Compute):
+    """graph.slice → kernel.slice with constant starts/ends/axes/steps and static sliced
+    dims: ONNX's clamping done here (as the reference does, slice.indices)."""
+    x = c["data"]
+    if x is None or not _shape(x):
+        return None
+    shape = _shape(x)
+    rank = len(shape)
+    starts, ends = (_constant_ints(c[name]) if c[name] is not None else None
+                    for name in ("starts", "ends"))
+    if starts is None or ends is None or len(starts) != len(ends):
+        return None
+    axes = list(range(len(starts))) if c["axes"] is None else _constant_ints(c["axes"])
+    steps = [1] * len(starts) if c["steps"] is None else _constant_ints(c["steps"])
+    if axes is None or steps is None or not len(axes) == len(steps) == len(starts):
+        return None
+    begin, step, size = [0] * rank, [1] * rank, [-1] * rank
+    for start, end, axis, by in zip(starts, ends, axes, steps):
+        if not -rank <= axis < rank or by == 0:
+            return None
+        axis = axis + rank if axis < 0 else axis
+        dim = shape[axis]
+        if dim is None or size[axis] != -1 or step[axis] != 1:
+            return None   # a `?` dim, or an axis named twice
+        if start < 0:
+            start += dim
+        if end < 0:
+            end += dim
+        if by > 0:
+            start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+        else:
+            start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+        count = len(range(start, end, by))
+        begin[axis], step[axis], size[axis] = (start, by, count) if count else (0, 1, 0)
+    return K.SliceOp, [x], {"starts": K.int_array(begin), "steps": K.int_array(step),
+                            "sizes": K.int_array(size)}
+
+
 def _lower_resize(c: _Compute):
     x = c["x"]
     if x is None or not _static(_shape(x)) or not _shape(x):
@@ -532,6 +585,8 @@ RULES = {
     "graph.concat": _lower_concat,
     "graph.gather": _lower_gather,
     "graph.pad": _lower_pad,
+    "graph.split": _lower_split,
+    "graph.slice": _lower_slice,
     "graph.resize": _lower_resize,
     "graph.attention": _lower_attention,
     "graph.lstm": _lower_recurrent,

@@ -19,6 +19,7 @@ the implementations live beside it and register themselves when this module is i
 - `kernel_ops_movement.py`: data movement: transpose, concat, gather, pad, resize.
 - `kernel_ops_recurrent.py`: lstm, gru, rnn (one GEMM for X·Wᵀ, a step loop in workspaces).
 - `kernel_ops_attention.py`: attention (scores and softmax rows in planned workspaces).
+- `kernel_ops_slicing.py`: split and slice (one `np.copyto` per out from a view).
 - `kernel_ops_spatial.py`: conv_transpose (a GEMM into the `cols` workspace, col2im by
   strided slices of Y).
 
@@ -209,6 +210,6 @@ def step(*names):
 from palimpsest.backends.numpy import (  # noqa: E402,F401  (registration)
     kernel_ops_attention, kernel_ops_conv, kernel_ops_elementwise, kernel_ops_movement,
     kernel_ops_recurrent,
-    kernel_ops_reduce, kernel_ops_spatial)
+    kernel_ops_reduce, kernel_ops_slicing, kernel_ops_spatial)
 
 __all__ = ["KERNEL_IMPLS", "STEP_IMPLS", "config_of", "kernel_info", "execute_kernel", "workspaces_by_role"]

@@ -7,3 +7,4 @@ from palimpsest.backends.opencl.kernels import normalize  # noqa: F401  (registr
 from palimpsest.backends.opencl.kernels import movement  # noqa: F401  (registration)
 from palimpsest.backends.opencl.kernels import linalg  # noqa: F401  (registration)
 from palimpsest.backends.opencl.kernels import spatial  # noqa: F401  (registration)
+from palimpsest.backends.opencl.kernels import slicing  # noqa: F401  (registration)

@@ -1,0 +1,40 @@
+"""`kernel.split` and `kernel.slice` on numpy (dialects/kernel_slicing.py): each out is one
+`np.copyto` from a basic-slicing view of the in, nothing allocated. Registered in
+`KERNEL_IMPLS` (kernel_ops.py, which imports this module)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from palimpsest.backends.numpy.kernel_ops import config_of, impl
+
+
+@impl("kernel.split")
+def split(op, inputs, outputs, workspaces):
+    config = config_of(op)
+    x, axis = inputs[0], config["axis"]
+    if sum(config["sizes"]) != x.shape[axis]:
+        raise ValueError(f"split sizes {list(config['sizes'])} do not add up to dimension "
+                         f"{x.shape[axis]}")
+    start = 0
+    lead = (slice(None),) * axis
+    for out, size in zip(outputs, config["sizes"]):
+        np.copyto(out, x[lead + (slice(start, start + size),)])
+        start += size
+
+
+def slices(config) -> tuple:
+    """The basic-slicing index of a kernel.slice."""
+    index = []
+    for start, step, size in zip(config["starts"], config["steps"], config["sizes"]):
+        if size == -1:
+            index.append(slice(None))
+            continue
+        end = start + step * size
+        index.append(slice(start, end if end >= 0 else None, step))
+    return tuple(index)
+
+
+@impl("kernel.slice")
+def slice_(op, inputs, outputs, workspaces):
+    np.copyto(outputs[0], inputs[0][slices(config_of(op))])
