@@ -4,7 +4,8 @@
   poisoning, and `RunStats` (allocations, bytes allocated, peak bytes, bytes copied).
 - `kernels.py`: `buffer.compute` with `out=` fast paths, the reference kernels otherwise
   (its docstring lists which ops still make temporaries).
-- `executor.py`: walks the IR (`run`, `run_with_stats`).
+- `executor.py`: the numpy hooks of the executor loop (`backends/loop.py`): arenas,
+  zero-copy I/O, poisoning (`run`, `run_with_stats`).
 
 Importing this package imports numpy.
 """
