@@ -76,6 +76,7 @@ KERNEL_OPS = {cls.name: cls for cls in (
 __all__ = [
     "KERNEL_OPS", "STEPS", "AttentionOp", "ConcatOp", "Conv2dOp", "ConvTransposeOp", "ElementwiseOp", "GatherOp", "GenericOp",
     "GruOp", "KernelOp", "LayerNormOp", "LstmOp", "MatmulOp", "PadOp", "Pool2dOp",
-    "RECURRENT_KERNELS", "ReduceOp", "ResizeOp", "RnnOp", "SliceOp", "SoftmaxOp", "SplitOp", "TransposeOp",
+    "RECURRENT_KERNELS", "ReduceOp", "ResizeOp", "RnnOp", "SliceOp", "SoftmaxOp", "SplitOp",
+    "TransposeOp",
     "f64_array", "int_array", "is_float", "is_numeric", "segment_sizes_attr", "step_shape",
 ]
