@@ -218,6 +218,9 @@ CONTRIB_TO_GRAPH: dict[tuple[str, str], str] = {
     ("com.microsoft", "DynamicQuantizeLSTM"): "graph.dynamic_quantize_lstm",
 }
 
+# graph op -> the ONNX op type it imports from (a contrib op: `domain.OpType`)
 GRAPH_TO_ONNX: dict[str, str] = {graph: onnx for onnx, graph in ONNX_TO_GRAPH.items()}
+GRAPH_TO_ONNX.update({graph: f"{domain}.{op}" for (domain, op), graph in CONTRIB_TO_GRAPH.items()})
 
-assert len(GRAPH_TO_ONNX) == len(ONNX_TO_GRAPH), "graph op names must be unique"
+assert len(GRAPH_TO_ONNX) == len(ONNX_TO_GRAPH) + len(CONTRIB_TO_GRAPH), \
+    "graph op names must be unique"
