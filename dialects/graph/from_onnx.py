@@ -102,7 +102,10 @@ class _Importer:
     def element_type(self, code: int, what: str):
         element = ONNX_DTYPES.get(code)
         if element is None:
-            name = self.onnx.TensorProto.DataType.Name(code) if code else "UNDEFINED"
+            try:
+                name = self.onnx.TensorProto.DataType.Name(code) if code else "UNDEFINED"
+            except ValueError:  # a code no ONNX version defines
+                name = f"{code} (no such type)"
             raise self.fail(f"{what} has element type {name}, which is not supported")
         return element
 
@@ -137,6 +140,17 @@ class _Importer:
         self.blob_keys.add(key)
         return A.DenseResourceAttr(type_, A.ResourceBlob(key, data=data.tobytes(), alignment=64))
 
+    def array(self, tensor, what: str, node=None):
+        """A TensorProto's data as numpy; its data not matching its dims and type (too
+        few bytes, an unknown type) is a diagnostic."""
+        from onnx import numpy_helper
+
+        try:
+            return numpy_helper.to_array(tensor)
+        except (ValueError, TypeError) as error:
+            raise self.fail(f"{what}: its data does not match its dims {list(tensor.dims)} "
+                            f"and type ({error})", node) from None
+
     def array_type(self, array, what: str) -> TensorType:
         import numpy as np
 
@@ -154,8 +168,6 @@ class _Importer:
 
     # -- attributes ---------------------------------------------------------------------
     def attribute(self, attr, node):
-        from onnx import numpy_helper
-
         kind = self.onnx.AttributeProto
         if attr.type == kind.FLOAT:
             return A.FloatAttr(attr.f, FloatType("f32"))
@@ -172,7 +184,7 @@ class _Importer:
             return A.ArrayAttr(tuple(A.StringAttr(s.decode("utf-8", errors="replace"))
                                      for s in attr.strings))
         if attr.type == kind.TENSOR:
-            array = numpy_helper.to_array(attr.t)
+            array = self.array(attr.t, f"attribute '{attr.name}'", node)
             return self.tensor_attr(array, self.array_type(array, f"attribute '{attr.name}'"),
                                     node.output[0] if node.output else attr.name)
         raise self.fail(f"attribute '{attr.name}' of kind "
@@ -181,13 +193,12 @@ class _Importer:
     # -- nodes ---------------------------------------------------------------------------
     def constant_node(self, node, block):
         import numpy as np
-        from onnx import numpy_helper
 
         attr = node.attribute[0] if len(node.attribute) == 1 else None
         if attr is None:
             raise self.fail("expects exactly one value attribute", node)
         if attr.name == "value":
-            array = numpy_helper.to_array(attr.t)
+            array = self.array(attr.t, "attribute 'value'", node)
         elif attr.name == "value_float":
             array = np.array(attr.f, dtype=np.float32)
         elif attr.name == "value_floats":
@@ -245,6 +256,7 @@ class _Importer:
             sizes.append(len(group))
         if sum(d.kind != SINGLE for d in cls.operand_defs) > 1:
             properties["operandSegmentSizes"] = A.DenseArrayAttr(i32, tuple(sizes))
+        self.check_properties(cls, properties, node)
         outputs = list(node.output)
         while outputs and not outputs[-1]:
             outputs.pop()
@@ -257,6 +269,21 @@ class _Importer:
         block.append(op)
         for output, result in zip(outputs, op.results):
             self.values[output] = result
+
+    def check_properties(self, cls, properties, node) -> None:
+        """An attribute of the wrong kind or value (floats where ints are declared) is
+        refused here, as the verifier would: the op's shape rule reads it first."""
+        for name, value in properties.items():
+            definition = cls.prop_defs.get(name)
+            if definition is None:
+                continue
+            if isinstance(definition.attr_class, type) and \
+                    not isinstance(value, definition.attr_class):
+                problem = f"must be {definition.description}, got {value}"
+            else:
+                problem = definition.check(value) if definition.check is not None else None
+            if problem:
+                raise self.fail(f"attribute '{name}' {problem}", node)
 
     # -- control flow: ONNX subgraphs become regions ----------------------------------------
     def region_node(self, node, block, cls):
@@ -283,6 +310,10 @@ class _Importer:
                 properties[attr.name] = self.attribute(attr, node)
             else:
                 raise self.fail(f"attribute '{attr.name}' is not supported", node)
+        self.check_properties(cls, properties, node)
+        for needed in (("then_branch", "else_branch") if node.op_type == "If" else ("body",)):
+            if needed not in graphs:
+                raise self.fail(f"missing subgraph attribute '{needed}'", node)
         outputs = list(node.output)
         while outputs and not outputs[-1]:
             outputs.pop()
@@ -346,7 +377,6 @@ class _Importer:
         """An ONNX subgraph as a one-block region ending in graph.yield; outer names stay
         visible, the subgraph's own are scoped to it."""
         from palimpsest.dialects.graph.ops_control import YieldOp
-        from onnx import numpy_helper
 
         if len(arg_types) != len(graph.input):
             raise self.fail(f"subgraph '{graph.name}' takes {len(graph.input)} inputs, "
@@ -364,8 +394,8 @@ class _Importer:
                 if type_ is not None:
                     self.types[value.name] = type_
             for tensor in graph.initializer:
-                self.values[tensor.name] = self.constant(inner, numpy_helper.to_array(tensor),
-                                                         tensor.name)
+                self.values[tensor.name] = self.constant(
+                    inner, self.array(tensor, f"initializer '{tensor.name}'", node), tensor.name)
             for inner_node in graph.node:
                 self.node(inner_node, inner)
             inner.append(YieldOp([self.lookup(o.name, node) for o in graph.output], []))
@@ -446,8 +476,6 @@ class _Importer:
 
     # -- the graph ---------------------------------------------------------------------
     def run(self, function_name: str) -> ModuleOp:
-        from onnx import numpy_helper
-
         graph = self.model.graph
         initializers = {t.name: t for t in graph.initializer}
         inputs = [i for i in graph.input if i.name not in initializers]
@@ -473,7 +501,8 @@ class _Importer:
         used = _names_read(graph)
         for name, tensor in initializers.items():
             if name in used:
-                self.values[name] = self.constant(block, numpy_helper.to_array(tensor), name)
+                self.values[name] = self.constant(
+                    block, self.array(tensor, f"initializer '{name}'"), name)
         for node in graph.node:
             self.node(node, block)
         results = [self.lookup(o.name, None) for o in graph.output]
@@ -494,6 +523,7 @@ def import_onnx(source, *, function_name: str = "main", inline_limit: int = INLI
     import onnx
 
     from palimpsest.dialects import load_all
+    from palimpsest.ir.verifier import verify
 
     load_all()
     if isinstance(source, (str, os.PathLike)):
@@ -514,4 +544,11 @@ def import_onnx(source, *, function_name: str = "main", inline_limit: int = INLI
         except Exception:  # noqa: BLE001 - our own rules fill in what ONNX's cannot
             pass
     importer = _Importer(model, name, inline_limit)
-    return importer.run(function_name)
+    module = importer.run(function_name)
+    try:
+        verify(module)
+    except DiagnosticError as error:  # nodes that make IR the verifier refuses: name them
+        node = error.location.name if isinstance(error.location, NameLoc) else None
+        raise OnnxImportError((f"node '{node}': " if node else "") + error.message,
+                              NameLoc(name)) from None
+    return module

@@ -78,7 +78,7 @@ class ConstantOfShapeOp(GraphOp):
             if any(d is not None and d < 0 for d in dims):
                 raise ShapeError(f"dims {S._vals(dims)} must not be negative")
             return [tensor(tuple(dims), element)]
-        count = args.length("input")
+        count = S.check_rank(args.length("input"), "constant_of_shape's shape operand")
         return [tensor(None if count is None else (None,) * count, element)]
 
     @classmethod

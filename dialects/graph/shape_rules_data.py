@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from palimpsest.dialects.graph.shapes import (
-    ShapeError, _ceil_div, _vals, broadcast, fmt, normalize_axes, normalize_axis,
+    ShapeError, _ceil_div, _vals, broadcast, check_rank, fmt, normalize_axes, normalize_axis,
     num_elements, product,
 )
 
@@ -26,6 +26,7 @@ def reshape(x, target=None, target_len: int | None = None, allowzero: int = 0,
     `target_symbols` has such a token where a target element is unknown but known to
     equal that input dim (x.view(x.size(0), -1)): the -1 can then still be computed."""
     if target is None:
+        target_len = check_rank(target_len, "reshape's shape operand")
         return None if target_len is None else (None,) * target_len
     known = [v for v in target if v is not None]
     if known.count(-1) > 1:
@@ -371,7 +372,7 @@ def expand(x, target=None, target_len: int | None = None):
     if target is None:
         if target_len is None or x is None:
             return None
-        rank = max(len(x), target_len)
+        rank = max(len(x), check_rank(target_len, "expand's shape operand"))
         padded = (1,) * (rank - len(x)) + tuple(x)
         return tuple(d if d is not None and d != 1 else None for d in padded)
     if any(v is not None and v < 0 for v in target):

@@ -35,6 +35,17 @@ class ShapeError(ValueError):
     """The operands, attributes or known values can never make a valid op."""
 
 
+# numpy's most dims (NPY_MAXDIMS): a shape operand longer than this describes no tensor
+MAX_RANK = 64
+
+
+def check_rank(rank: int | None, what: str) -> int | None:
+    """`rank` (the static length of a shape operand), or a ShapeError past MAX_RANK."""
+    if rank is not None and rank > MAX_RANK:
+        raise ShapeError(f"{what} has {rank} elements: a tensor has at most {MAX_RANK} dims")
+    return rank
+
+
 # ---------------------------------------------------------------------------
 # Small helpers
 

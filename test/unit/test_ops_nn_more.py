@@ -487,9 +487,9 @@ def test_graph_upsample_in_ir(mode):
 X4 = _f32(2, 6, 4, 5)
 ROI = [("x", X4), ("r", np.array([[0, 0, 3, 3]], np.float32))]
 INVALID = [
-    ("LpNormalization", [("x", X4)], {"p": 3}, 22, r"lp_norm.*'p' must be one of 1, 2"),
+    ("LpNormalization", [("x", X4)], {"p": 3}, 22, r"LpNormalization.*'p' must be one of 1, 2"),
     ("LpNormalization", [("x", X4)], {"axis": 9}, 22, r"LpNormalization.*axis 9 is out of range"),
-    ("LRN", [("x", X4)], {"size": 0}, 13, r"lrn.*'size' must be positive"),
+    ("LRN", [("x", X4)], {"size": 0}, 13, r"LRN.*'size' must be positive"),
     ("MeanVarianceNormalization", [("x", X4)], {"axes": [9]}, 13, r"axes value 9"),
     ("SoftmaxCrossEntropyLoss", [("x", _f32(3, 5)), ("t", _i64(1, 2, 3))],
      {"reduction": "max"}, 13, r"'reduction' must be one of"),
@@ -498,7 +498,7 @@ INVALID = [
     ("LpPool", [("x", X4)], {"kernel_shape": [2, 2], "auto_pad": "FOO"}, 18,
      r"LpPool.*auto_pad.* must be one of"),
     ("GridSample", [("x", X4), ("g", _f32(2, 3, 3, 2))], {"mode": "area"}, 20,
-     r"grid_sample.*'mode' must be one of"),
+     r"GridSample.*'mode' must be one of"),
     ("GridSample", [("x", X4), ("g", _f32(2, 3, 3, 2))], {"padding_mode": "wrap"}, 20,
      r"'padding_mode' must be one of"),
     ("AffineGrid", [("t", _f32(2, 2, 4)), ("s", _i64(2, 3, 5, 6))], {}, 20,
