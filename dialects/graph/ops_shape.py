@@ -19,12 +19,16 @@ def _static(t) -> bool:
     return t is not None and t.has_static_shape
 
 
-def _pass_through(args, name, result_types):
-    """Values of an op that keeps the row-major order of its input (reshape...)."""
-    values = args.value(name)
-    if values is None or not _static(result_types[0]):
-        return None
-    return [list(values)]
+class _RowMajorOp(GraphOp):
+    """An op whose result holds its one input's elements in the same row-major order
+    (identity, reshape, flatten, squeeze, unsqueeze): its known values are the input's."""
+
+    @classmethod
+    def fold_values(cls, args, result_types):
+        values = args.value(cls.moves_values[0])
+        if values is None or not _static(result_types[0]):
+            return None
+        return [list(values)]
 
 
 def _check_vector(args, name):
@@ -37,7 +41,7 @@ def _check_vector(args, name):
 
 
 @register_op
-class IdentityOp(GraphOp):
+class IdentityOp(_RowMajorOp):
     name = "graph.identity"
     moves_values = ("input",)
     input = operand(AnyTensor)
@@ -49,13 +53,9 @@ class IdentityOp(GraphOp):
     def rule(cls, args):
         return [tensor(args.shape("input"), args.element("input"))]
 
-    @classmethod
-    def fold_values(cls, args, result_types):
-        return _pass_through(args, "input", result_types)
-
 
 @register_op
-class ReshapeOp(GraphOp):
+class ReshapeOp(_RowMajorOp):
     """`shape` holds the target dims: 0 copies the input dim (unless allowzero), -1
     is inferred."""
 
@@ -75,13 +75,9 @@ class ReshapeOp(GraphOp):
                           args.symbolic("shape"))
         return [tensor(shape, args.element("data"))]
 
-    @classmethod
-    def fold_values(cls, args, result_types):
-        return _pass_through(args, "data", result_types)
-
 
 @register_op
-class FlattenOp(GraphOp):
+class FlattenOp(_RowMajorOp):
     name = "graph.flatten"
     moves_values = ("input",)
     input = operand(AnyTensor)
@@ -95,10 +91,6 @@ class FlattenOp(GraphOp):
         x = args.shape("input")
         shape = S.flatten(x, args["axis"]) if x is not None else (None, None)
         return [tensor(shape, args.element("input"))]
-
-    @classmethod
-    def fold_values(cls, args, result_types):
-        return _pass_through(args, "input", result_types)
 
 
 @register_op
@@ -395,58 +387,45 @@ class ResizeOp(GraphOp):
         return [tensor(shape, args.element("x"))]
 
 
-def _axes_rule(args, shape_rule):
-    """Squeeze/unsqueeze: the result type from the `axes` operand's values, or from its
-    length alone (each axis unknown) when they are not known."""
-    x, axes = args.shape("data"), args.ints("axes")
-    if args.has("axes") and axes is None:
-        count = args.length("axes")
-        if count is None or x is None:
-            return tensor(None, args.element("data"))
-        axes = [None] * count
-    return tensor(shape_rule(x, axes), args.element("data"))
+class _AxesOp(_RowMajorOp):
+    """Squeeze/unsqueeze: `shape_rule(x, axes)` gives the result shape from the `axes`
+    operand's values, or from its length alone (each axis unknown) when they are not
+    known."""
+
+    moves_values = ("data",)
+    data = operand(AnyTensor)
+
+    bound_rule = classmethod(B.at_upper)
+
+    @classmethod
+    def rule(cls, args):
+        x, axes = args.shape("data"), args.ints("axes")
+        if args.has("axes") and axes is None:
+            count = args.length("axes")
+            if count is None or x is None:
+                return [tensor(None, args.element("data"))]
+            axes = [None] * count
+        return [tensor(cls.shape_rule(x, axes), args.element("data"))]
 
 
 @register_op
-class SqueezeOp(GraphOp):
+class SqueezeOp(_AxesOp):
     """Removes the `axes` dims (each must be 1), or every dim of size 1."""
 
     name = "graph.squeeze"
-    moves_values = ("data",)
-    data = operand(AnyTensor)
     axes = optional_operand(IndexVector)
     squeezed = result_def(AnyTensor)
-
-    bound_rule = classmethod(B.at_upper)
-
-    @classmethod
-    def rule(cls, args):
-        return [_axes_rule(args, S.squeeze)]
-
-    @classmethod
-    def fold_values(cls, args, result_types):
-        return _pass_through(args, "data", result_types)
+    shape_rule = staticmethod(S.squeeze)
 
 
 @register_op
-class UnsqueezeOp(GraphOp):
+class UnsqueezeOp(_AxesOp):
     """Inserts dims of size 1 at `axes` (positions in the result)."""
 
     name = "graph.unsqueeze"
-    moves_values = ("data",)
-    data = operand(AnyTensor)
     axes = operand(IndexVector)
     expanded = result_def(AnyTensor)
-
-    bound_rule = classmethod(B.at_upper)
-
-    @classmethod
-    def rule(cls, args):
-        return [_axes_rule(args, S.unsqueeze)]
-
-    @classmethod
-    def fold_values(cls, args, result_types):
-        return _pass_through(args, "data", result_types)
+    shape_rule = staticmethod(S.unsqueeze)
 
 
 @register_op
