@@ -83,14 +83,20 @@ class Profiler:
         self.run_seconds = 0.0      # the runs' time, less setup_seconds
         self.setup_seconds = 0.0    # building programs (OpenCL) inside ops: left out
         self._run_start = None
+        self._depth = 0
 
     # -- the loop's hooks ------------------------------------------------------------------------
     def begin_run(self) -> None:
-        self._run_start = time.perf_counter()
-        self._setup_at_start = self.setup_seconds
+        """A run starts; nested calls (a session's executor inside its plan's run, a
+        model's segments inside the model's run) count in the outermost run only."""
+        self._depth += 1
+        if self._depth == 1:
+            self._run_start = time.perf_counter()
+            self._setup_at_start = self.setup_seconds
 
     def end_run(self) -> None:
-        if self._run_start is not None:
+        self._depth -= 1
+        if self._depth == 0 and self._run_start is not None:
             self.run_seconds += time.perf_counter() - self._run_start - self.setup_seconds \
                 + self._setup_at_start
             self.runs += 1

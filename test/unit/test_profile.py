@@ -154,3 +154,42 @@ def test_profile_of_a_lowered_level_without_a_session(tiny_cnn):
     sources = {b.get("source") for e in profiler.chrome_trace()["traceEvents"][1:]
                for b in e["args"]["buffers"]}
     assert "run-time allocation" in sources
+
+
+def test_a_model_with_control_flow_profiles_its_segments_as_one_run():
+    """Segments (backends/numpy/segments.py) run through sessions of their own: they add to
+    the model's profiler, in one run per model run, and take the model's thread count."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    from palimpsest.dialects.graph.from_onnx import import_onnx
+
+    body = h.make_graph(
+        [h.make_node("Identity", ["cond_in"], ["cond_out"]),
+         h.make_node("Add", ["acc", "x"], ["acc_out"])],
+        "body", [h.make_tensor_value_info("i", T.INT64, []),
+                 h.make_tensor_value_info("cond_in", T.BOOL, []),
+                 h.make_tensor_value_info("acc", T.FLOAT, [3])],
+        [h.make_tensor_value_info("cond_out", T.BOOL, []),
+         h.make_tensor_value_info("acc_out", T.FLOAT, [3])])
+    graph = h.make_graph(
+        [h.make_node("Relu", ["start"], ["r"]),
+         h.make_node("Loop", ["n", "", "r"], ["final"], body=body)], "loop",
+        [h.make_tensor_value_info("n", T.INT64, []), h.make_tensor_value_info("x", T.FLOAT, [3]),
+         h.make_tensor_value_info("start", T.FLOAT, [3])],
+        [h.make_tensor_value_info("final", T.FLOAT, None)])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 16)])
+    session = Session(import_onnx(model), profile=True, threads=1)
+    feeds = {"n": np.array(4, np.int64), "x": np.ones(3, np.float32),
+             "start": np.ones(3, np.float32)}
+    for _ in range(2):
+        np.testing.assert_array_equal(session.run(feeds)["final"], np.full(3, 5, np.float32))
+    profiler = session.profiler
+    assert profiler.runs == 2
+    segments = [s.session for s in session.last_plan.executor.plan.segments()
+                if s.session is not None]
+    assert segments and all(s.profiler is profiler for s in segments)
+    assert all(s.threads.requested == 1 for s in segments)
+    assert sum(r.calls for r in profiler.by_kind()) == profiler.calls
+    adds = [r for r in profiler.by_op() if r.kind == "kernel.elementwise"]
+    assert sorted(r.calls for r in adds) == [2, 8]   # relu once a run, the add 4 times
