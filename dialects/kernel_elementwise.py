@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.bound_rules import broadcast_upper
-from palimpsest.dialects.kernel_base import KernelOp, is_float, is_numeric
+from palimpsest.dialects.kernel_base import KernelOp, _int, is_float, is_numeric
 from palimpsest.ir import attributes as A
 from palimpsest.ir.opdef import PropDef, register_op
 
@@ -39,6 +39,7 @@ STEPS = {
     "graph.elu": ("unary", "float", True),
     "graph.selu": ("unary", "float", True),
     "graph.hard_swish": ("unary", "float", True),
+    "graph.gelu": ("unary", "float", True),
     "graph.leaky_relu": ("unary", "float", True),
     "graph.acos": ("unary", "float", False),
     "graph.acosh": ("unary", "float", False),
@@ -165,3 +166,149 @@ class ElementwiseOp(KernelOp):
     def workspace_upper(cls, role, in_uppers, config):
         # every step broadcasts some of the ins: the out is within their joint broadcast
         return broadcast_upper(*in_uppers)
+
+
+# -- fused epilogues ---------------------------------------------------------------------------------
+
+def _epilogue_problem(in_types, config) -> str | None:
+    """Why the epilogue properties do not fit the op's ins (None when they do)."""
+    steps, wiring, props = config["epilogue"], config["epilogue_wiring"], \
+        config["epilogue_props"]
+    if steps is None:
+        if wiring is not None or props is not None or config["epilogue_ins"]:
+            return "epilogue_wiring, epilogue_props and epilogue_ins need an epilogue"
+        return None
+    n = len(in_types)
+    if not steps or not all([isinstance(s, str) for s in steps]):
+        return "epilogue must be a non-empty array of graph op names"
+    if not isinstance(wiring, list) or len(wiring) != len(steps) or not all([
+            isinstance(w, list) and all([isinstance(v, int) for v in w]) for w in wiring]):
+        return f"epilogue_wiring must hold one array of value numbers per step ({len(steps)})"
+    if props is not None and (len(props) != len(steps)
+                              or not all(isinstance(p, dict) for p in props)):
+        return f"epilogue_props must hold one dictionary per step ({len(steps)})"
+    element = in_types[0].element_type
+    floats, numeric = is_float(element), is_numeric(element)
+    for index, (name, refs) in enumerate(zip(steps, wiring)):
+        if name not in STEPS:
+            return f"epilogue step {index}: '{name}' is not a fusable elementwise op"
+        form, kind, _ = STEPS[name]
+        low, high = STEP_ARITY[form]
+        if len(refs) < low or (high is not None and len(refs) > high):
+            return f"epilogue step {index} ('{name}') reads {len(refs)} values"
+        previous = n + index  # the product (step 0) or the step before
+        for position, ref in enumerate(refs):
+            if not 0 <= ref < n and ref != previous:
+                return (f"epilogue step {index} reads value {ref}: steps read the ins "
+                        f"(0..{n - 1}) and value {previous} (the "
+                        f"{'product' if not index else 'result of the step before'})")
+            if ref == previous and position and form not in ("binary", "variadic"):
+                return (f"epilogue step {index} ('{name}') reads the chain value as "
+                        f"operand {position}")
+        if refs.count(previous) != 1:
+            return f"epilogue step {index} must read value {previous} exactly once"
+        if (kind == "float" and not floats) or not numeric:
+            return f"epilogue step {index} ('{name}') does not compute {element}"
+    return None
+
+
+class Epilogue:
+    """A fused epilogue, declared once for the kernels that have one (`kernel.conv2d`,
+    `kernel.matmul`): elementwise steps (the `kernel.elementwise` step table, `STEPS`)
+    applied to the kernel's result before it is stored, so the intermediate buffer
+    between the kernel and the steps does not exist.
+
+        kernel.conv2d %x, %w, %b, %res, %y {epilogue = ["graph.add", "graph.relu"],
+            epilogue_ins = 1, epilogue_wiring = [[4, 3], [5]], ...}
+
+    `epilogue_ins` trailing ins are read only by the epilogue (here %res); the kernel's own
+    ins come first. In `epilogue_wiring`, values 0..n-1 are the op's ins, value n is the
+    kernel's result (the product) and n+1+i the result of step i; step i reads value n+i
+    exactly once (a linear chain, as in `kernel.elementwise`), the data operand for
+    unary, clip and batch_norm steps. Every step keeps the product's shape (an epilogue
+    never broadcasts the result wider). `epilogue_props` holds each step's graph
+    properties. A step that needs scratch (leaky_relu, hard_swish, prelu, ...) gets an
+    `epilogue` workspace of the out's shape.
+
+    A kernel class mixes this in first and declares its own rules as `core_check`,
+    `core_result_shapes`, `core_workspace_roles`, `core_workspace_shape` and `core_arity`
+    on its own ins."""
+
+    epilogue = PropDef(A.ArrayAttr, optional=True, description="an array of graph op names")
+    epilogue_wiring = PropDef(A.ArrayAttr, optional=True,
+                              description="an array of arrays of value numbers")
+    epilogue_props = PropDef(A.ArrayAttr, optional=True,
+                             description="an array of dictionaries (one per step)")
+    epilogue_ins = _int(0)
+    arity = (1, None)
+    core_arity = (1, 1)
+
+    @staticmethod
+    def core_count(n: int, config: dict) -> int:
+        """How many of the op's n ins are the kernel's own (the rest: the epilogue's)."""
+        return n - (config.get("epilogue_ins") or 0)
+
+    @classmethod
+    def check(cls, in_types, config):
+        k = config["epilogue_ins"] or 0
+        if not 0 <= k <= len(in_types):
+            return f"epilogue_ins must be 0 to {len(in_types)}, got {k}"
+        core = in_types[:len(in_types) - k]
+        low, high = cls.core_arity
+        if not low <= len(core) <= high:
+            return f"takes {low} to {high} ins before the epilogue's, got {len(core)}"
+        problem = cls.core_check(core, config)
+        if problem:
+            return problem
+        if any(t.element_type != core[0].element_type for t in in_types[len(core):]):
+            return "every epilogue in must have the element type of the out"
+        return _epilogue_problem(in_types, config)
+
+    @classmethod
+    def result_shapes(cls, in_shapes, config):
+        k = config.get("epilogue_ins") or 0
+        shapes = cls.core_result_shapes(list(in_shapes[:len(in_shapes) - k]), config)
+        steps = config.get("epilogue")
+        product = shapes[0]
+        if not steps or product is None:
+            return shapes
+        values = list(in_shapes) + [product]
+        for index, (name, refs) in enumerate(zip(steps, config["epilogue_wiring"])):
+            args = [values[r] for r in refs]
+            shape = None if None in args else step_shape(name, args)
+            if shape is not None and not _same_dims(shape, product):
+                raise S.ShapeError(f"epilogue step {index} ('{name}') gives "
+                                   f"{S.fmt(shape)}, not the product's {S.fmt(product)}")
+            values.append(product)
+        return shapes
+
+    @classmethod
+    def workspace_roles(cls, in_types, config):
+        k = config["epilogue_ins"] or 0
+        roles = list(cls.core_workspace_roles(in_types[:len(in_types) - k], config))
+        if any(STEPS.get(s, (0, 0, False))[2] for s in config["epilogue"] or ()):
+            roles.append("epilogue")
+        return roles
+
+    @classmethod
+    def workspace_shape(cls, role, in_shapes, config):
+        if role == "epilogue":
+            return cls.result_shapes(in_shapes, config)[0]
+        k = config.get("epilogue_ins") or 0
+        return cls.core_workspace_shape(role, list(in_shapes[:len(in_shapes) - k]), config)
+
+    @classmethod
+    def core_check(cls, in_types, config):
+        return None
+
+    @classmethod
+    def core_workspace_roles(cls, in_types, config):
+        return []
+
+    @classmethod
+    def core_workspace_shape(cls, role, in_shapes, config):
+        raise KeyError(role)
+
+
+def _same_dims(a, b) -> bool:
+    return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b))

@@ -5,6 +5,7 @@ workspace rules (see dialects/kernel.py)."""
 from __future__ import annotations
 
 from palimpsest.dialects.graph import shapes as S
+from palimpsest.dialects.kernel_elementwise import Epilogue
 from palimpsest.dialects.kernel_base import (
     KernelOp, _float, _int, _ints, _plus, _shape, _str, _times, is_float, is_numeric,
 )
@@ -14,20 +15,21 @@ from palimpsest.ir.types import FloatType, IntegerType, f32, f64
 # -- convolution -------------------------------------------------------------------------------
 
 @register_op
-class Conv2dOp(KernelOp):
+class Conv2dOp(Epilogue, KernelOp):
     """2-D grouped convolution (cross-correlation) as im2col + matmul (depthwise: a
     multiply-accumulate per kernel offset). ins: X (N x C x H x W), W (M x C/group x kh
-    x kw), optional B (M); out N x M x Ho x Wo. `pads` = top, left, bottom, right."""
+    x kw), optional B (M), then the epilogue's ins (kernel_elementwise.py, `Epilogue`);
+    out N x M x Ho x Wo. `pads` = top, left, bottom, right."""
 
     name = "kernel.conv2d"
-    arity = (2, 3)
+    core_arity = (2, 3)
     group = _int(1)
     strides = _ints((1, 1), 2, 1)
     dilations = _ints((1, 1), 2, 1)
     pads = _ints((0, 0, 0, 0), 4, 0)
 
     @classmethod
-    def check(cls, in_types, config):
+    def core_check(cls, in_types, config):
         x, w = in_types[0], in_types[1]
         if len(x.shape) != 4 or len(w.shape) != 4:
             return f"takes a 4-D input and 4-D weights, got '{x}' and '{w}'"
@@ -41,7 +43,7 @@ class Conv2dOp(KernelOp):
         return None
 
     @classmethod
-    def result_shapes(cls, in_shapes, config):
+    def core_result_shapes(cls, in_shapes, config):
         return [S.conv(in_shapes[0], in_shapes[1], None, config["strides"], config["pads"],
                        config["dilations"], config["group"])]
 
@@ -57,7 +59,7 @@ class Conv2dOp(KernelOp):
         return w_shape[1] == 1 and config["group"] > 1
 
     @classmethod
-    def workspace_roles(cls, in_types, config):
+    def core_workspace_roles(cls, in_types, config):
         w_shape = tuple(in_types[1].shape)
         roles = ["padded"] if any(config["pads"]) else []
         if cls.is_depthwise(w_shape, config):
@@ -69,12 +71,12 @@ class Conv2dOp(KernelOp):
         return roles
 
     @classmethod
-    def workspace_shape(cls, role, in_shapes, config):
+    def core_workspace_shape(cls, role, in_shapes, config):
         x, w = in_shapes[0], in_shapes[1]
         top, left, bottom, right = config["pads"]
         if role == "padded":
             return (x[1], _plus(x[2], top + bottom), _plus(x[3], left + right))
-        out = cls.result_shapes(in_shapes, config)[0]
+        out = cls.core_result_shapes(in_shapes, config)[0]
         if cls.is_depthwise(w, config):
             # per channel: its kh*kw rows and its M/C results, each at most Ho rows of
             # the padded width; a band of channels, never less than one (monotone in the
@@ -93,20 +95,20 @@ class Conv2dOp(KernelOp):
 # -- matrix products ----------------------------------------------------------------------------
 
 @register_op
-class MatmulOp(KernelOp):
+class MatmulOp(Epilogue, KernelOp):
     """Y = alpha * op(A) @ op(B) + beta * C: numpy.matmul semantics (batch dims
     broadcast, 1-D operands promoted); op = swap of the last two dims when transA /
     transB; C optional, broadcast to Y."""
 
     name = "kernel.matmul"
-    arity = (2, 3)
+    core_arity = (2, 3)
     transA = _int(0, (0, 1))
     transB = _int(0, (0, 1))
     alpha = _float(1.0)
     beta = _float(1.0)
 
     @classmethod
-    def check(cls, in_types, config):
+    def core_check(cls, in_types, config):
         a, b = in_types[0], in_types[1]
         if not is_numeric(a.element_type) or any(t.element_type != a.element_type
                                                   for t in in_types):
@@ -125,7 +127,7 @@ class MatmulOp(KernelOp):
         return tuple(shape[:-2]) + (shape[-1], shape[-2])
 
     @classmethod
-    def result_shapes(cls, in_shapes, config):
+    def core_result_shapes(cls, in_shapes, config):
         shape = S.matmul(cls._swapped(in_shapes[0], config["transA"]),
                          cls._swapped(in_shapes[1], config["transB"]))
         if len(in_shapes) == 3 and shape is not None and in_shapes[2] is not None:

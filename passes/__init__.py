@@ -14,6 +14,7 @@ PASSES = {
     "bufferize": "bufferize",
     "insert-deallocs": "insert_deallocs",
     "lower-to-kernels": "lower_to_kernels",
+    "prepack-weights": "prepack_weights",
     "test-print-liveness": "liveness",
     "plan-memory": "plan_memory",
     "schedule-for-memory": "schedule_for_memory",

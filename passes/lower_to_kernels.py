@@ -23,6 +23,8 @@ the IR and the planner can share it with activations that are dead during the op
 | reduce_mean, reduce_sum, reduce_max | reduce | constant (or absent) axes |
 | elementwise ops (kernel.STEPS) | elementwise | one element type (f32/f64 for float-only ops) |
 | transpose, concat, gather | transpose, concat, gather | |
+| split | split | static extents of the outs along the axis |
+| slice | slice | constant starts/ends/axes/steps, each axis named once, static sliced dims |
 | pad | pad | constant pads and axes; edge/reflect/wrap need static shapes that allow them |
 | resize | resize | static shapes, constant scales/sizes/roi; linear/cubic f32/f64 |
 | lstm, gru, rnn | lstm, gru, rnn (workspaces: projected inputs, Rᵀ, step state) | f32/f64 |
@@ -68,6 +70,8 @@ class LowerToKernelsResult:
     kernels: dict = field(default_factory=dict)   # kernel op name -> count
     generic: dict = field(default_factory=dict)   # graph op lowered to kernel.generic -> count
     fused: int = 0               # computes merged into the compute before them
+    epilogues: int = 0           # elementwise chains folded into a conv/matmul as its epilogue
+    prepacked: int = 0           # kernel operands that now read a prepacked constant
     erased_allocs: int = 0       # intermediate buffers that fusion removed
     workspaces: int = 0          # workspace allocs inserted
     workspace_bytes: int = 0     # their static bytes (dynamic ones not counted)
@@ -142,6 +146,45 @@ class _Lowering:
         else:
             self.generic(c)
         c.op.erase()
+
+    def epilogue(self, c: _Compute, chain: list) -> bool:
+        """Lower `c` (conv, matmul or gemm) with `chain` folded in as its epilogue (see
+        the module doc); False (nothing changed) when it does not fit."""
+        folded = _epilogue_fold(c, chain)
+        if folded is None:
+            return False
+        cls, ins, props, out, fit = folded
+        t = c.outs[0]
+        first, last = c.op, chain[-1].op
+        kernel, anchor = self.emit(last, cls, ins, [out], props, fit)
+        read_roots = {_root(v) for v in ins}
+        moved = []
+        op = first.next
+        while op is not None and op is not last:
+            following = op.next
+            if op.name == "buffer.dealloc" and op.operands[0] is not t \
+                    and _root(op.operands[0]) in read_roots:
+                op.detach()
+                moved.append(op)
+            op = following
+        for dealloc in moved:
+            kernel.parent.insert_after(anchor, dealloc)
+            anchor = dealloc
+        for step in chain:
+            step.op.erase()
+        c.op.erase()
+        intermediates = _unique([t] + [s.out for s in chain[:-1]])
+        for value in intermediates:
+            if value is out:
+                continue
+            for user in value.users():
+                if user.name == "buffer.dealloc":
+                    user.erase()
+            value.op.erase()
+            self.result.erased_allocs += 1
+        self.result.fused += len(chain)
+        self.result.epilogues += 1
+        return True
 
     def chain(self, chain: list) -> None:
         if len(chain) == 1 or not self._fused(chain):
@@ -225,7 +268,85 @@ def _unique(values: list) -> list:
     return result
 
 
-def lower_to_kernels(module: Operation, fuse_elementwise: bool = True) -> LowerToKernelsResult:
+EPILOGUE_PRODUCERS = ("graph.conv", "graph.matmul", "graph.gemm")
+
+
+def _producer(chain: list, records: dict):
+    """The conv/matmul/gemm compute right before `chain` (only BETWEEN_OK ops between),
+    or None."""
+    op = chain[0].op.prev
+    while op is not None and op.name in BETWEEN_OK:
+        op = op.prev
+    record = records.get(op) if op is not None else None
+    if record is None or record.name not in EPILOGUE_PRODUCERS or len(record.outs) != 1:
+        return None
+    return record
+
+
+def _epilogue_fold(c: _Compute, chain: list):
+    """(kernel class, ins, props, out, fit) of `c`'s kernel with `chain` as its epilogue,
+    when the product T feeds only the chain (an activation alloc, or written in place by
+    the chain), no chain in and no kernel in shares memory with the fused out, and the
+    kernel op verifies; None otherwise."""
+    rule = RULES.get(c.name)
+    lowered = rule(c) if rule is not None else None
+    if lowered is None or lowered[0] not in (K.Conv2dOp, K.MatmulOp) or lowered[2].get(
+            "epilogue") is not None:
+        return None
+    cls, core, props = lowered
+    t = c.outs[0]
+    head = chain[0]
+    positions = [i for i, v in enumerate(head.args) if v is t]
+    if len(positions) != 1 or (positions[0] and K.STEPS[head.name][0] not in ("binary",
+                                                                             "variadic")):
+        return None
+    out = _chain_out(chain)
+    owner = getattr(t, "op", None)
+    if out is not t and (owner is None or owner.name != "buffer.alloc"
+                         or owner.kind.value != "activation"):
+        return None
+    members = {s.op for s in chain} | {c.op}
+    if out is not t and any(user not in members and user.name != "buffer.dealloc"
+                            for user in t.users()):
+        return None
+    t_root, out_root = _root(t), _root(out)
+    chain_ins = []
+    for index, step in enumerate(chain):
+        chain_at = positions[0] if index == 0 else step.chain_position
+        for i, v in enumerate(step.args):
+            if i == chain_at:
+                continue
+            if _root(v) is t_root or _root(v) is out_root:
+                return None
+            if v not in chain_ins:
+                chain_ins.append(v)
+    if out is not t and any(_root(v) is out_root for v in core):
+        return None
+    ins = list(core) + chain_ins
+    n = len(ins)
+    wiring = []
+    for index, step in enumerate(chain):
+        chain_at = positions[0] if index == 0 else step.chain_position
+        wiring.append(A.ArrayAttr(tuple(
+            _i(n + index) if i == chain_at else _i(len(core) + chain_ins.index(v))
+            for i, v in enumerate(step.args))))
+    props = dict(props)
+    props["epilogue"] = A.ArrayAttr(tuple(_s(s.name) for s in chain))
+    props["epilogue_wiring"] = A.ArrayAttr(tuple(wiring))
+    if chain_ins:
+        props["epilogue_ins"] = _i(len(chain_ins))
+    if any(s.props for s in chain):
+        props["epilogue_props"] = A.ArrayAttr(tuple(A.DictionaryAttr.of(s.props)
+                                                    for s in chain))
+    fit = _fitting_config(cls, ins, [out], props)
+    if fit is None:
+        return None
+    return cls, ins, props, out, fit
+
+
+def lower_to_kernels(module: Operation, fuse_elementwise: bool = True,
+                     fuse_epilogues: bool = True,
+                     prepack_weights: bool = True) -> LowerToKernelsResult:
     """Rewrite every `buffer.compute` under `module` to kernel ops (see the module doc)."""
     result = LowerToKernelsResult()
     lowering = _Lowering(result)
@@ -241,11 +362,25 @@ def lower_to_kernels(module: Operation, fuse_elementwise: bool = True) -> LowerT
             if step is not None:
                 steps[record.op] = step
         chains = _chains(block, steps, fuse_elementwise)
+        folded = set()
+        if fuse_epilogues:
+            producers = {record.op: record for record in records if record.op not in steps}
+            for chain in chains:
+                record = _producer(chain, producers)
+                if record is not None and record.op not in folded \
+                        and lowering.epilogue(record, chain):
+                    folded.add(record.op)
+                    folded.add(id(chain))
         for record in records:
-            if record.op not in steps:
+            if record.op not in steps and record.op not in folded:
                 lowering.compute(record)
         for chain in chains:
-            lowering.chain(chain)
+            if id(chain) not in folded:
+                lowering.chain(chain)
+    if prepack_weights:
+        from palimpsest.passes.prepack_weights import prepack_weights as prepack
+
+        result.prepacked = prepack(module)
     return result
 
 
@@ -256,9 +391,13 @@ class LowerToKernels(ModulePass):
     summary = ("buffer level to kernel level: a kernel op per buffer.compute, workspaces "
                "as explicit allocs, chains of elementwise ops fused")
     fuse_elementwise: bool = True
+    fuse_epilogues: bool = True
+    prepack_weights: bool = True
 
     def apply(self, module: Operation) -> None:
-        lower_to_kernels(module, fuse_elementwise=self.fuse_elementwise)
+        lower_to_kernels(module, fuse_elementwise=self.fuse_elementwise,
+                         fuse_epilogues=self.fuse_epilogues,
+                         prepack_weights=self.prepack_weights)
 
 
 __all__ = ["LowerToKernels", "LowerToKernelsResult", "RULES", "lower_to_kernels"]

@@ -9,6 +9,7 @@ import numpy as np
 
 from palimpsest.backends.numpy.kernel_ops import (
     _scalar, _view_as, config_of, impl, workspaces_by_role)
+from palimpsest.backends.numpy.kernel_ops_elementwise import core_inputs, run_epilogue
 from palimpsest.dialects import kernel as K
 
 
@@ -56,8 +57,9 @@ _CHUNK_BYTES = 768 << 10
 def conv2d(op, inputs, outputs, workspaces):
     config = config_of(op)
     ws = workspaces_by_role(op, workspaces)
-    x, w = inputs[0], inputs[1]
-    bias = inputs[2] if len(inputs) > 2 else None
+    core = core_inputs(config, inputs)
+    x, w = core[0], core[1]
+    bias = core[2] if len(core) > 2 else None
     y = outputs[0]
     n, c, h, wd = x.shape
     m, cg, kh, kw = w.shape
@@ -71,6 +73,7 @@ def conv2d(op, inputs, outputs, workspaces):
     padded, cols = ws.get("padded"), ws.get("im2col")
     if K.Conv2dOp.is_depthwise(w.shape, config):
         _depthwise(x, w, bias, y, padded, cols, (top, left), (sh, sw), (dh, dw))
+        run_epilogue(config, inputs, y, ws.get("epilogue"))
         return
     if cols is None:  # 1x1, stride 1, no pads: the image is the matrix
         for image in range(n):
@@ -117,6 +120,7 @@ def conv2d(op, inputs, outputs, workspaces):
                           out=target[:, :, r0 * wo:(r0 + rows) * wo])
     if bias is not None:
         np.add(y, bias.reshape(1, m, 1, 1), out=y)
+    run_epilogue(config, inputs, y, ws.get("epilogue"))
 
 
 def _tap_range(size, offset, stride, begin, out):

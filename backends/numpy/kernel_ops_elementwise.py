@@ -6,6 +6,8 @@ f32/f16 erf is a rational approximation evaluated in float64 chunks. Registered 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from palimpsest.backends.numpy.kernel_ops import STEP_IMPLS, _scalar, config_of, impl, step
@@ -161,6 +163,27 @@ def _hard_swish(name, args, out, props, scratch):
     np.multiply(x, scratch, out=out)
 
 
+@step("graph.gelu")
+def _gelu(name, args, out, props, scratch):
+    # none: 0.5 * x * (1 + erf(x / sqrt(2))); tanh: 0.5 * x * (1 + tanh(sqrt(2 / pi) *
+    # (x + 0.044715 * x^3))); the factor in scratch, x read before out is written
+    x = args[0]
+    dtype = out.dtype
+    if props.get("approximate", "none") == "tanh":
+        np.multiply(x, x, out=scratch)
+        np.multiply(scratch, _scalar(0.044715, dtype), out=scratch)
+        np.add(scratch, _scalar(1, dtype), out=scratch)
+        np.multiply(scratch, x, out=scratch)
+        np.multiply(scratch, _scalar(math.sqrt(2 / math.pi), dtype), out=scratch)
+        np.tanh(scratch, out=scratch)
+    else:
+        np.multiply(x, _scalar(1 / math.sqrt(2), dtype), out=scratch)
+        _erf("graph.erf", [scratch], scratch, {}, None)
+    np.add(scratch, _scalar(1, dtype), out=scratch)
+    np.multiply(scratch, _scalar(0.5, dtype), out=scratch)
+    np.multiply(x, scratch, out=out)
+
+
 @step("graph.leaky_relu")
 def _leaky_relu(name, args, out, props, scratch):
     # where(x < 0, alpha * x, x) == max(x, 0) + alpha * min(x, 0)
@@ -310,3 +333,22 @@ def elementwise(op, inputs, outputs, workspaces):
     for name, refs, step_props in zip(steps, wiring, props):
         args = [y if r >= n else inputs[r] for r in refs]
         STEP_IMPLS[name](name, args, y, step_props, scratch)
+
+
+def run_epilogue(config: dict, inputs: list, y: np.ndarray, scratch) -> None:
+    """A kernel's fused epilogue (dialects/kernel_elementwise.py, `Epilogue`) on its
+    result `y`, in place: every step computed into Y, as `kernel.elementwise` does."""
+    steps = config.get("epilogue")
+    if not steps:
+        return
+    n = len(inputs)
+    props = config["epilogue_props"] or [{}] * len(steps)
+    for name, refs, step_props in zip(steps, config["epilogue_wiring"], props):
+        args = [y if r >= n else inputs[r] for r in refs]
+        STEP_IMPLS[name](name, args, y, step_props, scratch)
+
+
+def core_inputs(config: dict, inputs: list) -> list:
+    """The kernel's own ins (without the epilogue's)."""
+    k = config.get("epilogue_ins") or 0
+    return inputs[:len(inputs) - k] if k else inputs

@@ -10,6 +10,7 @@ import numpy as np
 
 from palimpsest.backends.numpy.kernel_ops import (
     _scalar, _view_as, config_of, impl, workspaces_by_role)
+from palimpsest.backends.numpy.kernel_ops_elementwise import core_inputs, run_epilogue
 
 
 # -- matmul -------------------------------------------------------------------------------------
@@ -17,9 +18,14 @@ from palimpsest.backends.numpy.kernel_ops import (
 @impl("kernel.matmul")
 def matmul(op, inputs, outputs, workspaces):
     config = config_of(op)
+    _product(config, core_inputs(config, inputs), outputs[0])
+    if config["epilogue"]:
+        run_epilogue(config, inputs, outputs[0], workspaces[-1] if workspaces else None)
+
+
+def _product(config, inputs, y):
     a, b = inputs[0], inputs[1]
     c = inputs[2] if len(inputs) > 2 else None
-    y = outputs[0]
     if config["transA"]:
         a = np.swapaxes(a, -1, -2)
     if config["transB"]:

@@ -62,9 +62,11 @@ def test_conv_prelu_mish_fuse_and_match_onnxruntime(slope_shape):
     lowered = import_onnx(model)
     PassManager(parse_pipeline("infer-shapes,bufferize,lower-to-kernels")).run(lowered)
     kernels = [op for op in lowered.walk() if op.name.startswith("kernel.")]
-    fused = [op for op in kernels if op.name == "kernel.elementwise"]
-    assert len(fused) == 1 and [a.value for a in fused[0].properties["steps"].value] == [
+    # PRelu and Mish fold into the convolution as its epilogue (no buffer between them)
+    convs = [op for op in kernels if op.name == "kernel.conv2d"]
+    assert len(convs) == 1 and [a.value for a in convs[0].properties["epilogue"].value] == [
         "graph.prelu", "graph.mish"]
+    assert not any(op.name == "kernel.elementwise" for op in kernels)
     assert not any(op.name == "kernel.generic" for op in kernels)
 
 

@@ -50,6 +50,11 @@ def _step(name: str, args: list, props: dict, t: str) -> str:
         return f"clamp({c(alpha)} * {x} + {c(beta)}, {c(0)}, {c(1)})"
     if name == "graph.hard_swish":
         return f"({x} * clamp({x} * {c(1 / 6)} + {c(0.5)}, {c(0)}, {c(1)}))"
+    if name == "graph.gelu":
+        if props.get("approximate", "none") == "tanh":
+            inner = f"{c(0.7978845608028654)} * ({x} + {c(0.044715)} * {x} * {x} * {x})"
+            return f"({c(0.5)} * {x} * ({c(1)} + tanh({inner})))"
+        return f"({c(0.5)} * {x} * ({c(1)} + erf({x} * {c(0.7071067811865476)})))"
     if name == "graph.leaky_relu":
         return f"({x} < {c(0)} ? {c(props.get('alpha', 0.01))} * {x} : {x})"
     if name in ("graph.elu", "graph.selu"):
@@ -104,11 +109,30 @@ def _clip(args: list, props: dict) -> str:
 @generator("kernel.elementwise")
 def elementwise(call) -> list:
     config = call.config
+    return [_chain_launch(call, config["steps"], config["wiring"], config["step_props"],
+                          None)]
+
+
+def epilogue_launches(call) -> list:
+    """A conv's or matmul's fused epilogue (dialects/kernel_elementwise.py, `Epilogue`):
+    one launch after the kernel's, each work-item reading one element of the out and
+    writing it back through every step in registers (the `epilogue` workspace the numpy
+    backend needs for some steps is unused). No launch without an epilogue."""
+    config = call.config
+    if not config.get("epilogue") or call.outs[0].size == 0:
+        return []
+    return [_chain_launch(call, config["epilogue"], config["epilogue_wiring"],
+                          config["epilogue_props"], len(call.ins))]
+
+
+def _chain_launch(call, steps, wiring, props, product) -> Launch:
+    """One work-item per out element computes the chain `steps`: values 0..n-1 are the
+    ins; with `product` None value n+i is step i's result (kernel.elementwise); with
+    `product` = n, value n is the out's own element and n+1+i step i's (an epilogue)."""
     out = call.outs[0]
     t = out.ctype
     n = len(call.ins)
-    steps, wiring = config["steps"], config["wiring"]
-    props = config["step_props"] or [{}] * len(steps)
+    props = props or [{}] * len(steps)
     rank = len(out.shape)
     inner = 1
     for d in out.shape[2:]:
@@ -129,33 +153,40 @@ def elementwise(call) -> list:
             loads[key] = (f"a{len(loads)}", f"in{index}[{at}]")
         return loads[key][0]
 
-    lines = []
+    first = 0 if product is None else 1   # value n is the product in an epilogue
+    lines = [] if product is None else [f"  const {t} v0 = y[i];"]
+
+    def value(r: int, number: int) -> str:
+        return f"v{number + first - 1}"
+
     for number, (name, refs, step_props) in enumerate(zip(steps, wiring, props)):
         if name == "graph.batch_norm":
             x, scale, bias, mean, var = (
-                f"v{number - 1}" if r >= n else load(r, per_channel=position > 0)
+                value(r, number) if r >= n else load(r, per_channel=position > 0)
                 for position, r in enumerate(refs))
             eps = literal(step_props.get("epsilon", 1e-5), t)
             expr = f"(({x} - {mean}) / sqrt({var} + {eps}) * {scale} + {bias})"
         elif name == "graph.clip":
-            args = [f"v{number - 1}" if r >= n else load(r, scalar=position > 0)
+            args = [value(r, number) if r >= n else load(r, scalar=position > 0)
                     for position, r in enumerate(refs)]
             expr = _clip(args, step_props)
         else:
-            args = [f"v{number - 1}" if r >= n else load(r) for r in refs]
+            args = [value(r, number) if r >= n else load(r) for r in refs]
             expr = _step(name, args, step_props, t)
-        lines.append(f"  const {t} v{number} = {expr};")
-    buffers = [(f"in{k}", call.ins[k].ctype, False) for k in range(n)] + [("y", t, True)]
+        lines.append(f"  const {t} v{number + first} = {expr};")
+    used = sorted({int(source[2:source.index("[")]) for _, source in loads.values()})
+    buffers = [(f"in{k}", call.ins[k].ctype, False) for k in used] + [("y", t, True)]
     load_lines = [f"  const {t} {var} = {source};" for var, source in loads.values()]
     size = out.size
-    source = (f"__kernel void elementwise({params(*buffers)}) {{\n"
+    name = "elementwise" if product is None else "epilogue"
+    source = (f"__kernel void {name}({params(*buffers)}) {{\n"
               f"  const long i = get_global_id(0);\n"
               f"  if (i >= {size}L) return;\n"
               f"{bind(*buffers)}\n" + "\n".join(load_lines + lines) +
-              f"\n  y[i] = v{len(steps) - 1};\n}}\n")
+              f"\n  y[i] = v{len(steps) + first - 1};\n}}\n")
     local = 256 if size >= 256 else None
-    return [Launch(source, "elementwise", (round_up(size, local or 1),), (local,) if local else None,
-                   [ref("in", k) for k in range(n)] + [ref("out", 0)])]
+    return Launch(source, name, (round_up(size, local or 1),), (local,) if local else None,
+                  [ref("in", k) for k in used] + [ref("out", 0)])
 
 
 @generator("graph.cast")

@@ -33,6 +33,22 @@ import numpy as np
 from palimpsest.backends.opencl.kernels.base import (
     Launch, Unsupported, bind, broadcast_index, generator, literal, params, ref,
 )
+from palimpsest.backends.opencl.kernels.elementwise import epilogue_launches
+
+
+def _core_count(call) -> int:
+    """How many ins are the kernel's own (the rest are its epilogue's)."""
+    return len(call.ins) - (call.config.get("epilogue_ins") or 0)
+
+
+def _with_epilogue(fn):
+    """The kernel's launches, then its fused epilogue's (elementwise.py)."""
+    def generate(call) -> list:
+        launches = fn(call)
+        return launches + epilogue_launches(call) if call.config.get("epilogue") \
+            else launches
+    generate.__name__, generate.__doc__ = fn.__name__, fn.__doc__
+    return generate
 
 LANES = {"float": 16, "double": 8}   # one 512-bit register
 ROWS = 8                            # rows x vectors accumulators per work-item, up to 24 of
@@ -270,6 +286,7 @@ def _batch_offset(out_batch, in_batch, matrix_size: int) -> str:
 
 
 @generator("kernel.matmul")
+@_with_epilogue
 def matmul(call) -> list:
     config = call.config
     a, b, out = call.ins[0], call.ins[1], call.outs[0]
@@ -293,7 +310,7 @@ def matmul(call) -> list:
     buffers = [("a", t, False), ("b", t, False)]
     args = [ref("in", 0), ref("in", 1)]
     c = None
-    if len(call.ins) > 2 and config["beta"] != 0.0:
+    if _core_count(call) > 2 and config["beta"] != 0.0:
         c_shape = _full_c_shape(call.ins[2].shape, out.shape, len(a.shape) == 1,
                                 len(b.shape) == 1)
         c_rows, c_cols = c_shape[-2:]
@@ -395,13 +412,14 @@ def _geometry(call):
 
 
 @generator("kernel.conv2d")
+@_with_epilogue
 def conv2d(call) -> list:
     y = call.outs[0]
     t = _float_type(y)
     if y.size == 0:
         return []
     g = _geometry(call)
-    has_bias = len(call.ins) > 2
+    has_bias = _core_count(call) > 2
     if g["cg"] == 1 and g["group"] > 1:
         return [_depthwise(call, t, g, has_bias)]
     group, mg = g["group"], g["m"] // g["group"]

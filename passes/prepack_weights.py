@@ -1,0 +1,108 @@
+"""`prepack-weights`: constants reordered once, at compile time, into the layout the
+kernel that reads them wants, as onnxruntime prepacks its GEMM weights.
+
+`kernel.matmul` with `transB = 1` (Gemm's usual form, every fully-connected layer that
+PyTorch exports) whose B is a `buffer.constant`: B is replaced by a new constant holding
+Bᵀ, contiguous, and `transB` becomes 0 (likewise A with `transA`). Every run then hands
+the kernel a row-major (k, n) B: the numpy backend's `np.matmul` gets a plain C-ordered
+operand (no per-call layout decision, no copy for a batched product), and the OpenCL
+backend's register-blocked GEMM loads B's rows as vectors instead of gathering its
+columns or falling back to the dot-product form. A constant read by several such
+matmuls is packed once; the original constant goes when nothing else reads it.
+
+Conv weights need no packing here: `kernel.conv2d`'s W (M x C/group x kh x kw) is, as
+stored, the row-major (group, M/group, C/group*kh*kw) matrix both backends' im2col GEMM
+multiplies by (numpy: a reshape, a view; OpenCL: read in place)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from palimpsest.dialects.buffer import BufferType, ConstantOp, tensor_of
+from palimpsest.ir import attributes as A
+from palimpsest.ir.core import Operation
+from palimpsest.passes.pass_manager import ModulePass, register_pass
+
+
+def _unique_key(module: Operation):
+    from palimpsest.ir.resources import collect_blobs
+
+    taken = set(collect_blobs(module).keys())
+
+    def key(hint: str) -> str:
+        base = "".join(c if c.isalnum() or c == "_" else "_" for c in hint) or "blob"
+        candidate, suffix = base, 1
+        while candidate in taken:
+            candidate = f"{base}_{suffix}"
+            suffix += 1
+        taken.add(candidate)
+        return candidate
+
+    return key
+
+
+def prepack_weights(module: Operation) -> int:
+    """Pack the constant operands of transposed matmuls (see the module doc); returns
+    how many operands now read a packed constant."""
+    import numpy as np
+
+    from palimpsest.dialects.graph.evaluate import dense_attr
+
+    top = module
+    while top.parent_op is not None:
+        top = top.parent_op
+    key = None
+    packed: dict = {}       # (constant op) -> packed value
+    count = 0
+    for op in list(module.walk()):
+        if op.name != "kernel.matmul":
+            continue
+        config = op.config()
+        k = config.get("epilogue_ins") or 0
+        core = len(op.ins) - k
+        for flag, index in (("transB", 1), ("transA", 0)):
+            if not config[flag] or index >= core:
+                continue
+            value = op.ins[index]
+            owner = getattr(value, "op", None)
+            if not isinstance(owner, ConstantOp) or len(value.type.shape) < 2 \
+                    or not value.type.has_static_shape:
+                continue
+            if any(value is v for i, v in enumerate(op.ins) if i != index):
+                continue  # (the same constant as another operand: leave it)
+            new = packed.get(owner)
+            if new is None:
+                array = owner.properties["value"].to_numpy()
+                flipped = np.ascontiguousarray(np.swapaxes(array, -1, -2))
+                shape = tuple(value.type.shape)
+                type_ = BufferType(shape[:-2] + (shape[-1], shape[-2]),
+                                   value.type.element_type)
+                if key is None:
+                    key = _unique_key(top)
+                hint = f"{value.name_hint or 'weights'}_packed"
+                attr = dense_attr(flipped, tensor_of(type_), key, hint)
+                constant = ConstantOp([], [type_], {"value": attr}, result_names=[hint])
+                constant.location, constant.source_loc = owner.location, owner.source_loc
+                owner.parent.insert_after(owner, constant)
+                new = packed[owner] = constant.results[0]
+            op.set_operand(index, new)  # (the ins come first among the operands)
+            op.properties[flag] = A.IntegerAttr(0)
+            count += 1
+    for owner in packed:
+        if not owner.results[0].users():
+            owner.erase()
+    return count
+
+
+@register_pass
+@dataclass(frozen=True)
+class PrepackWeights(ModulePass):
+    name = "prepack-weights"
+    summary = ("constants reordered at compile time into the layout their kernel reads "
+               "(a transposed matmul's constant B stored transposed, transB = 0)")
+
+    def apply(self, module: Operation) -> None:
+        prepack_weights(module)
+
+
+__all__ = ["PrepackWeights", "prepack_weights"]
