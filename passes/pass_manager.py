@@ -87,24 +87,41 @@ def _convert(pass_name: str, option: str, text: str, kind):
 
 # Named pipelines: a name in a pipeline expands to these passes.
 PIPELINES = {
-    "default": "infer-shapes,canonicalize,bufferize,lower-to-kernels,insert-deallocs,plan-memory",
+    "default": "infer-shapes,canonicalize,schedule-for-memory,bufferize,lower-to-kernels,"
+               "schedule-for-memory,insert-deallocs,plan-memory",
     "to-buffers": "infer-shapes,bufferize,insert-deallocs",
     "to-kernels": "infer-shapes,bufferize,lower-to-kernels,insert-deallocs",
 }
 
 
+# Options of named pipelines: `default{schedule=false}` leaves out schedule-for-memory.
+PIPELINE_SWITCHES = {"schedule": "schedule-for-memory"}
+
+
+def _switched_off(name: str, options_text: str) -> set:
+    """The passes a named pipeline's options turn off (`NAME=false`)."""
+    off = set()
+    for item in options_text.replace(",", " ").split():
+        key, eq, value = item.partition("=")
+        target = PIPELINE_SWITCHES.get(key)
+        if target is None or target not in PIPELINES[name]:
+            raise PipelineError(f"pipeline '{name}' has no option '{key}'; spell out its "
+                                f"passes: {PIPELINES[name]}")
+        if not _convert(name, key, value if eq else "true", bool):
+            off.add(target)
+    return off
+
+
 def parse_pipeline(text: str) -> list[ModulePass]:
     """Parse `a,b{opt=1},c` into pass instances; a named pipeline (`default`) expands
-    to its passes."""
+    to its passes (`default{schedule=false}`: without schedule-for-memory)."""
     from palimpsest.passes import load_pass
 
     result = []
     for name, options_text in _split_pipeline(text):
         if name in PIPELINES:
-            if options_text.strip():
-                raise PipelineError(f"pipeline '{name}' takes no options; spell out its "
-                                    f"passes: {PIPELINES[name]}")
-            result.extend(parse_pipeline(PIPELINES[name]))
+            off = _switched_off(name, options_text)
+            result.extend(p for p in parse_pipeline(PIPELINES[name]) if p.name not in off)
             continue
         load_pass(name)
         cls = _PASSES.get(name)

@@ -40,8 +40,9 @@ __all__ = [
 EXPORT_FORMATS = ("json", "c-header", "svg", "png")
 # the default pipeline up to plan-memory (passes/pass_manager.py PIPELINES["default"]):
 # the plan firmware embeds is the one the kernels, with their workspaces, run in
-GRAPH_PIPELINE = ("infer-shapes,canonicalize,bufferize{{inputs-as-activations={iaa}}},"
-                  "lower-to-kernels,insert-deallocs")
+GRAPH_PIPELINE = ("infer-shapes,canonicalize,{schedule}bufferize{{inputs-as-activations={iaa}}},"
+                  "lower-to-kernels,{schedule}insert-deallocs")
+SCHEDULE = "schedule-for-memory{{inputs-as-activations={iaa}}},"
 
 CLASS_COLORS = {
     "activation": "#4e79a7", "workspace": "#f28e2b", "input": "#59a14f",
@@ -57,18 +58,20 @@ class ExportError(Exception):
 
 def plan_for_export(module: Operation, algorithm: str = "auto", time_budget: float = 1.0,
                     inputs_as_activations: bool = False, default_alignment: int = 64,
-                    verify_each: bool = True) -> PlanReport:
+                    verify_each: bool = True, schedule: bool = True) -> PlanReport:
     """Bring `module` to planned IR and return its plan.
 
-    Graph-level input runs the default pipeline up to plan-memory first; buffer-level
-    input with static allocs is planned with `plan-memory`; planned input is read back.
+    Graph-level input runs the default pipeline up to plan-memory first (without
+    `schedule-for-memory` when `schedule` is false: file order); buffer-level input with
+    static allocs is planned with `plan-memory`; planned input is read back.
     """
     from palimpsest.passes.pass_manager import PassManager, parse_pipeline
     from palimpsest.ir.verifier import verify
 
     if any(op.name.startswith("graph.") for op in module.walk(include_self=False)):
         iaa = "true" if inputs_as_activations else "false"
-        PassManager(parse_pipeline(GRAPH_PIPELINE.format(iaa=iaa)),
+        scheduling = SCHEDULE.format(iaa=iaa) if schedule else ""
+        PassManager(parse_pipeline(GRAPH_PIPELINE.format(iaa=iaa, schedule=scheduling)),
                     verify_each=verify_each).run(module)
     report = plan_memory(module, algorithm, time_budget, inputs_as_activations,
                          default_alignment)

@@ -592,4 +592,8 @@ class PlanMemory(ModulePass):
                 for line in result.lines():
                     if line.startswith(f"plan-memory @{fn.function}:"):
                         print(format_diagnostic("remark", line, loc, None), file=sys.stderr)
+                if func is not None:  # the order's bounds, when schedule-for-memory ran
+                    from palimpsest.passes.schedule_for_memory import report_lines
+                    for line in report_lines(func):
+                        print(format_diagnostic("remark", line, loc, None), file=sys.stderr)
             sys.stderr.flush()

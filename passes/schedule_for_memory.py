@@ -51,7 +51,7 @@ from palimpsest.passes.pass_manager import ModulePass, register_pass
 from palimpsest.passes.planners.schedule import ALGORITHMS, ScheduleProblem, schedule
 
 __all__ = ["ScheduleResult", "schedule_for_memory", "schedule_function", "build_problem",
-           "last_schedule", "report_lines", "ScheduleForMemory"]
+           "schedules_of", "report_lines", "ScheduleForMemory"]
 
 
 @dataclass
@@ -69,26 +69,29 @@ class ScheduleResult:
     candidates: dict         # algorithm -> peak
     reordered: bool = False
 
-    def line(self) -> str:
+    def line(self, first: bool = True) -> str:
+        """The report line; `first`: this run saw the function's file order (a later
+        run sees the order an earlier one left, lowered to buffers and kernels)."""
         proof = "proven minimal" if self.proven else "not proven minimal"
-        return (f"schedule-for-memory @{self.function}: file order's bound {self.file_peak} "
-                f"bytes, scheduled bound {self.peak} bytes ({proof}, {self.algorithm}, "
-                f"{self.ops} ops)")
+        before = "file order's bound" if first else "bound of the order it got"
+        return (f"schedule-for-memory @{self.function} ({self.level} level): {before} "
+                f"{self.file_peak} bytes, scheduled bound {self.peak} bytes ({proof}, "
+                f"{self.algorithm}, {self.ops} ops)")
 
 
-# the last result per function op (plan-memory's report reads it; weak: a dropped
-# module takes its entries with it)
+# the results per function op, one per run (plan-memory's report reads them; weak: a
+# dropped module takes its entries with it)
 _RESULTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def last_schedule(func: Operation) -> ScheduleResult | None:
-    return _RESULTS.get(func)
+def schedules_of(func: Operation) -> list:
+    """The :class:`ScheduleResult` of each run of the pass on `func`, in order."""
+    return list(_RESULTS.get(func, ()))
 
 
 def report_lines(func: Operation) -> list[str]:
     """The report lines `plan-memory{report=true}` adds for `func`."""
-    found = _RESULTS.get(func)
-    return [found.line()] if found is not None else []
+    return [r.line(i == 0) for i, r in enumerate(_RESULTS.get(func, ()))]
 
 
 # ---------------------------------------------------------------------------- the model
@@ -342,7 +345,8 @@ def _buffer_problem(func, block, nodes, terminator, inputs_as_activations):
         preds[i].discard(i)
     problem = ScheduleProblem(preds, allocs, uses, sizes, None, None, pinned, initial,
                               [op.name for op in anchors])
-    return problem, anchors, terminator, "buffer"
+    level = "kernel" if any(op.name.startswith("kernel.") for op in anchors) else "buffer"
+    return problem, anchors, terminator, level
 
 
 # ---------------------------------------------------------------------------- reordering
@@ -465,7 +469,7 @@ def schedule_function(func: Operation, algorithm: str = "auto", time_budget: flo
     else:
         result.algorithm = "file-order"
     result.seconds = time.perf_counter() - started
-    _RESULTS[func] = result
+    _RESULTS.setdefault(func, []).append(result)
     return result
 
 
@@ -502,3 +506,115 @@ class ScheduleForMemory(ModulePass):
         if self.enabled:
             schedule_for_memory(module, self.algorithm, self.time_budget,
                                 self.inputs_as_activations)
+
+
+# ---------------------------------------------------------------------------- order reuse
+
+class OrderKeeper:
+    """Carries the order the first run of the pass found to later compiles of the same
+    model (a session's re-plans at other shapes), so they skip the search.
+
+    Made before the first compile from the graph-level function and its fresh clone (same
+    ops, same order); `after_pass` goes to the PassManager: after the first
+    `schedule-for-memory` it reorders the *original* function the way the clone was
+    ordered. Ops the passes before it replaced (canonicalize's folds) go just before the
+    first user of what they made. Later clones of the original then start in that order
+    and need no graph-level scheduling."""
+
+    def __init__(self, original_func: Operation, clone_func: Operation):
+        self.original = original_func
+        self.pairs = list(zip(clone_func.regions[0].blocks[0].ops,
+                              original_func.regions[0].blocks[0].ops))
+        self.clone = clone_func
+        self.done = False
+
+    def after_pass(self, pass_, module) -> None:
+        if self.done or pass_.name != "schedule-for-memory":
+            return
+        self.done = True
+        results = _RESULTS.get(self.clone)
+        if not results or not results[-1].reordered:
+            return
+        position = {op: i for i, op in enumerate(self.clone.regions[0].blocks[0].ops)}
+        priority = {}
+        for clone_op, original in self.pairs:
+            if clone_op.parent is not None and clone_op in position:
+                priority[original] = position[clone_op]
+        _reorder_by_priority(self.original.regions[0].blocks[0], priority)
+
+
+def _reorder_by_priority(block, priority: dict) -> None:
+    """Order `block`'s ops by `priority` (an op without one takes its first user's), as
+    far as data and effects allow (a topological sort; file order breaks ties)."""
+    import heapq
+
+    ops = list(block.ops)
+    terminator = ops[-1] if ops and ops[-1].has_trait(IsTerminator) else None
+    body = ops[:-1] if terminator is not None else ops
+    index = {op: i for i, op in enumerate(body)}
+    home = {}
+    for op in body:
+        for result in op.results:
+            for user, _ in result.uses:
+                while user is not None and user.parent is not block:
+                    user = user.parent_op
+                home.setdefault(op, []).append(user)
+    rank = {}
+    for op in reversed(body):
+        if op in priority:
+            rank[op] = priority[op]
+        else:
+            users = [rank[u] for u in home.get(op, ()) if u in rank]
+            rank[op] = min(users) - 0.5 if users else len(body) + index[op]
+    preds = {op: set() for op in body}
+    last_effect = None
+    for op in body:
+        for value in _outer_uses(op, block):
+            owner = value.owner
+            if isinstance(owner, Operation) and owner in index:
+                preds[op].add(owner)
+        if _effectful(op):
+            if last_effect is not None:
+                preds[op].add(last_effect)
+            last_effect = op
+    waiting = {op: len(preds[op]) for op in body}
+    succs = {op: [] for op in body}
+    for op, ps in preds.items():
+        for p in ps:
+            succs[p].append(op)
+    heap = [(rank[op], index[op], op) for op in body if not waiting[op]]
+    heapq.heapify(heap)
+    order = []
+    while heap:
+        _, _, op = heapq.heappop(heap)
+        order.append(op)
+        for s in succs[op]:
+            waiting[s] -= 1
+            if not waiting[s]:
+                heapq.heappush(heap, (rank[s], index[s], s))
+    if len(order) != len(body):  # (a cycle cannot happen in SSA; keep the block as is)
+        return
+    for op in ops:
+        op.detach()
+    for op in order:
+        block.append(op)
+    if terminator is not None:
+        block.append(terminator)
+
+
+def reuse_order(owner, original_module: Operation, clone_module: Operation, function,
+                pipeline: list):
+    """For a compile of `clone_module` (a fresh clone of `original_module`) by `owner`
+    (a session): (the pipeline to run, the PassManager's `after_pass`). The first
+    compile schedules and carries its graph-level order back to the original; later
+    ones start from that order and run no scheduling (a re-plan stays cheap)."""
+    if not any(p.name == "schedule-for-memory" for p in pipeline):
+        return pipeline, None
+    if getattr(owner, "_schedule_reused", False):
+        return [p for p in pipeline if p.name != "schedule-for-memory"], None
+    from palimpsest.backends.binding import find_function
+
+    owner._schedule_reused = True
+    keeper = OrderKeeper(find_function(original_module, function),
+                         find_function(clone_module, function))
+    return pipeline, keeper.after_pass

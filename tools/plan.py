@@ -112,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="plan a .pal model and export its plan in this format (default json)",
     )
     parser.add_argument(
+        "--compare-schedule",
+        action="store_true",
+        help="for a .pal model with --export svg: draw the plan in file order and in the "
+        "order schedule-for-memory finds, side by side, each with its bound line",
+    )
+    parser.add_argument(
         "--inputs-as-activations",
         action="store_true",
         help="for a .pal model: plan inputs and outputs as activations (real lifetimes)",
@@ -219,10 +225,21 @@ def _export_main(args) -> int:
         module = parse(text, filename)
         specialize_module(module, None, shapes, bounds)
         verify(module)
-        report = plan_for_export(module, args.algorithm, args.time_budget,
-                                 args.inputs_as_activations, args.alignment or 64)
+        if args.compare_schedule:
+            if fmt != "svg":
+                raise UserError("--compare-schedule draws an SVG: use it with --export svg")
+            from palimpsest.passes.plan_svg import compare_orders_svg, plan_both_orders
+            before, report = plan_both_orders(module, args.algorithm, args.time_budget,
+                                              args.inputs_as_activations, args.alignment or 64)
+            write_text(args.output, compare_orders_svg(before, report, f"memory plan of "
+                                                       f"{filename}: file order and scheduled"))
+        else:
+            report = plan_for_export(module, args.algorithm, args.time_budget,
+                                     args.inputs_as_activations, args.alignment or 64)
         try:
-            if fmt == "png":
+            if args.compare_schedule:
+                pass
+            elif fmt == "png":
                 to_png(report, args.output, f"memory plan of {filename}")
             else:
                 write_text(args.output, export(report, fmt, filename))

@@ -162,7 +162,13 @@ class CompiledPlan:
         executor = self.executor   # op and function info kept across runs
         executor.profiler = profiler
         executor.begin_run(RunStats())
-        results = executor.run(self.func, inputs, outputs, copy_outputs=False)
+        if profiler is not None:
+            profiler.begin_run()   # one run, however many segments' runs it makes
+        try:
+            results = executor.run(self.func, inputs, outputs, copy_outputs=False)
+        finally:
+            if profiler is not None:
+                profiler.end_run()
         stats = executor.stats
         executor.end_run()
         return results, stats
@@ -216,11 +222,12 @@ class Session:
 
         # before the OpenCL device opens: PoCL reads its thread count once per process
         self.threads = set_threads(threads)
+        self._threads = threads  # as asked: the segments' sessions (segments.py) ask alike
         self._target = _target(backend, poison, device)
         self.profiler = None
-        if profile:
+        if profile:  # True, or a Profiler to add to (a segment's session: the model's)
             from palimpsest.backends.profile import Profiler
-            self.profiler = Profiler()
+            self.profiler = profile if isinstance(profile, Profiler) else Profiler()
         self._shapes: dict = {}
         self._bounded: set = set()   # inputs given bounds (set_input_bound)
         self._cache: OrderedDict = OrderedDict()
@@ -310,12 +317,16 @@ class Session:
 
                 target = SegmentedFunction(find_function(module, self.function), {
                     "poison": self.poison, "pipeline": self.pipeline,
-                    "backend": self.backend, "verify": self.verify})
+                    "backend": self.backend, "verify": self.verify,
+                    "threads": self._threads, "profile": self.profiler or False})
             elif not any(op.name == "memory.pool" for op in module.regions[0].block.ops):
                 pipeline = deallocs_for_planning(parse_pipeline(self.pipeline))
                 self._target.adapt_pipeline(pipeline)  # (planned IR runs as is)
                 each = self.verify == "passes"
-                PassManager(pipeline, verify_each=each).run(module)
+                from palimpsest.passes.schedule_for_memory import reuse_order
+                pipeline, keep = reuse_order(self, self._module, module, self.function,
+                                             pipeline)  # re-plans reuse the first order
+                PassManager(pipeline, verify_each=each, after_pass=keep).run(module)
                 if self.verify == "plans" or (self.verify == "first" and not self.stats.compiles):
                     verify(module)  # once, after the passes (module doc: Verification)
         finally:
