@@ -11,13 +11,14 @@ and checks the declared result types against it; `infer-shapes` runs it to refin
 from __future__ import annotations
 
 import struct
+import sys
 from types import SimpleNamespace
 
 from palimpsest.dialects.graph.shapes import ShapeError, fmt, merge_shapes
 from palimpsest.ir import attributes as A
 from palimpsest.ir.core import Operation
 from palimpsest.ir.opdef import (
-    OPTIONAL, SINGLE, VARIADIC, Constraint, PropDef, Pure, segment_sizes,
+    OPTIONAL, SINGLE, VARIADIC, Constraint, PropDef, Pure, register_op, segment_sizes,
 )
 from palimpsest.ir.types import FloatType, IndexType, IntegerType, TensorType, Type, i1, i64
 
@@ -595,11 +596,24 @@ class GraphOp(Operation):
                                  f"inferred type '{expected}'") from None
 
 
+def declare_op(base: type, op_name: str, class_name: str, doc: str | None = None,
+               **fields) -> type:
+    """Declares and registers an op of a family in one line: a subclass of `base` (which
+    holds the operands, results, rule and folding) with its name, and the fields that set
+    it apart (properties, operand constraints, `apply` / `combine` as staticmethods).
+    The class lives in the calling module, as if written there with `class`."""
+    namespace = {"name": op_name, "__module__": sys._getframe(1).f_globals["__name__"],
+                 "__qualname__": class_name, **fields}
+    if doc is not None:
+        namespace["__doc__"] = doc
+    return register_op(type(class_name, (base,), namespace))
+
+
 __all__ = [
     "A", "AnyTensor", "Args", "BoolTensor", "FloatTensor", "GraphOp", "IndexTensor",
     "IndexVector", "IntTensor", "NumericTensor", "ONNX_DTYPES", "ONNX_DTYPE_CODES",
     "OPTIONAL", "SINGLE", "ScalarTensor", "ShapeError", "ShapeVector", "VARIADIC",
-    "constant_values", "dense_values", "float_prop", "floats_prop", "int_prop", "ints_prop",
-    "non_negative", "positive", "refine_type", "segments_prop", "str_prop", "tensor",
-    "tensor_prop", "tensor_where",
+    "constant_values", "declare_op", "dense_values", "float_prop", "floats_prop",
+    "int_prop", "ints_prop", "non_negative", "positive", "refine_type", "segments_prop",
+    "str_prop", "tensor", "tensor_prop", "tensor_where",
 ]

@@ -3,11 +3,13 @@ with numpy broadcasting, variadic max/min/sum/mean, where, clip and cast."""
 
 from __future__ import annotations
 
+import operator
+
 from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
     MAX_KNOWN_ELEMENTS, ONNX_DTYPES, AnyTensor, BoolTensor, FloatTensor, GraphOp,
-    NumericTensor, ShapeError, float_prop, int_prop, segments_prop, str_prop, tensor,
+    NumericTensor, ShapeError, declare_op, float_prop, int_prop, segments_prop, str_prop, tensor,
 )
 from palimpsest.ir.opdef import (
     InPlace, operand, optional_operand, register_op, result_def, variadic_operand,
@@ -53,18 +55,30 @@ def fold_elementwise(args, names, result_types, fn):
 # Unary
 
 
+class BoolResult:
+    """Mixed into an elementwise op whose results are i1 (comparisons, predicates)."""
+
+    @classmethod
+    def result_element(cls, element):
+        return i1
+
+
 class UnaryOp(GraphOp):
-    """y = f(x), same type."""
+    """y = f(x), same type (unless `result_element` says otherwise)."""
 
     traits = GraphOp.traits + (InPlace((0,)),)
     x = operand(NumericTensor)
     y = result_def(AnyTensor)
 
+    @classmethod
+    def result_element(cls, element):
+        return element
+
     bound_rule = classmethod(B.at_upper)
 
     @classmethod
     def rule(cls, args):
-        return [tensor(args.shape("x"), args.element("x"))]
+        return [tensor(args.shape("x"), cls.result_element(args.element("x")))]
 
 
 class FloatUnaryOp(UnaryOp):
@@ -83,157 +97,43 @@ class IntFoldingUnaryOp(UnaryOp):
         return fold_elementwise(args, ["x"], result_types, cls.apply)
 
 
-@register_op
-class ReluOp(UnaryOp):
-    name = "graph.relu"
+ReluOp = declare_op(UnaryOp, "graph.relu", "ReluOp")
+NegOp = declare_op(IntFoldingUnaryOp, "graph.neg", "NegOp", apply=staticmethod(operator.neg))
+AbsOp = declare_op(IntFoldingUnaryOp, "graph.abs", "AbsOp", apply=staticmethod(abs))
+SignOp = declare_op(UnaryOp, "graph.sign", "SignOp")
+SigmoidOp = declare_op(FloatUnaryOp, "graph.sigmoid", "SigmoidOp")
+TanhOp = declare_op(FloatUnaryOp, "graph.tanh", "TanhOp")
+ErfOp = declare_op(FloatUnaryOp, "graph.erf", "ErfOp")
+ExpOp = declare_op(FloatUnaryOp, "graph.exp", "ExpOp")
+LogOp = declare_op(FloatUnaryOp, "graph.log", "LogOp")
+SqrtOp = declare_op(FloatUnaryOp, "graph.sqrt", "SqrtOp")
+ReciprocalOp = declare_op(FloatUnaryOp, "graph.reciprocal", "ReciprocalOp")
+FloorOp = declare_op(FloatUnaryOp, "graph.floor", "FloorOp")
+CeilOp = declare_op(FloatUnaryOp, "graph.ceil", "CeilOp")
+RoundOp = declare_op(FloatUnaryOp, "graph.round", "RoundOp")
+SinOp = declare_op(FloatUnaryOp, "graph.sin", "SinOp")
+CosOp = declare_op(FloatUnaryOp, "graph.cos", "CosOp")
+SoftplusOp = declare_op(FloatUnaryOp, "graph.softplus", "SoftplusOp")
+SoftsignOp = declare_op(FloatUnaryOp, "graph.softsign", "SoftsignOp")
+HardSwishOp = declare_op(FloatUnaryOp, "graph.hard_swish", "HardSwishOp")
+LeakyReluOp = declare_op(FloatUnaryOp, "graph.leaky_relu", "LeakyReluOp",
+                         alpha=float_prop(0.01))
+EluOp = declare_op(FloatUnaryOp, "graph.elu", "EluOp", alpha=float_prop(1.0))
+SeluOp = declare_op(FloatUnaryOp, "graph.selu", "SeluOp",
+                    alpha=float_prop(1.67326319217681884765625),
+                    gamma=float_prop(1.05070102214813232421875))
+HardSigmoidOp = declare_op(FloatUnaryOp, "graph.hard_sigmoid", "HardSigmoidOp",
+                           alpha=float_prop(0.2), beta=float_prop(0.5))
+GeluOp = declare_op(FloatUnaryOp, "graph.gelu", "GeluOp",
+                    approximate=str_prop("none", choices=("none", "tanh")))
 
 
-@register_op
-class NegOp(IntFoldingUnaryOp):
-    name = "graph.neg"
-
-    @staticmethod
-    def apply(v):
-        return -v
-
-
-@register_op
-class AbsOp(IntFoldingUnaryOp):
-    name = "graph.abs"
-
-    @staticmethod
-    def apply(v):
-        return abs(v)
-
-
-@register_op
-class SignOp(UnaryOp):
-    name = "graph.sign"
-
-
-@register_op
-class SigmoidOp(FloatUnaryOp):
-    name = "graph.sigmoid"
-
-
-@register_op
-class TanhOp(FloatUnaryOp):
-    name = "graph.tanh"
-
-
-@register_op
-class ErfOp(FloatUnaryOp):
-    name = "graph.erf"
-
-
-@register_op
-class ExpOp(FloatUnaryOp):
-    name = "graph.exp"
-
-
-@register_op
-class LogOp(FloatUnaryOp):
-    name = "graph.log"
-
-
-@register_op
-class SqrtOp(FloatUnaryOp):
-    name = "graph.sqrt"
-
-
-@register_op
-class ReciprocalOp(FloatUnaryOp):
-    name = "graph.reciprocal"
-
-
-@register_op
-class FloorOp(FloatUnaryOp):
-    name = "graph.floor"
-
-
-@register_op
-class CeilOp(FloatUnaryOp):
-    name = "graph.ceil"
-
-
-@register_op
-class RoundOp(FloatUnaryOp):
-    name = "graph.round"
-
-
-@register_op
-class SinOp(FloatUnaryOp):
-    name = "graph.sin"
-
-
-@register_op
-class CosOp(FloatUnaryOp):
-    name = "graph.cos"
-
-
-@register_op
-class SoftplusOp(FloatUnaryOp):
-    name = "graph.softplus"
-
-
-@register_op
-class SoftsignOp(FloatUnaryOp):
-    name = "graph.softsign"
-
-
-@register_op
-class HardSwishOp(FloatUnaryOp):
-    name = "graph.hard_swish"
-
-
-@register_op
-class LeakyReluOp(FloatUnaryOp):
-    name = "graph.leaky_relu"
-    alpha = float_prop(0.01)
-
-
-@register_op
-class EluOp(FloatUnaryOp):
-    name = "graph.elu"
-    alpha = float_prop(1.0)
-
-
-@register_op
-class SeluOp(FloatUnaryOp):
-    name = "graph.selu"
-    alpha = float_prop(1.67326319217681884765625)
-    gamma = float_prop(1.05070102214813232421875)
-
-
-@register_op
-class HardSigmoidOp(FloatUnaryOp):
-    name = "graph.hard_sigmoid"
-    alpha = float_prop(0.2)
-    beta = float_prop(0.5)
-
-
-@register_op
-class GeluOp(FloatUnaryOp):
-    name = "graph.gelu"
-    approximate = str_prop("none", choices=("none", "tanh"))
-
-
-@register_op
-class NotOp(GraphOp):
-    name = "graph.not"
-    traits = GraphOp.traits + (InPlace((0,)),)
+class _BoolUnaryOp(BoolResult, IntFoldingUnaryOp):
     x = operand(BoolTensor)
     y = result_def(BoolTensor)
 
-    bound_rule = classmethod(B.at_upper)
 
-    @classmethod
-    def rule(cls, args):
-        return [tensor(args.shape("x"), i1)]
-
-    @classmethod
-    def fold_values(cls, args, result_types):
-        return fold_elementwise(args, ["x"], result_types, lambda v: not v)
+NotOp = declare_op(_BoolUnaryOp, "graph.not", "NotOp", apply=staticmethod(operator.not_))
 
 
 # ---------------------------------------------------------------------------
@@ -269,46 +169,11 @@ class BinaryOp(GraphOp):
         return fold_elementwise(args, ["a", "b"], result_types, cls.apply)
 
 
-@register_op
-class AddOp(BinaryOp):
-    name = "graph.add"
-
-    @staticmethod
-    def apply(x, y):
-        return x + y
-
-
-@register_op
-class SubOp(BinaryOp):
-    name = "graph.sub"
-
-    @staticmethod
-    def apply(x, y):
-        return x - y
-
-
-@register_op
-class MulOp(BinaryOp):
-    name = "graph.mul"
-
-    @staticmethod
-    def apply(x, y):
-        return x * y
-
-
-@register_op
-class DivOp(BinaryOp):
-    name = "graph.div"
-
-    @staticmethod
-    def apply(x, y):
-        return S.int_div(x, y)
-
-
-@register_op
-class ModOp(BinaryOp):
-    name = "graph.mod"
-    fmod = int_prop(0, values=(0, 1))
+AddOp = declare_op(BinaryOp, "graph.add", "AddOp", apply=staticmethod(operator.add))
+SubOp = declare_op(BinaryOp, "graph.sub", "SubOp", apply=staticmethod(operator.sub))
+MulOp = declare_op(BinaryOp, "graph.mul", "MulOp", apply=staticmethod(operator.mul))
+DivOp = declare_op(BinaryOp, "graph.div", "DivOp", apply=staticmethod(S.int_div))
+ModOp = declare_op(BinaryOp, "graph.mod", "ModOp", fmod=int_prop(0, values=(0, 1)))
 
 
 @register_op
@@ -327,59 +192,18 @@ class PowOp(BinaryOp):
         return None
 
 
-class CompareOp(BinaryOp):
+class CompareOp(BoolResult, BinaryOp):
     """Comparisons give i1."""
 
-    @classmethod
-    def result_element(cls, element):
-        return i1
 
-
-@register_op
-class EqualOp(CompareOp):
-    name = "graph.equal"
-    a = operand(AnyTensor)
-    b = operand(AnyTensor)
-
-    @staticmethod
-    def apply(x, y):
-        return x == y
-
-
-@register_op
-class LessOp(CompareOp):
-    name = "graph.less"
-
-    @staticmethod
-    def apply(x, y):
-        return x < y
-
-
-@register_op
-class LessOrEqualOp(CompareOp):
-    name = "graph.less_or_equal"
-
-    @staticmethod
-    def apply(x, y):
-        return x <= y
-
-
-@register_op
-class GreaterOp(CompareOp):
-    name = "graph.greater"
-
-    @staticmethod
-    def apply(x, y):
-        return x > y
-
-
-@register_op
-class GreaterOrEqualOp(CompareOp):
-    name = "graph.greater_or_equal"
-
-    @staticmethod
-    def apply(x, y):
-        return x >= y
+EqualOp = declare_op(CompareOp, "graph.equal", "EqualOp", apply=staticmethod(operator.eq),
+                     a=operand(AnyTensor), b=operand(AnyTensor))
+LessOp = declare_op(CompareOp, "graph.less", "LessOp", apply=staticmethod(operator.lt))
+LessOrEqualOp = declare_op(CompareOp, "graph.less_or_equal", "LessOrEqualOp",
+                           apply=staticmethod(operator.le))
+GreaterOp = declare_op(CompareOp, "graph.greater", "GreaterOp", apply=staticmethod(operator.gt))
+GreaterOrEqualOp = declare_op(CompareOp, "graph.greater_or_equal", "GreaterOrEqualOp",
+                              apply=staticmethod(operator.ge))
 
 
 class LogicalOp(BinaryOp):
@@ -387,32 +211,11 @@ class LogicalOp(BinaryOp):
     b = operand(BoolTensor)
 
 
-@register_op
-class AndOp(LogicalOp):
-    name = "graph.and"
-
-    @staticmethod
-    def apply(x, y):
-        return bool(x and y)
-
-
-@register_op
-class OrOp(LogicalOp):
-    name = "graph.or"
-
-    @staticmethod
-    def apply(x, y):
-        return bool(x or y)
-
-
-@register_op
-class XorOp(LogicalOp):
-    name = "graph.xor"
-
-    @staticmethod
-    def apply(x, y):
-        return bool(x) != bool(y)
-
+AndOp = declare_op(LogicalOp, "graph.and", "AndOp",
+                   apply=staticmethod(lambda x, y: bool(x and y)))
+OrOp = declare_op(LogicalOp, "graph.or", "OrOp", apply=staticmethod(lambda x, y: bool(x or y)))
+XorOp = declare_op(LogicalOp, "graph.xor", "XorOp",
+                   apply=staticmethod(lambda x, y: bool(x) != bool(y)))
 
 # ---------------------------------------------------------------------------
 # Variadic: max, min, sum, mean
@@ -446,37 +249,10 @@ class VariadicOp(GraphOp):
         return fold_elementwise(args, ["inputs"], result_types, cls.apply)
 
 
-@register_op
-class MaxOp(VariadicOp):
-    name = "graph.max"
-
-    @staticmethod
-    def apply(*xs):
-        return max(xs)
-
-
-@register_op
-class MinOp(VariadicOp):
-    name = "graph.min"
-
-    @staticmethod
-    def apply(*xs):
-        return min(xs)
-
-
-@register_op
-class SumOp(VariadicOp):
-    name = "graph.sum"
-
-    @staticmethod
-    def apply(*xs):
-        return sum(xs)
-
-
-@register_op
-class MeanOp(VariadicOp):
-    name = "graph.mean"
-    inputs = variadic_operand(FloatTensor)
+MaxOp = declare_op(VariadicOp, "graph.max", "MaxOp", apply=staticmethod(lambda *xs: max(xs)))
+MinOp = declare_op(VariadicOp, "graph.min", "MinOp", apply=staticmethod(lambda *xs: min(xs)))
+SumOp = declare_op(VariadicOp, "graph.sum", "SumOp", apply=staticmethod(lambda *xs: sum(xs)))
+MeanOp = declare_op(VariadicOp, "graph.mean", "MeanOp", inputs=variadic_operand(FloatTensor))
 
 
 # ---------------------------------------------------------------------------

@@ -5,49 +5,41 @@ except where noted."""
 
 from __future__ import annotations
 
+import operator
+
 from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
     ONNX_DTYPES, AnyTensor, BoolTensor, FloatTensor, GraphOp, NumericTensor, ShapeError,
-    float_prop,
-    int_prop, str_prop, tensor, tensor_where,
+    declare_op, float_prop, int_prop, str_prop, tensor, tensor_where,
 )
-from palimpsest.dialects.graph.ops_elementwise import BinaryOp, FloatUnaryOp, UnaryOp
+from palimpsest.dialects.graph.ops_elementwise import (
+    BinaryOp, BoolResult, FloatUnaryOp, UnaryOp,
+)
 from palimpsest.ir.opdef import InPlace, operand, register_op, result_def
 from palimpsest.ir.types import IntegerType, i1
 
 IntegerTensor = tensor_where("a tensor of integers",
                              lambda t: isinstance(t, IntegerType) and t.width > 1)
 
-
-def _float_unary(op_name: str, class_name: str, **props):
-    cls = type(class_name, (FloatUnaryOp,), {"name": op_name, "__module__": __name__, **props})
-    return register_op(cls)
-
-
-AcosOp = _float_unary("graph.acos", "AcosOp")
-AcoshOp = _float_unary("graph.acosh", "AcoshOp")
-AsinOp = _float_unary("graph.asin", "AsinOp")
-AsinhOp = _float_unary("graph.asinh", "AsinhOp")
-AtanOp = _float_unary("graph.atan", "AtanOp")
-AtanhOp = _float_unary("graph.atanh", "AtanhOp")
-CoshOp = _float_unary("graph.cosh", "CoshOp")
-SinhOp = _float_unary("graph.sinh", "SinhOp")
-TanOp = _float_unary("graph.tan", "TanOp")
-MishOp = _float_unary("graph.mish", "MishOp")
-CeluOp = _float_unary("graph.celu", "CeluOp", alpha=float_prop(1.0))
-SwishOp = _float_unary("graph.swish", "SwishOp", alpha=float_prop(1.0))
-ThresholdedReluOp = _float_unary("graph.thresholded_relu", "ThresholdedReluOp",
-                                 alpha=float_prop(1.0))
-
-
-@register_op
-class ShrinkOp(UnaryOp):
-    """y = x - bias if x > lambd, x + bias if x < -lambd, else 0 (any numeric type)."""
-
-    name = "graph.shrink"
-    bias = float_prop(0.0)
-    lambd = float_prop(0.5)
+AcosOp = declare_op(FloatUnaryOp, "graph.acos", "AcosOp")
+AcoshOp = declare_op(FloatUnaryOp, "graph.acosh", "AcoshOp")
+AsinOp = declare_op(FloatUnaryOp, "graph.asin", "AsinOp")
+AsinhOp = declare_op(FloatUnaryOp, "graph.asinh", "AsinhOp")
+AtanOp = declare_op(FloatUnaryOp, "graph.atan", "AtanOp")
+AtanhOp = declare_op(FloatUnaryOp, "graph.atanh", "AtanhOp")
+CoshOp = declare_op(FloatUnaryOp, "graph.cosh", "CoshOp")
+SinhOp = declare_op(FloatUnaryOp, "graph.sinh", "SinhOp")
+TanOp = declare_op(FloatUnaryOp, "graph.tan", "TanOp")
+MishOp = declare_op(FloatUnaryOp, "graph.mish", "MishOp")
+CeluOp = declare_op(FloatUnaryOp, "graph.celu", "CeluOp", alpha=float_prop(1.0))
+SwishOp = declare_op(FloatUnaryOp, "graph.swish", "SwishOp", alpha=float_prop(1.0))
+ThresholdedReluOp = declare_op(FloatUnaryOp, "graph.thresholded_relu", "ThresholdedReluOp",
+                               alpha=float_prop(1.0))
+ShrinkOp = declare_op(
+    UnaryOp, "graph.shrink", "ShrinkOp",
+    "y = x - bias if x > lambd, x + bias if x < -lambd, else 0 (any numeric type).",
+    bias=float_prop(0.0), lambd=float_prop(0.5))
 
 
 @register_op
@@ -75,28 +67,16 @@ class PReluOp(GraphOp):
         return [tensor(x, element)]
 
 
-class _ClassifyOp(GraphOp):
+class _ClassifyOp(BoolResult, UnaryOp):
     traits = GraphOp.traits
     x = operand(FloatTensor)
     y = result_def(BoolTensor)
 
-    bound_rule = classmethod(B.at_upper)
 
-    @classmethod
-    def rule(cls, args):
-        return [tensor(args.shape("x"), i1)]
-
-
-@register_op
-class IsNaNOp(_ClassifyOp):
-    name = "graph.is_nan"
-
-
-@register_op
-class IsInfOp(_ClassifyOp):
-    name = "graph.is_inf"
-    detect_negative = int_prop(1, values=(0, 1))
-    detect_positive = int_prop(1, values=(0, 1))
+IsNaNOp = declare_op(_ClassifyOp, "graph.is_nan", "IsNaNOp")
+IsInfOp = declare_op(_ClassifyOp, "graph.is_inf", "IsInfOp",
+                     detect_negative=int_prop(1, values=(0, 1)),
+                     detect_positive=int_prop(1, values=(0, 1)))
 
 
 class _BitwiseOp(BinaryOp):
@@ -104,47 +84,20 @@ class _BitwiseOp(BinaryOp):
     b = operand(IntegerTensor)
 
 
-@register_op
-class BitwiseAndOp(_BitwiseOp):
-    name = "graph.bitwise_and"
-
-    @staticmethod
-    def apply(x, y):
-        return x & y
-
-
-@register_op
-class BitwiseOrOp(_BitwiseOp):
-    name = "graph.bitwise_or"
-
-    @staticmethod
-    def apply(x, y):
-        return x | y
+BitwiseAndOp = declare_op(_BitwiseOp, "graph.bitwise_and", "BitwiseAndOp",
+                          apply=staticmethod(operator.and_))
+BitwiseOrOp = declare_op(_BitwiseOp, "graph.bitwise_or", "BitwiseOrOp",
+                         apply=staticmethod(operator.or_))
+BitwiseXorOp = declare_op(_BitwiseOp, "graph.bitwise_xor", "BitwiseXorOp",
+                          apply=staticmethod(operator.xor))
+BitwiseNotOp = declare_op(UnaryOp, "graph.bitwise_not", "BitwiseNotOp",
+                          x=operand(IntegerTensor))
 
 
-@register_op
-class BitwiseXorOp(_BitwiseOp):
-    name = "graph.bitwise_xor"
-
-    @staticmethod
-    def apply(x, y):
-        return x ^ y
-
-
-@register_op
-class BitwiseNotOp(UnaryOp):
-    name = "graph.bitwise_not"
-    x = operand(IntegerTensor)
-
-
-@register_op
-class BitShiftOp(BinaryOp):
-    """Logical left, arithmetic right shifts of integers (signed ones since opset 28)."""
-
-    name = "graph.bit_shift"
-    a = operand(IntegerTensor)
-    b = operand(IntegerTensor)
-    direction = str_prop(choices=("LEFT", "RIGHT"))
+BitShiftOp = declare_op(
+    _BitwiseOp, "graph.bit_shift", "BitShiftOp",
+    "Logical left, arithmetic right shifts of integers (signed ones since opset 28).",
+    direction=str_prop(choices=("LEFT", "RIGHT")))
 
 
 @register_op

@@ -3,13 +3,15 @@ optional `axes` operand (ONNX opset 18 form), and arg_max / arg_min."""
 
 from __future__ import annotations
 
+import math
+
 from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
-    AnyTensor, GraphOp, IntTensor, NumericTensor, ShapeError, int_prop, tensor,
-    tensor_where,
+    AnyTensor, GraphOp, IntTensor, NumericTensor, ShapeError, declare_op, int_prop,
+    tensor, tensor_where,
 )
-from palimpsest.ir.opdef import operand, optional_operand, register_op, result_def
+from palimpsest.ir.opdef import operand, optional_operand, result_def
 from palimpsest.ir.types import FloatType, IntegerType, i64
 
 NumericOrBoolTensor = tensor_where("a tensor of numbers or i1",
@@ -77,80 +79,30 @@ class ReduceOp(GraphOp):
         return None if result is None else [[result]]
 
 
-@register_op
-class ReduceMeanOp(ReduceOp):
-    name = "graph.reduce_mean"
+def _max(values):
+    return max(values) if values else None
 
 
-@register_op
-class ReduceSumOp(ReduceOp):
-    name = "graph.reduce_sum"
-
-    @staticmethod
-    def combine(values):
-        return sum(values)
+def _min(values):
+    return min(values) if values else None
 
 
-@register_op
-class ReduceMaxOp(ReduceOp):
-    name = "graph.reduce_max"
-    data = operand(NumericOrBoolTensor)
-
-    @staticmethod
-    def combine(values):
-        return max(values) if values else None
-
-
-@register_op
-class ReduceMinOp(ReduceOp):
-    name = "graph.reduce_min"
-    data = operand(NumericOrBoolTensor)
-
-    @staticmethod
-    def combine(values):
-        return min(values) if values else None
-
-
-@register_op
-class ReduceProdOp(ReduceOp):
-    name = "graph.reduce_prod"
-
-    @staticmethod
-    def combine(values):
-        total = 1
-        for v in values:
-            total *= v
-        return total
-
-
-@register_op
-class ReduceL1Op(ReduceOp):
-    name = "graph.reduce_l1"
-    noop_is_identity = False
-
-
-@register_op
-class ReduceL2Op(ReduceOp):
-    name = "graph.reduce_l2"
-    noop_is_identity = False
-
-
-@register_op
-class ReduceSumSquareOp(ReduceOp):
-    name = "graph.reduce_sum_square"
-    noop_is_identity = False
-
-
-@register_op
-class ReduceLogSumExpOp(ReduceOp):
-    name = "graph.reduce_log_sum_exp"
-    noop_is_identity = False
-
-
-@register_op
-class ReduceLogSumOp(ReduceOp):
-    name = "graph.reduce_log_sum"
-    noop_is_identity = False
+ReduceMeanOp = declare_op(ReduceOp, "graph.reduce_mean", "ReduceMeanOp")
+ReduceSumOp = declare_op(ReduceOp, "graph.reduce_sum", "ReduceSumOp", combine=staticmethod(sum))
+ReduceMaxOp = declare_op(ReduceOp, "graph.reduce_max", "ReduceMaxOp",
+                         data=operand(NumericOrBoolTensor), combine=staticmethod(_max))
+ReduceMinOp = declare_op(ReduceOp, "graph.reduce_min", "ReduceMinOp",
+                         data=operand(NumericOrBoolTensor), combine=staticmethod(_min))
+ReduceProdOp = declare_op(ReduceOp, "graph.reduce_prod", "ReduceProdOp",
+                          combine=staticmethod(math.prod))
+ReduceL1Op = declare_op(ReduceOp, "graph.reduce_l1", "ReduceL1Op", noop_is_identity=False)
+ReduceL2Op = declare_op(ReduceOp, "graph.reduce_l2", "ReduceL2Op", noop_is_identity=False)
+ReduceSumSquareOp = declare_op(ReduceOp, "graph.reduce_sum_square", "ReduceSumSquareOp",
+                               noop_is_identity=False)
+ReduceLogSumExpOp = declare_op(ReduceOp, "graph.reduce_log_sum_exp", "ReduceLogSumExpOp",
+                               noop_is_identity=False)
+ReduceLogSumOp = declare_op(ReduceOp, "graph.reduce_log_sum", "ReduceLogSumOp",
+                            noop_is_identity=False)
 
 
 class ArgReduceOp(GraphOp):
@@ -169,11 +121,5 @@ class ArgReduceOp(GraphOp):
         return [tensor(S.arg_reduce(args.shape("data"), args["axis"], args["keepdims"]), i64)]
 
 
-@register_op
-class ArgMaxOp(ArgReduceOp):
-    name = "graph.arg_max"
-
-
-@register_op
-class ArgMinOp(ArgReduceOp):
-    name = "graph.arg_min"
+ArgMaxOp = declare_op(ArgReduceOp, "graph.arg_max", "ArgMaxOp")
+ArgMinOp = declare_op(ArgReduceOp, "graph.arg_min", "ArgMinOp")
