@@ -16,7 +16,6 @@ its `outs`, and carries the graph op's name and properties.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 from palimpsest.ir import attributes as A
@@ -34,7 +33,6 @@ BUFFER_KINDS = ("input", "output", "activation", "workspace", "constant")
 
 
 @register_type
-@dataclass(frozen=True, slots=True, repr=False)
 class BufferType(ShapedType):
     keyword: ClassVar[str] = "buffer"
     shape: tuple

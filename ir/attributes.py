@@ -12,7 +12,7 @@ import struct
 from dataclasses import dataclass, field
 
 from palimpsest.ir.types import (
-    FloatType, IndexType, IntegerType, ShapedType, Type, f32, f64, i1, i64,
+    FloatType, IndexType, IntegerType, ShapedType, Type, f32, f64, i1, i64, ir_data,
 )
 
 
@@ -90,7 +90,7 @@ def integer_range(type_: Type) -> tuple[int, int] | None:
     return low, high
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@ir_data
 class IntegerAttr(Attribute):
     value: int
     type: Type = i64
@@ -106,7 +106,7 @@ class IntegerAttr(Attribute):
         return f"{self.value} : {self.type}"
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@ir_data
 class BoolAttr(Attribute):
     value: bool
 
@@ -133,7 +133,7 @@ def round_to_type(value: float, type_: Type) -> float:
         raise ValueError(f"{value} is out of range for {type_}") from None
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@ir_data
 class FloatAttr(Attribute):
     value: float
     type: Type = f64
@@ -156,7 +156,7 @@ class FloatAttr(Attribute):
         return f"{text} : {self.type}"
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@ir_data
 class StringAttr(Attribute):
     value: str
 
@@ -164,13 +164,13 @@ class StringAttr(Attribute):
         return quote_string(self.value)
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@ir_data
 class UnitAttr(Attribute):
     def __str__(self) -> str:
         return "unit"
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@ir_data
 class ArrayAttr(Attribute):
     value: tuple
 
@@ -198,7 +198,7 @@ def format_attr_entries(entries) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@ir_data
 class DictionaryAttr(Attribute):
     entries: tuple  # sorted ((key, Attribute), ...)
 
@@ -213,7 +213,7 @@ class DictionaryAttr(Attribute):
         return format_attr_entries(self.entries)
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@ir_data
 class SymbolRefAttr(Attribute):
     root: str
     nested: tuple = ()
@@ -226,7 +226,7 @@ def _format_symbol(name: str) -> str:
     return "@" + (name if is_bare_identifier(name) else quote_string(name))
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@ir_data
 class TypeAttr(Attribute):
     value: Type
 
@@ -234,7 +234,7 @@ class TypeAttr(Attribute):
         return str(self.value)
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@ir_data
 class OpaqueAttr(Attribute):
     """`#dialect.name<...>` from a dialect that is not registered: kept verbatim."""
 
@@ -244,7 +244,7 @@ class OpaqueAttr(Attribute):
         return "#" + self.text
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@ir_data
 class BoundsAttr(Attribute):
     """`#bounds<8, ?, 1280>`: an upper bound per dim of a shaped type, the type's
     encoding (StableHLO's `#stablehlo.bounds`). An int bounds a `?` dim; `?` (None) is a
@@ -270,7 +270,7 @@ def _bitwise(values):
     return tuple(struct.pack("<d", v) if isinstance(v, float) else v for v in values)
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@ir_data
 class DenseArrayAttr(Attribute):
     """`array<i64: 1, 2, 3>`: a flat list of scalars, MLIR's DenseArrayAttr."""
 
@@ -351,7 +351,7 @@ def _nest(values, shape, element_type) -> str:
     ) + "]"
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@ir_data
 class DenseElementsAttr(Attribute):
     """`dense<...> : tensor<...>`. Holds either a flat tuple of Python scalars
     (`values`, one value for a splat) or raw little-endian bytes (`raw`, printed as hex)."""
@@ -454,7 +454,7 @@ class ResourceBlob:
             self.key, self.data)
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@ir_data
 class DenseResourceAttr(Attribute):
     type: ShapedType
     blob: ResourceBlob

@@ -77,6 +77,13 @@ class BlockArgument(Value):
 _HAS_TRAIT: dict = {}  # (op class, trait) -> bool
 
 
+def _only(items: list, owner: str, noun: str):
+    """The one item of `items`; ValueError naming `owner` when there are more or none."""
+    if len(items) != 1:
+        raise ValueError(f"{owner} has {len(items)} {noun}, not one")
+    return items[0]
+
+
 class Operation:
     """Base class of every operation. Registered ops subclass it and set `name`;
     unregistered ones are `UnregisteredOp` instances carrying their own name."""
@@ -117,9 +124,7 @@ class Operation:
     # -- structure ---------------------------------------------------------
     @property
     def result(self) -> OpResult:
-        if len(self.results) != 1:
-            raise ValueError(f"'{self.name}' has {len(self.results)} results, not one")
-        return self.results[0]
+        return _only(self.results, f"'{self.name}'", "results")
 
     @property
     def parent_op(self) -> "Operation | None":
@@ -356,32 +361,28 @@ class Block:
         return self.parent.parent if self.parent is not None else None
 
     def append(self, op: Operation) -> Operation:
-        if op.parent is not None:
-            raise ValueError(f"'{op.name}' already belongs to a block")
-        op.parent = self
-        op.prev = self.last
-        op.next = None
-        if self.last is None:
-            self.first = op
-        else:
-            self.last.next = op
-        self.last = op
-        self._count += 1
-        return op
+        return self._link(op, self.last, None)
 
     def insert_before(self, anchor: Operation, op: Operation) -> Operation:
         if anchor.parent is not self:
             raise ValueError("anchor is not in this block")
+        return self._link(op, anchor.prev, anchor)
+
+    def _link(self, op: Operation, prev: Operation | None, next_: Operation | None) -> Operation:
+        """Put `op`, in no block yet, between neighbours `prev` and `next_` (None: an end)."""
         if op.parent is not None:
             raise ValueError(f"'{op.name}' already belongs to a block")
         op.parent = self
-        op.next = anchor
-        op.prev = anchor.prev
-        if anchor.prev is None:
+        op.prev = prev
+        op.next = next_
+        if prev is None:
             self.first = op
         else:
-            anchor.prev.next = op
-        anchor.prev = op
+            prev.next = op
+        if next_ is None:
+            self.last = op
+        else:
+            next_.prev = op
         self._count += 1
         return op
 
@@ -424,9 +425,7 @@ class Region:
 
     @property
     def block(self) -> Block:
-        if len(self.blocks) != 1:
-            raise ValueError(f"region has {len(self.blocks)} blocks, not one")
-        return self.blocks[0]
+        return _only(self.blocks, "region", "blocks")
 
     @property
     def ops(self) -> Iterator[Operation]:

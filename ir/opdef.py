@@ -79,7 +79,11 @@ class _Field:
         self.field_name = name
 
 
-class OperandDef(_Field):
+class _ValueDef(_Field):
+    """An operand or result declaration; the subclass names the op's attributes it reads."""
+
+    values = defs = direct = segments = ""
+
     def __init__(self, constraint=None, kind=SINGLE):
         self.constraint = _as_constraint(constraint)
         self.kind = kind
@@ -88,25 +92,20 @@ class OperandDef(_Field):
         if op is None:
             return self
         cls = type(op)
-        operands = op.operands
-        if cls.direct_operands and len(operands) == len(cls.operand_defs):
-            return operands[self.index]  # one operand per declaration (the common case)
-        return _segment(op, operands, cls.operand_defs, self.index, "operandSegmentSizes")
+        values, defs = getattr(op, self.values), getattr(cls, self.defs)
+        if getattr(cls, self.direct) and len(values) == len(defs):
+            return values[self.index]  # one value per declaration (the common case)
+        return _segment(op, values, defs, self.index, self.segments)
 
 
-class ResultDef(_Field):
-    def __init__(self, constraint=None, kind=SINGLE):
-        self.constraint = _as_constraint(constraint)
-        self.kind = kind
+class OperandDef(_ValueDef):
+    values, defs, direct, segments = (
+        "operands", "operand_defs", "direct_operands", "operandSegmentSizes")
 
-    def __get__(self, op, owner=None):
-        if op is None:
-            return self
-        cls = type(op)
-        results = op.results
-        if cls.direct_results and len(results) == len(cls.result_defs):
-            return results[self.index]
-        return _segment(op, results, cls.result_defs, self.index, "resultSegmentSizes")
+
+class ResultDef(_ValueDef):
+    values, defs, direct, segments = (
+        "results", "result_defs", "direct_results", "resultSegmentSizes")
 
 
 class PropDef(_Field):

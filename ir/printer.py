@@ -165,12 +165,7 @@ class Printer:
         if op.properties:
             out.append(" <" + self.dict_str(op.properties) + ">")
         if op.regions:
-            out.append(" (")
-            for index, region in enumerate(op.regions):
-                if index:
-                    out.append(", ")
-                self.print_region(region, indent, entry_label=True)
-            out.append(")")
+            self._regions(op, indent)
         if op.attributes:
             out.append(" " + self.dict_str(op.attributes))
         ins = ", ".join(self.type_str(v.type) for v in op.operands)
@@ -180,6 +175,16 @@ class Printer:
         else:
             outs = "(" + ", ".join(self.type_str(t) for t in results) + ")"
         out.append(f" : ({ins}) -> {outs}")
+
+    def _regions(self, op, indent) -> None:
+        """` (region, region...)`: every region of `op`, entry block labelled."""
+        out = self.out
+        out.append(" (")
+        for index, region in enumerate(op.regions):
+            if index:
+                out.append(", ")
+            self.print_region(region, indent, entry_label=True)
+        out.append(")")
 
     def _pretty_body(self, op, indent) -> None:
         out = self.out
@@ -200,12 +205,7 @@ class Printer:
         if merged:
             out.append(" " + self.dict_str(merged))
         if op.regions:
-            out.append(" (")
-            for index, region in enumerate(op.regions):
-                if index:
-                    out.append(", ")
-                self.print_region(region, indent, entry_label=True)
-            out.append(")")
+            self._regions(op, indent)
         signature = self._signature(op)
         if signature:
             out.append(" : " + signature)

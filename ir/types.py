@@ -13,6 +13,12 @@ from typing import Callable, ClassVar
 DYNAMIC = None  # a `?` dimension
 
 
+def ir_data(cls):
+    """Class decorator of every type and attribute: a frozen, slotted dataclass, equal and
+    hashed by its fields, printed by its own __str__ (never the dataclass repr)."""
+    return dataclass(frozen=True, slots=True, repr=False)(cls)
+
+
 class Type:
     __slots__ = ()
 
@@ -20,7 +26,7 @@ class Type:
         return f"Type({self})"
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@ir_data
 class IntegerType(Type):
     width: int
     signedness: str = "signless"  # "signless" | "signed" | "unsigned"
@@ -37,7 +43,7 @@ FLOAT_WIDTHS = {
 }
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@ir_data
 class FloatType(Type):
     name: str  # "f32", "bf16", ...
 
@@ -49,19 +55,19 @@ class FloatType(Type):
         return self.name
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@ir_data
 class IndexType(Type):
     def __str__(self) -> str:
         return "index"
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@ir_data
 class NoneType(Type):
     def __str__(self) -> str:
         return "none"
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@ir_data
 class FunctionType(Type):
     inputs: tuple[Type, ...]
     results: tuple[Type, ...]
@@ -73,7 +79,7 @@ class FunctionType(Type):
         return f"({ins}) -> ({', '.join(map(str, self.results))})"
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@ir_data
 class OpaqueType(Type):
     """`!dialect.name<body>` of a dialect that is not registered: kept verbatim."""
 
@@ -90,7 +96,9 @@ _TYPE_KEYWORDS: dict[str, type] = {}
 
 
 def register_type(cls):
-    """Class decorator: make `cls.keyword<...>` parse as `cls`."""
+    """Class decorator: declare `cls` as `ir_data` and make `cls.keyword<...>` parse as
+    it."""
+    cls = ir_data(cls)
     _TYPE_KEYWORDS[cls.keyword] = cls
     return cls
 
@@ -272,7 +280,6 @@ class ShapedType(ParametricType):
 
 
 @register_type
-@dataclass(frozen=True, slots=True, repr=False)
 class TensorType(ShapedType):
     keyword: ClassVar[str] = "tensor"
     shape: tuple | None
@@ -294,7 +301,6 @@ class TensorType(ShapedType):
 
 
 @register_type
-@dataclass(frozen=True, slots=True, repr=False)
 class MemRefType(ShapedType):
     keyword: ClassVar[str] = "memref"
     shape: tuple | None
@@ -313,7 +319,6 @@ class MemRefType(ShapedType):
 
 
 @register_type
-@dataclass(frozen=True, slots=True, repr=False)
 class VectorType(ShapedType):
     keyword: ClassVar[str] = "vector"
     shape: tuple
@@ -331,7 +336,6 @@ class VectorType(ShapedType):
 
 
 @register_type
-@dataclass(frozen=True, slots=True, repr=False)
 class ComplexType(ParametricType):
     keyword: ClassVar[str] = "complex"
     element_type: Type
@@ -348,7 +352,6 @@ class ComplexType(ParametricType):
 
 
 @register_type
-@dataclass(frozen=True, slots=True, repr=False)
 class TupleType(ParametricType):
     keyword: ClassVar[str] = "tuple"
     types: tuple
