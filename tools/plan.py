@@ -29,7 +29,7 @@ import argparse
 import sys
 from typing import Sequence, TextIO
 
-from palimpsest.tools.cli import add_shape_arguments, console_entry
+from palimpsest.tools.cli import UserError, add_shape_arguments, console_entry, run_main
 from palimpsest.passes.planners import (
     ALGORITHMS,
     PlanError,
@@ -151,10 +151,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.alignment is None:
         args.alignment = 1
 
-    def error(message: str) -> int:
-        print(f"{PROG}: error: {message}", file=sys.stderr)
-        return 1
+    return run_main(PROG, lambda: _csv_main(args))
 
+
+def _csv_main(args) -> int:
+    """Plan the intervals of a CSV file (run under run_main: a bug is exit 3, one line)."""
     try:
         if args.input == "-":
             intervals = read_csv(sys.stdin)
@@ -169,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed=args.seed,
         )
     except PlanError as e:  # bad CSV (IntervalError) or a pool too small
-        return error(str(e))
+        raise UserError(str(e)) from None
 
     problems = None
     if args.check:
@@ -185,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             write_csv(args.output, intervals, plan.offsets)
     except OSError as e:
-        return error(f"cannot write {args.output!r}: {e.strerror or e}")
+        raise UserError(f"cannot write {args.output!r}: {e.strerror or e}") from None
 
     checked = None if problems is None else not problems
     _summary(sys.stderr if to_stdout else sys.stdout, len(intervals), plan, checked)
@@ -200,8 +201,7 @@ def _export_main(args) -> int:
     """Plan a .pal model and export its plan (the work is in passes.plan_export)."""
     from palimpsest.ir.diagnostics import SourceManager
     from palimpsest.tools.cli import (
-        parse_bounds, parse_shapes, read_text, run_main, specialize_module, UserError,
-        write_text,
+        parse_bounds, parse_shapes, read_text, specialize_module, write_text,
     )
 
     sources = SourceManager()

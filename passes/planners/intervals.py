@@ -17,6 +17,7 @@ import csv
 import io
 import operator
 import os
+import re
 from dataclasses import dataclass, field
 from typing import IO, Iterable, Mapping, Sequence, Union
 
@@ -163,6 +164,25 @@ _OPTIONAL = ("alignment", "offset")
 
 PathOrFile = Union[str, "os.PathLike[str]", IO[str]]
 
+# A cell's integer: ASCII digits with an optional sign, as MiniMalloc reads them. Python's
+# int() also takes '1_000' and other scripts' digits ('٣'), which no CSV tool writes.
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_MAX_DIGITS = 4000  # below Python's int() limit for decimal strings (4300)
+_OTHER_DELIMITERS = (";", "\t", "|")
+
+
+def _cell_int(cell: str) -> int:
+    """The integer in a (stripped) CSV cell; ValueError with the reason if there is none."""
+    if not _INTEGER.fullmatch(cell):
+        raise ValueError(f"is not an integer: {_shorten(cell)!r}")
+    if len(cell) > _MAX_DIGITS:
+        raise ValueError(f"has {len(cell)} digits, more than {_MAX_DIGITS}")
+    return int(cell)
+
+
+def _shorten(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
 
 def _source_name(path_or_file) -> str:
     if isinstance(path_or_file, (str, os.PathLike)):
@@ -174,27 +194,29 @@ def _read_rows(path_or_file, want_offsets: bool):
     name = _source_name(path_or_file)
     if isinstance(path_or_file, (str, os.PathLike)):
         try:
-            with open(path_or_file, newline="", encoding="utf-8") as f:
+            with open(path_or_file, "rb") as f:
                 text = f.read()
         except OSError as e:
             raise IntervalError(f"cannot read file: {e.strerror or e}", path=name) from None
-        except UnicodeDecodeError:
-            raise IntervalError("not a UTF-8 text file", path=name) from None
     else:
         text = path_or_file.read()
-        if isinstance(text, bytes):
-            try:
-                text = text.decode("utf-8")
-            except UnicodeDecodeError:
-                raise IntervalError("not a UTF-8 text file", path=name) from None
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as e:
+            line = text.count(b"\n", 0, e.start) + 1
+            column = e.start - (text.rfind(b"\n", 0, e.start) + 1) + 1
+            raise IntervalError(f"not UTF-8 text (byte {text[e.start]:#04x} at column "
+                                f"{column})", name, line) from None
+    if text.startswith("\ufeff"):  # a byte-order mark, as spreadsheets write UTF-8 CSV
+        text = text[1:]
     reader = csv.reader(io.StringIO(text, newline=""))
     header = None
     columns: dict[str, int] = {}
     intervals: list[Interval] = []
     offsets: dict[str, int | None] = {}
     seen: dict[str, int] = {}
-    for row in reader:
-        line = reader.line_num
+    for line, row in _rows(reader, name):
         if not row or all(not cell.strip() for cell in row):
             continue
         if header is None:
@@ -204,17 +226,28 @@ def _read_rows(path_or_file, want_offsets: bool):
                     raise IntervalError(f"column {col!r} appears twice in the header", name, line)
                 columns[col] = index
             missing = [c for c in _REQUIRED if c not in columns]
+            if missing and len(header) == 1:
+                used = [d for d in _OTHER_DELIMITERS if d in header[0]]
+                if used:
+                    raise IntervalError(
+                        f"the header is not comma-separated (it has {used[0]!r}): expected "
+                        "id,lower,upper,size[,alignment]",
+                        name,
+                        line,
+                    )
             if missing:
                 raise IntervalError(
-                    f"missing column {missing[0]!r} in header "
-                    f"(expected id,lower,upper,size[,alignment]; got {','.join(header)})",
+                    f"missing column {missing[0]!r} in header (expected "
+                    f"id,lower,upper,size[,alignment]; got {_show(','.join(header))})",
                     name,
                     line,
                 )
             continue
         if len(row) != len(header):
             raise IntervalError(
-                f"expected {len(header)} fields ({','.join(header)}), got {len(row)}", name, line
+                f"expected {len(header)} fields ({_show(','.join(header))}), got {len(row)}",
+                name,
+                line,
             )
         ident = row[columns["id"]].strip()
         if not ident:
@@ -232,11 +265,9 @@ def _read_rows(path_or_file, want_offsets: bool):
             if col == "offset" and (not want_offsets or cell == ""):
                 continue
             try:
-                values[col] = int(cell)
-            except ValueError:
-                raise IntervalError(
-                    f"{col} of {ident!r} is not an integer: {cell!r}", name, line
-                ) from None
+                values[col] = _cell_int(cell)
+            except ValueError as e:
+                raise IntervalError(f"{col} of {_shorten(ident)!r} {e}", name, line) from None
         lower, upper, size = values["lower"], values["upper"], values["size"]
         align = values.get("alignment", 1)
         if lower >= upper:
@@ -258,6 +289,28 @@ def _read_rows(path_or_file, want_offsets: bool):
     if header is None:
         raise IntervalError("empty file: expected a header id,lower,upper,size", name, 1)
     return intervals, offsets
+
+
+def _rows(reader, name: str):
+    """(line, row) for the rows of a csv reader, a row's line the one it starts on (a
+    quoted cell can span lines); its errors (a field over the csv module's size limit)
+    become IntervalErrors naming the line."""
+    while True:
+        start = reader.line_num + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            raise IntervalError(f"malformed CSV: {e}", name, start) from None
+        yield start, row
+
+
+def _show(text: str, limit: int = 80) -> str:
+    """A cell or header for a one-line message: control characters (a quoted cell's
+    line breaks) escaped, long text cut."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return _shorten(text, limit)
 
 
 def read_csv(path_or_file: PathOrFile) -> list[Interval]:

@@ -1,5 +1,5 @@
 """Seeded mutation fuzzing shared by test_fuzz_opt.py, test_fuzz_import.py and
-test_fuzz_plan.py.
+test_fuzz_plan_csv.py.
 
 Each fuzzer takes valid seeds (the lit files, ONNX models, interval CSVs), applies a few
 seeded mutations, runs a tool's `main()` in this process and checks the tool's contract
@@ -75,6 +75,17 @@ def case_count(config, default: int) -> int:
         return option
     env = os.environ.get("PALIMPSEST_FUZZ_CASES")
     return int(env) if env else default
+
+
+def parametrize_case_ranges(metafunc, default: int, batch: int) -> None:
+    """A fuzzer's `pytest_generate_tests`: its `case_range` argument takes
+    `(start, stop)` batches of `batch` cases, `case_count` in all, so that a failure
+    names a small range of seeds."""
+    if "case_range" in metafunc.fixturenames:
+        total = case_count(metafunc.config, default)
+        metafunc.parametrize("case_range", [(start, min(start + batch, total))
+                                            for start in range(0, total, batch)],
+                             ids=lambda r: f"{r[0]}-{r[1]}")
 
 
 def case_rng(kind: str, index: int) -> random.Random:

@@ -17,7 +17,7 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 
-from fuzz_mutations import case_count, case_rng, run_tool  # noqa: E402
+from fuzz_mutations import case_rng, parametrize_case_ranges, run_tool  # noqa: E402
 from palimpsest.tools import onnx_import, opt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -298,11 +298,7 @@ def _run_case(index: int, workdir: Path) -> str:
 
 
 def pytest_generate_tests(metafunc):
-    if "case_range" in metafunc.fixturenames:
-        total = case_count(metafunc.config, DEFAULT_CASES)
-        metafunc.parametrize("case_range", [(s, min(s + BATCH, total))
-                                            for s in range(0, total, BATCH)],
-                             ids=lambda r: f"{r[0]}-{r[1]}")
+    parametrize_case_ranges(metafunc, DEFAULT_CASES, BATCH)
 
 
 def test_fuzz_import(case_range, tmp_path):

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from fuzz_mutations import case_count, case_rng, check_refusal, mutate_text, run_tool
+from fuzz_mutations import (
+    case_rng, check_refusal, mutate_text, parametrize_case_ranges, run_tool,
+)
 from palimpsest.tools import opt
 
 LIT_DIR = Path(__file__).resolve().parent.parent / "lit"
@@ -77,14 +79,8 @@ def _check_round_trip(printed: Path, flags, what: str) -> None:
         f"{what}: printing is not idempotent")
 
 
-def _batches(config_cases: int):
-    return [(start, min(start + BATCH, config_cases)) for start in range(0, config_cases, BATCH)]
-
-
 def pytest_generate_tests(metafunc):
-    if "case_range" in metafunc.fixturenames:
-        total = case_count(metafunc.config, DEFAULT_CASES)
-        metafunc.parametrize("case_range", _batches(total), ids=lambda r: f"{r[0]}-{r[1]}")
+    parametrize_case_ranges(metafunc, DEFAULT_CASES, BATCH)
 
 
 def test_fuzz_opt(case_range, tmp_path):
