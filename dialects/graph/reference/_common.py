@@ -44,6 +44,15 @@ def kernel(onnx_op: str, *, multi: bool = False) -> Callable[[Callable], Callabl
     return register
 
 
+
+def kernels(family: Callable, table: dict) -> None:
+    """Register a family of kernels: `family(onnx_op, *spec)` for each `onnx_op: spec` of
+    `table` (a spec that is not a tuple is the one argument), named after its op."""
+    for onnx_op, spec in table.items():
+        fn = family(onnx_op, *(spec if isinstance(spec, tuple) else (spec,)))
+        fn.__name__ = onnx_op.lower()
+        kernel(onnx_op)(fn)
+
 def op_error(onnx_op: str, message: str) -> ValueError:
     return ValueError(f"{ONNX_TO_GRAPH.get(onnx_op, onnx_op)} ({onnx_op}): {message}")
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from ._common import (
-    ONNX_DTYPES, float_compute_dtype, i_attr, ints_attr, ints_of, kernel, norm_axis, op_error, opt, req, s_attr,
+    ONNX_DTYPES, float_compute_dtype, i_attr, ints_attr, ints_of, kernel, kernels, norm_axis,
+    op_error, opt, req, s_attr,
 )
 
 
@@ -112,12 +113,10 @@ def _cumulative(onnx_op, ufunc, identity):
             out = np.flip(out, axis)
         return [np.ascontiguousarray(out)]
 
-    fn.__name__ = onnx_op.lower()
     return fn
 
 
-kernel("CumSum")(_cumulative("CumSum", np.add, 0))
-kernel("CumProd")(_cumulative("CumProd", np.multiply, 1))
+kernels(_cumulative, {"CumSum": (np.add, 0), "CumProd": (np.multiply, 1)})
 
 
 @kernel("TopK")

@@ -15,6 +15,7 @@ from ._common import (
     float_compute_dtype,
     i_attr,
     kernel,
+    kernels,
     onnx_dtype,
     op_error,
     opt,
@@ -40,13 +41,10 @@ def _binary(onnx_op: str, ufunc):
             out = ufunc(a, b)
         return [np.asarray(out, dtype=a.dtype)]
 
-    fn.__name__ = onnx_op.lower()
     return fn
 
 
-kernel("Add")(_binary("Add", np.add))
-kernel("Sub")(_binary("Sub", np.subtract))
-kernel("Mul")(_binary("Mul", np.multiply))
+kernels(_binary, {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply})
 
 
 @kernel("Div")
@@ -110,13 +108,10 @@ def _variadic(onnx_op: str, ufunc):
         out = functools.reduce(ufunc, xs)
         return [np.array(out, dtype=xs[0].dtype)]
 
-    fn.__name__ = onnx_op.lower()
     return fn
 
 
-kernel("Max")(_variadic("Max", np.maximum))
-kernel("Min")(_variadic("Min", np.minimum))
-kernel("Sum")(_variadic("Sum", np.add))
+kernels(_variadic, {"Max": np.maximum, "Min": np.minimum, "Sum": np.add})
 
 
 @kernel("Mean")
@@ -273,22 +268,15 @@ def _unary(onnx_op: str, ufunc):
             out = ufunc(x)
         return [np.asarray(out).astype(x.dtype, copy=False)]
 
-    fn.__name__ = onnx_op.lower()
     return fn
 
 
-kernel("Tanh")(_unary("Tanh", np.tanh))
-kernel("Exp")(_unary("Exp", np.exp))
-kernel("Log")(_unary("Log", np.log))
-kernel("Sqrt")(_unary("Sqrt", np.sqrt))
-kernel("Neg")(_unary("Neg", np.negative))
-kernel("Abs")(_unary("Abs", np.abs))
-kernel("Sign")(_unary("Sign", np.sign))
-kernel("Floor")(_unary("Floor", np.floor))
-kernel("Ceil")(_unary("Ceil", np.ceil))
-kernel("Round")(_unary("Round", np.round))  # half to even, as ONNX says
-kernel("Sin")(_unary("Sin", np.sin))
-kernel("Cos")(_unary("Cos", np.cos))
+kernels(_unary, {
+    "Tanh": np.tanh, "Exp": np.exp, "Log": np.log, "Sqrt": np.sqrt, "Neg": np.negative,
+    "Abs": np.abs, "Sign": np.sign, "Floor": np.floor, "Ceil": np.ceil,
+    "Round": np.round,  # half to even, as ONNX says
+    "Sin": np.sin, "Cos": np.cos,
+})
 
 
 @kernel("Reciprocal")
@@ -321,15 +309,11 @@ def _compare(onnx_op: str, ufunc):
         _same_dtype(onnx_op, a, b)
         return [np.asarray(ufunc(a, b), dtype=np.bool_)]
 
-    fn.__name__ = onnx_op.lower()
     return fn
 
 
-kernel("Equal")(_compare("Equal", np.equal))
-kernel("Less")(_compare("Less", np.less))
-kernel("Greater")(_compare("Greater", np.greater))
-kernel("LessOrEqual")(_compare("LessOrEqual", np.less_equal))
-kernel("GreaterOrEqual")(_compare("GreaterOrEqual", np.greater_equal))
+kernels(_compare, {"Equal": np.equal, "Less": np.less, "Greater": np.greater,
+                   "LessOrEqual": np.less_equal, "GreaterOrEqual": np.greater_equal})
 
 
 def _bool_operand(onnx_op: str, inputs, i: int, what: str) -> np.ndarray:
@@ -345,13 +329,10 @@ def _logical(onnx_op: str, ufunc):
         b = _bool_operand(onnx_op, inputs, 1, "B")
         return [np.asarray(ufunc(a, b), dtype=np.bool_)]
 
-    fn.__name__ = onnx_op.lower()
     return fn
 
 
-kernel("And")(_logical("And", np.logical_and))
-kernel("Or")(_logical("Or", np.logical_or))
-kernel("Xor")(_logical("Xor", np.logical_xor))
+kernels(_logical, {"And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor})
 
 
 @kernel("Not")

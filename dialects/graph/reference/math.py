@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import ONNX_DTYPES, f_attr, i_attr, kernel, op_error, req, s_attr
+from ._common import ONNX_DTYPES, f_attr, i_attr, kernel, kernels, op_error, req, s_attr
 from .elementwise import _binary, _float_input, _scalar, _unary
 
-for _op, _ufunc in (("Acos", np.arccos), ("Acosh", np.arccosh), ("Asin", np.arcsin),
-                    ("Asinh", np.arcsinh), ("Atan", np.arctan), ("Atanh", np.arctanh),
-                    ("Cosh", np.cosh), ("Sinh", np.sinh), ("Tan", np.tan)):
-    kernel(_op)(_unary(_op, _ufunc))
+kernels(_unary, {"Acos": np.arccos, "Acosh": np.arccosh, "Asin": np.arcsin,
+                 "Asinh": np.arcsinh, "Atan": np.arctan, "Atanh": np.arctanh,
+                 "Cosh": np.cosh, "Sinh": np.sinh, "Tan": np.tan})
 
 
 @kernel("Celu")
@@ -83,10 +82,9 @@ def is_inf(inputs, attrs):
     return [np.isinf(x) & (((x < 0) & bool(negative)) | ((x > 0) & bool(positive)))]
 
 
-kernel("BitwiseAnd")(_binary("BitwiseAnd", np.bitwise_and))
-kernel("BitwiseOr")(_binary("BitwiseOr", np.bitwise_or))
-kernel("BitwiseXor")(_binary("BitwiseXor", np.bitwise_xor))
-kernel("BitwiseNot")(_unary("BitwiseNot", np.invert))
+kernels(_binary, {"BitwiseAnd": np.bitwise_and, "BitwiseOr": np.bitwise_or,
+                  "BitwiseXor": np.bitwise_xor})
+kernels(_unary, {"BitwiseNot": np.invert})
 
 
 @kernel("BitShift")

@@ -10,6 +10,7 @@ from ._common import (
     float_compute_dtype,
     i_attr,
     kernel,
+    kernels,
     norm_axis,
     onnx_dtype,
     op_error,
@@ -124,7 +125,6 @@ def _along_axis(onnx_op, compute):
             y = compute(xc, axis)
         return [y.astype(x.dtype, copy=False)]
 
-    fn.__name__ = onnx_op.lower()
     return fn
 
 
@@ -150,9 +150,7 @@ def _hardmax(x, axis):
     return out
 
 
-kernel("Softmax")(_along_axis("Softmax", _softmax))
-kernel("LogSoftmax")(_along_axis("LogSoftmax", _log_softmax))
-kernel("Hardmax")(_along_axis("Hardmax", _hardmax))
+kernels(_along_axis, {"Softmax": _softmax, "LogSoftmax": _log_softmax, "Hardmax": _hardmax})
 
 
 @kernel("Dropout", multi=True)

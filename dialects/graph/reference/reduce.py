@@ -20,6 +20,7 @@ from ._common import (
     ints_attr,
     ints_of,
     kernel,
+    kernels,
     norm_axis,
     op_error,
     opt,
@@ -53,7 +54,6 @@ def _reduction(onnx_op, compute):
             y = compute(x, axes, keep)
         return [np.asarray(y).astype(x.dtype, copy=False)]
 
-    fn.__name__ = onnx_op.lower()
     return fn
 
 
@@ -129,16 +129,11 @@ def _log_sum(x, axes, keep):
     return np.log(_sum(x, axes, keep))
 
 
-kernel("ReduceSum")(_reduction("ReduceSum", _sum))
-kernel("ReduceLogSum")(_reduction("ReduceLogSum", _log_sum))
-kernel("ReduceMean")(_reduction("ReduceMean", _mean))
-kernel("ReduceMax")(_reduction("ReduceMax", _max))
-kernel("ReduceMin")(_reduction("ReduceMin", _min))
-kernel("ReduceProd")(_reduction("ReduceProd", _prod))
-kernel("ReduceL1")(_reduction("ReduceL1", _l1))
-kernel("ReduceL2")(_reduction("ReduceL2", _l2))
-kernel("ReduceSumSquare")(_reduction("ReduceSumSquare", _sum_square))
-kernel("ReduceLogSumExp")(_reduction("ReduceLogSumExp", _log_sum_exp))
+kernels(_reduction, {
+    "ReduceSum": _sum, "ReduceLogSum": _log_sum, "ReduceMean": _mean, "ReduceMax": _max,
+    "ReduceMin": _min, "ReduceProd": _prod, "ReduceL1": _l1, "ReduceL2": _l2,
+    "ReduceSumSquare": _sum_square, "ReduceLogSumExp": _log_sum_exp,
+})
 
 # -- ArgMax / ArgMin ----------------------------------------------------------------------------
 
@@ -167,9 +162,7 @@ def _arg_reduction(onnx_op, pick):
             idx = np.expand_dims(idx, axis)
         return [idx]
 
-    fn.__name__ = onnx_op.lower()
     return fn
 
 
-kernel("ArgMax")(_arg_reduction("ArgMax", np.argmax))
-kernel("ArgMin")(_arg_reduction("ArgMin", np.argmin))
+kernels(_arg_reduction, {"ArgMax": np.argmax, "ArgMin": np.argmin})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import ONNX_DTYPES, i_attr, kernel, norm_axis, op_error, opt, req
+from ._common import ONNX_DTYPES, i_attr, kernel, kernels, norm_axis, op_error, opt, req
 
 
 def _int(x) -> int:
@@ -20,15 +20,14 @@ def _window(onnx_op, shape):
         out = shape(n / span if span else n)
         return [out.astype(ONNX_DTYPES[i_attr(attrs, "output_datatype", 1)])]
 
-    fn.__name__ = onnx_op.lower()
     return fn
 
 
-kernel("HannWindow")(_window("HannWindow", lambda t: np.sin(np.pi * t) ** 2))
-kernel("HammingWindow")(_window(
-    "HammingWindow", lambda t: 25 / 46 - (1 - 25 / 46) * np.cos(2 * np.pi * t)))
-kernel("BlackmanWindow")(_window(
-    "BlackmanWindow", lambda t: 0.42 - 0.5 * np.cos(2 * np.pi * t) + 0.08 * np.cos(4 * np.pi * t)))
+kernels(_window, {
+    "HannWindow": lambda t: np.sin(np.pi * t) ** 2,
+    "HammingWindow": lambda t: 25 / 46 - (1 - 25 / 46) * np.cos(2 * np.pi * t),
+    "BlackmanWindow": lambda t: 0.42 - 0.5 * np.cos(2 * np.pi * t) + 0.08 * np.cos(4 * np.pi * t),
+})
 
 
 @kernel("MelWeightMatrix")
