@@ -23,7 +23,7 @@ from palimpsest.ir.types import f32
 class _Compute:
     """A `buffer.compute`: graph op name, properties (as attributes), operand slots."""
 
-    __slots__ = ("op", "name", "props", "ins", "outs", "graph_class", "_slots")
+    __slots__ = ("op", "name", "props", "ins", "outs", "graph_class", "_slots", "lowered")
 
     def __init__(self, op: Operation):
         self.op = op
@@ -38,6 +38,7 @@ class _Compute:
         self.outs = groups["outs"]
         self.graph_class = lookup_op(self.name)
         self._slots: dict | None = None
+        self.lowered = None  # a rule's result when it changed the IR (asked again: the same)
 
     @property
     def slots(self) -> dict:
@@ -147,6 +148,8 @@ def _window_pads(c: _Compute, x_shape, kernel, strides, dilations):
 
 def _lower_conv(c: _Compute):
     x, w, b = c["x"], c["w"], c["b"]
+    if x is not None and w is not None and len(_shape(x)) == 3 and len(_shape(w)) == 3:
+        return _lower_conv1d(c)
     if x is None or w is None or len(_shape(x)) != 4 or len(_shape(w)) != 4:
         return None
     if not K.is_float(_element(x)) or any(_element(v) != _element(x)
@@ -160,6 +163,59 @@ def _lower_conv(c: _Compute):
     props = {"group": _i(c.prop("group", 1)), "strides": K.int_array(strides),
              "dilations": K.int_array(dilations), "pads": K.int_array(pads)}
     return K.Conv2dOp, [v for v in (x, w, b) if v is not None], props
+
+
+def _lower_conv1d(c: _Compute):
+    """A 1-D conv (N x C x L) as a conv2d over a unit height: X, W and the out seen as
+    N x C x 1 x L (and M x C/g x 1 x k, N x M x 1 x Lo) through `buffer.reshape`s
+    (aliases: no copy) inserted before the compute, the out's reshape written by the
+    kernel. Only when the kernel fits; the reshapes are then in the IR, so the rule
+    keeps its result on `c` and answers the same when asked again (an epilogue fold
+    asks first: it does not fold through the reshape and leaves the compute to
+    `compute`)."""
+    from palimpsest.dialects.buffer import BufferType, ReshapeOp
+
+    if c.lowered is not None:
+        return c.lowered
+    x, w, b = c["x"], c["w"], c["b"]
+    if len(c.outs) != 1 or not K.is_float(_element(x)) or any(
+            _element(v) != _element(x) for v in (w, b) if v is not None):
+        return None
+    out = c.outs[0]
+    values = (x, w, out)
+    if any(not isinstance(v.type, BufferType) or v.type.strides is not None
+           or v.type.encoding is not None or len(v.type.shape) != 3
+           or v.type.shape.count(None) > 1 for v in values):
+        return None  # a reshape at run time needs contiguous memory and one `?` at most
+    strides = c.prop("strides") or [1]
+    dilations = c.prop("dilations") or [1]
+    if len(strides) != 1 or len(dilations) != 1:
+        return None
+    pads = _window_pads(c, _shape(x), _shape(w)[2:], strides, dilations)
+    if pads == [0, 0, 0, 0] and c.prop("pads") is None:
+        pads = [0, 0]   # (the 2-D default)
+    if pads is None or len(pads) != 2:
+        return None
+    props = {"group": _i(c.prop("group", 1)), "strides": K.int_array([1, strides[0]]),
+             "dilations": K.int_array([1, dilations[0]]),
+             "pads": K.int_array([0, pads[0], 0, pads[1]])}
+    types = [BufferType(v.type.shape[:2] + (1,) + v.type.shape[2:], v.type.element_type)
+             for v in values]
+    typed = [SimpleNamespace(type=t) for t in types]
+    if _fitting_config(K.Conv2dOp, typed[:2] + ([b] if b is not None else []), typed[2:],
+                       props) is None:
+        return None
+    seen = []
+    for value, type_ in zip(values, types):
+        reshape = ReshapeOp([value], [type_], result_names=[
+            f"{value.name_hint}_2d" if value.name_hint else None])
+        reshape.location = c.op.location
+        reshape.source_loc = c.op.source_loc
+        c.op.parent.insert_before(c.op, reshape)
+        seen.append(reshape.results[0])
+    c.outs[0] = seen[2]   # the kernel writes the out through its 4-D alias
+    c.lowered = (K.Conv2dOp, seen[:2] + ([b] if b is not None else []), props)
+    return c.lowered
 
 
 def _lower_conv_transpose(c: _Compute):

@@ -1,0 +1,102 @@
+"""Speed on real models (issue 16), what the executor and the lowering rules do for it:
+
+1. A 1-D Conv (Silero VAD's STFT and encoder) lowers to kernel.conv2d over a unit height
+   through buffer.reshape aliases (passes/kernel_rules.py `_lower_conv1d`), not to
+   kernel.generic: random groups, strides, dilations, pads, auto_pad and bias against the
+   graph level with poisoning on, at the kernel level and planned, and followed by an
+   activation (the epilogue fold declines the reshaped out and the conv still lowers).
+2. The executor loop's per-function programs (backends/loop.py) keep a run's results its
+   own: a result held across later runs keeps its values, constants bound once.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+np = pytest.importorskip("numpy")
+pytest.importorskip("onnx")
+
+from test_kernels import check, kernel_ops, model_of, node, rand  # noqa: E402
+
+from palimpsest.backends.numpy.session import Session  # noqa: E402
+from palimpsest.backends.reference.executor import run as run_graph  # noqa: E402
+from palimpsest.backends.binding import find_function  # noqa: E402
+from palimpsest.dialects.graph.from_onnx import import_onnx  # noqa: E402
+from palimpsest.passes.pass_manager import PassManager, parse_pipeline  # noqa: E402
+
+
+def _conv1d_case(seed):
+    rng = np.random.default_rng(seed)
+    while True:
+        group = int(rng.choice([1, 1, 2, 3]))
+        cg, mg = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        if seed % 4 == 3:
+            cg, group = 1, int(rng.integers(2, 5))   # depthwise
+        k = int(rng.integers(1, 6))
+        stride, dilation = int(rng.integers(1, 4)), int(rng.integers(1, 3))
+        pads = [int(rng.integers(0, 3)), int(rng.integers(0, 3))]
+        n, length = int(rng.integers(1, 3)), int(rng.integers(6, 40))
+        if (k - 1) * dilation + 1 <= length + sum(pads):
+            break
+    x = rand(rng, (n, group * cg, length))
+    consts = {"w": rand(rng, (group * mg, cg, k))}
+    ins = ["x", "w"]
+    if seed % 2:
+        consts["b"] = rand(rng, (group * mg,))
+        ins.append("b")
+    attrs = {"group": group, "strides": [stride], "dilations": [dilation],
+             "kernel_shape": [k]}
+    if seed % 5 == 2:
+        attrs["auto_pad"] = "SAME_UPPER"
+        attrs["strides"] = [1]
+    else:
+        attrs["pads"] = pads
+    return x, consts, ins, attrs
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_conv1d_lowers_to_conv2d(seed):
+    x, consts, ins, attrs = _conv1d_case(seed)
+    model = model_of([node("Conv", ins, attrs)], {"x": x}, consts)
+    module, _ = check(model, {"x": x}, "kernel.conv2d", count=1)
+    assert not kernel_ops(module, "kernel.generic")
+    reshapes = [op for op in module.walk() if op.name == "buffer.reshape"]
+    assert len(reshapes) == 3   # x, w and the out seen as 4-D (aliases, no copy)
+
+
+def _graph_result(model, feeds):
+    graph = import_onnx(model)
+    PassManager(parse_pipeline("infer-shapes")).run(graph)
+    return run_graph(find_function(graph, None), feeds)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_conv1d_planned_with_activation(seed):
+    """The default pipeline (epilogue folding, planning) with poisoning on: the conv is a
+    kernel, the relu after it too, and the planned run matches the graph level."""
+    x, consts, ins, attrs = _conv1d_case(seed)
+    model = model_of([node("Conv", ins, attrs, outs=("c",)), node("Relu", ["c"]),
+                      node("Conv", ["y", "w2"], {"kernel_shape": [1]}, outs=("z",))],
+                     {"x": x}, dict(consts, w2=rand(np.random.default_rng(seed), (
+                         2, consts["w"].shape[0], 1))), outputs=("z",))
+    want = _graph_result(model, {"x": x})
+    session = Session(import_onnx(model), poison=True)
+    got = session.run({"x": x})
+    np.testing.assert_allclose(got["z"], want["z"], rtol=1e-5, atol=1e-5)
+    module = session.last_plan.module
+    assert len(kernel_ops(module, "kernel.conv2d")) == 2
+    assert not kernel_ops(module, "kernel.generic")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_conv1d_opencl(seed):
+    from opencl_support import UNAVAILABLE, compare_backends
+
+    if UNAVAILABLE is not None:
+        pytest.skip(f"OpenCL tests need a device: {UNAVAILABLE}")
+    x, consts, ins, attrs = _conv1d_case(seed)
+    model = model_of([node("Conv", ins, attrs, outs=("c",)), node("Relu", ["c"])],
+                     {"x": x}, consts)
+    want = _graph_result(model, {"x": x})
+    _, got, _ = compare_backends(import_onnx(model), {"x": x}, poison=True)
+    np.testing.assert_allclose(got["y"], want["y"], rtol=1e-5, atol=1e-5)
