@@ -17,7 +17,7 @@ from palimpsest.dialects.graph.ops_elementwise import (
     BinaryOp, BoolResult, FloatUnaryOp, UnaryOp,
 )
 from palimpsest.ir.opdef import InPlace, operand, register_op, result_def
-from palimpsest.ir.types import IntegerType, i1
+from palimpsest.ir.types import IntegerType
 
 IntegerTensor = tensor_where("a tensor of integers",
                              lambda t: isinstance(t, IntegerType) and t.width > 1)

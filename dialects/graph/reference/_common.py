@@ -108,6 +108,19 @@ def ints_of(x: np.ndarray | Sequence[int] | None) -> list[int] | None:
     return [int(e) for e in np.asarray(x).reshape(-1)]
 
 
+def axes_of(inputs: Sequence, i: int, attrs: dict) -> list[int] | None:
+    """The `axes` operand at position `i` (opset 13/18 form), else the `axes` attribute of
+    older opsets; None when there is neither."""
+    axes = ints_of(opt(inputs, i))
+    return ints_attr(attrs, "axes") if axes is None else axes
+
+
+def same_dtype(onnx_op: str, a: np.ndarray, b: np.ndarray) -> None:
+    """Two operands that must share their element type."""
+    if a.dtype != b.dtype:
+        raise op_error(onnx_op, f"operand element types differ ({a.dtype} vs {b.dtype})")
+
+
 def norm_axis(onnx_op: str, axis: int, rank: int, what: str = "axis") -> int:
     if not -rank <= axis < max(rank, 1):
         raise op_error(onnx_op, f"{what} {axis} is out of range for rank {rank}")

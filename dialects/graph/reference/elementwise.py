@@ -21,22 +21,18 @@ from ._common import (
     opt,
     req,
     s_attr,
+    same_dtype,
     unsupported,
 )
 
 # -- binary arithmetic (multidirectional numpy broadcasting, result dtype = operand dtype) ----
 
 
-def _same_dtype(onnx_op: str, a: np.ndarray, b: np.ndarray) -> None:
-    if a.dtype != b.dtype:
-        raise op_error(onnx_op, f"operand element types differ ({a.dtype} vs {b.dtype})")
-
-
 def _binary(onnx_op: str, ufunc):
     def fn(inputs, attrs):
         a = req(onnx_op, inputs, 0, "A")
         b = req(onnx_op, inputs, 1, "B")
-        _same_dtype(onnx_op, a, b)
+        same_dtype(onnx_op, a, b)
         with np.errstate(all="ignore"):
             out = ufunc(a, b)
         return [np.asarray(out, dtype=a.dtype)]
@@ -51,7 +47,7 @@ kernels(_binary, {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply})
 def div(inputs, attrs):
     a = req("Div", inputs, 0, "A")
     b = req("Div", inputs, 1, "B")
-    _same_dtype("Div", a, b)
+    same_dtype("Div", a, b)
     with np.errstate(all="ignore"):
         if a.dtype.kind == "u":
             out = np.floor_divide(a, b)
@@ -89,7 +85,7 @@ def mod(inputs, attrs):
     of the dividend (C fmod). Integer division by zero gives 0."""
     a = req("Mod", inputs, 0, "A")
     b = req("Mod", inputs, 1, "B")
-    _same_dtype("Mod", a, b)
+    same_dtype("Mod", a, b)
     fmod = i_attr(attrs, "fmod", 0)
     if fmod not in (0, 1):
         raise unsupported("Mod", "fmod", fmod, (0, 1))
@@ -104,7 +100,7 @@ def _variadic(onnx_op: str, ufunc):
         if not xs:
             raise op_error(onnx_op, "needs at least one operand")
         for x in xs[1:]:
-            _same_dtype(onnx_op, xs[0], x)
+            same_dtype(onnx_op, xs[0], x)
         out = functools.reduce(ufunc, xs)
         return [np.array(out, dtype=xs[0].dtype)]
 
@@ -121,7 +117,7 @@ def mean(inputs, attrs):
     if not xs:
         raise op_error("Mean", "needs at least one operand")
     for x in xs[1:]:
-        _same_dtype("Mean", xs[0], x)
+        same_dtype("Mean", xs[0], x)
     cdt = float_compute_dtype(xs[0].dtype)
     with np.errstate(all="ignore"):
         total = functools.reduce(np.add, [x.astype(cdt, copy=False) for x in xs])
@@ -306,7 +302,7 @@ def _compare(onnx_op: str, ufunc):
     def fn(inputs, attrs):
         a = req(onnx_op, inputs, 0, "A")
         b = req(onnx_op, inputs, 1, "B")
-        _same_dtype(onnx_op, a, b)
+        same_dtype(onnx_op, a, b)
         return [np.asarray(ufunc(a, b), dtype=np.bool_)]
 
     return fn
@@ -345,7 +341,7 @@ def where(inputs, attrs):
     cond = req("Where", inputs, 0, "condition")
     x = req("Where", inputs, 1, "X")
     y = req("Where", inputs, 2, "Y")
-    _same_dtype("Where", x, y)
+    same_dtype("Where", x, y)
     return [np.where(cond.astype(np.bool_, copy=False), x, y).astype(x.dtype, copy=False)]
 
 

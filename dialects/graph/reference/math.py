@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import ONNX_DTYPES, f_attr, i_attr, kernel, kernels, op_error, req, s_attr
+from ._common import (
+    ONNX_DTYPES, f_attr, i_attr, kernel, kernels, op_error, req, s_attr, same_dtype,
+)
 from .elementwise import _binary, _float_input, _scalar, _unary
 
 kernels(_unary, {"Acos": np.arccos, "Acosh": np.arccosh, "Asin": np.arcsin,
@@ -64,8 +66,7 @@ def shrink(inputs, attrs):
 def prelu(inputs, attrs):
     x = req("PRelu", inputs, 0, "X")
     slope = req("PRelu", inputs, 1, "slope")
-    if x.dtype != slope.dtype:
-        raise op_error("PRelu", f"operand element types differ ({x.dtype} vs {slope.dtype})")
+    same_dtype("PRelu", x, slope)
     return [np.where(x < 0, x * slope, x).astype(x.dtype, copy=False)]
 
 

@@ -24,6 +24,7 @@ from ._common import (
     opt,
     req,
     s_attr,
+    same_dtype,
     unsupported,
 )
 
@@ -40,8 +41,7 @@ _AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 def matmul(inputs, attrs):
     a = req("MatMul", inputs, 0, "A")
     b = req("MatMul", inputs, 1, "B")
-    if a.dtype != b.dtype:
-        raise op_error("MatMul", f"operand element types differ ({a.dtype} vs {b.dtype})")
+    same_dtype("MatMul", a, b)
     return [np.asarray(np.matmul(a, b), dtype=a.dtype)]
 
 

@@ -15,15 +15,12 @@ from __future__ import annotations
 import numpy as np
 
 from ._common import (
+    axes_of,
     float_compute_dtype,
     i_attr,
-    ints_attr,
-    ints_of,
-    kernel,
     kernels,
     norm_axis,
     op_error,
-    opt,
     req,
     unsupported,
 )
@@ -31,9 +28,7 @@ from ._common import (
 
 def _reduce_axes(onnx_op, x, inputs, attrs):
     """The normalized axes to reduce, or None for the noop case."""
-    axes = ints_of(opt(inputs, 1))
-    if axes is None:
-        axes = ints_attr(attrs, "axes")
+    axes = axes_of(inputs, 1, attrs)
     if not axes:
         if i_attr(attrs, "noop_with_empty_axes", 0):
             return None

@@ -11,7 +11,10 @@ import math
 
 import numpy as np
 
+from palimpsest.dialects.graph.shape_rules_data import slice_dim
+
 from ._common import (
+    axes_of,
     f_attr,
     i_attr,
     ints_attr,
@@ -151,18 +154,8 @@ def slice_(inputs, attrs):
         dim = x.shape[ax]
         if sp == 0:
             raise op_error("Slice", "steps must be non-zero")
-        if st < 0:
-            st += dim
-        if en < 0:
-            en += dim
-        if sp > 0:
-            st = min(max(st, 0), dim)
-            en = min(max(en, 0), dim)
-            sl[ax] = slice(st, en, sp)
-        else:
-            st = min(max(st, 0), dim - 1)
-            en = min(max(en, -1), dim - 1)
-            sl[ax] = slice(st, en if en >= 0 else None, sp)
+        st, en, _ = slice_dim(dim, st, en, sp)
+        sl[ax] = slice(st, en if en >= 0 else None, sp)
     return [np.ascontiguousarray(x[tuple(sl)])]
 
 
@@ -253,9 +246,7 @@ def pad(inputs, attrs):
 @kernel("Squeeze")
 def squeeze(inputs, attrs):
     x = req("Squeeze", inputs, 0, "data")
-    axes = ints_of(opt(inputs, 1))
-    if axes is None:
-        axes = ints_attr(attrs, "axes")
+    axes = axes_of(inputs, 1, attrs)
     if axes is None:
         return [x.reshape([d for d in x.shape if d != 1])]
     axes = {norm_axis("Squeeze", a, x.ndim, "axes entry") for a in axes}
@@ -268,9 +259,7 @@ def squeeze(inputs, attrs):
 @kernel("Unsqueeze")
 def unsqueeze(inputs, attrs):
     x = req("Unsqueeze", inputs, 0, "data")
-    axes = ints_of(opt(inputs, 1))
-    if axes is None:
-        axes = ints_attr(attrs, "axes")
+    axes = axes_of(inputs, 1, attrs)
     if axes is None:
         raise op_error("Unsqueeze", "missing the axes operand")
     rank = x.ndim + len(axes)
