@@ -85,6 +85,14 @@ def s_attr(attrs: dict, name: str, default: str) -> str:
     return v
 
 
+def choice_attr(onnx_op: str, attrs: dict, name: str, default: str, choices) -> str:
+    """A string attribute that must be one of `choices` (else: unsupported)."""
+    v = s_attr(attrs, name, default)
+    if v not in choices:
+        raise unsupported(onnx_op, name, v, tuple(choices))
+    return v
+
+
 def i_attr(attrs: dict, name: str, default: int) -> int:
     v = attrs.get(name, default)
     return int(v)

@@ -11,6 +11,7 @@ import numpy as np
 from ._common import (
     ONNX_DTYPES,
     SMALL_FLOATS,
+    choice_attr,
     f_attr,
     float_compute_dtype,
     i_attr,
@@ -241,9 +242,7 @@ def gelu(inputs, attrs):
     in double precision), or 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))
     (approximate="tanh")."""
     x, _ = _float_input("Gelu", inputs)
-    approximate = s_attr(attrs, "approximate", "none")
-    if approximate not in _GELU_APPROXIMATIONS:
-        raise unsupported("Gelu", "approximate", approximate, _GELU_APPROXIMATIONS)
+    approximate = choice_attr("Gelu", attrs, "approximate", "none", _GELU_APPROXIMATIONS)
     xd = x.astype(np.float64)
     with np.errstate(all="ignore"):
         if approximate == "tanh":

@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from ._common import (
+    choice_attr,
     f_attr,
     float_compute_dtype,
     i_attr,
@@ -23,7 +24,6 @@ from ._common import (
     op_error,
     opt,
     req,
-    s_attr,
     same_dtype,
     unsupported,
 )
@@ -92,10 +92,7 @@ def _explicit_pads(onnx_op, attrs, nsp):
 
 
 def _auto_pad(onnx_op, attrs):
-    ap = s_attr(attrs, "auto_pad", "NOTSET")
-    if ap not in _AUTO_PADS:
-        raise unsupported(onnx_op, "auto_pad", ap, _AUTO_PADS)
-    return ap
+    return choice_attr(onnx_op, attrs, "auto_pad", "NOTSET", _AUTO_PADS)
 
 
 def _window_geometry(onnx_op, attrs, in_sp, k_sp, *, ceil_ok=False):
@@ -144,14 +141,19 @@ def _window_slices(offset, dilations, strides, out):
 # -- Conv ---------------------------------------------------------------------------------------
 
 
+def _conv_operands(onnx_op, inputs):
+    """X, W (of X's rank, at least 3) and the optional bias B of Conv and ConvTranspose."""
+    x = req(onnx_op, inputs, 0, "X")
+    w = req(onnx_op, inputs, 1, "W")
+    if x.ndim < 3 or w.ndim != x.ndim:
+        raise op_error(onnx_op, f"X {x.shape} and W {w.shape} must have equal rank >= 3")
+    return x, w, opt(inputs, 2)
+
+
 @kernel("Conv")
 def conv(inputs, attrs):
     """N-D grouped convolution (cross-correlation) with strides, dilations, pads, auto_pad."""
-    x = req("Conv", inputs, 0, "X")
-    w = req("Conv", inputs, 1, "W")
-    b = opt(inputs, 2)
-    if x.ndim < 3 or w.ndim != x.ndim:
-        raise op_error("Conv", f"X {x.shape} and W {w.shape} must have equal rank >= 3")
+    x, w, b = _conv_operands("Conv", inputs)
     n, c = x.shape[:2]
     m, cg = w.shape[:2]
     group = i_attr(attrs, "group", 1)
@@ -199,11 +201,7 @@ def conv(inputs, attrs):
 def conv_transpose(inputs, attrs):
     """N-D grouped transposed convolution with strides, dilations, pads, output_padding,
     output_shape and auto_pad (SAME_UPPER puts the extra padding at the end)."""
-    x = req("ConvTranspose", inputs, 0, "X")
-    w = req("ConvTranspose", inputs, 1, "W")
-    b = opt(inputs, 2)
-    if x.ndim < 3 or w.ndim != x.ndim:
-        raise op_error("ConvTranspose", f"X {x.shape} and W {w.shape} must have equal rank >= 3")
+    x, w, b = _conv_operands("ConvTranspose", inputs)
     n, c = x.shape[:2]
     group = i_attr(attrs, "group", 1)
     if group < 1 or w.shape[0] != c or c % group:

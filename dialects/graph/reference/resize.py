@@ -15,7 +15,10 @@ import math
 
 import numpy as np
 
-from ._common import f_attr, i_attr, ints_attr, kernel, norm_axis, op_error, opt, req, s_attr, unsupported
+from ._common import (
+    choice_attr, f_attr, i_attr, ints_attr, kernel, norm_axis, op_error, opt, req,
+    unsupported,
+)
 
 _MODES = ("nearest", "linear", "cubic")
 _COORD_MODES = (
@@ -155,18 +158,13 @@ def resize(inputs, attrs):
     roi = opt(inputs, 1)
     scales = opt(inputs, 2)
     sizes = opt(inputs, 3)
-    mode = s_attr(attrs, "mode", "nearest")
-    if mode not in _MODES:
-        raise unsupported("Resize", "mode", mode, _MODES)
-    ctm = s_attr(attrs, "coordinate_transformation_mode", "half_pixel")
-    if ctm not in _COORD_MODES:
-        raise unsupported("Resize", "coordinate_transformation_mode", ctm, _COORD_MODES)
-    nearest_mode = s_attr(attrs, "nearest_mode", "round_prefer_floor")
-    if nearest_mode not in _NEAREST_MODES:
-        raise unsupported("Resize", "nearest_mode", nearest_mode, _NEAREST_MODES)
-    policy = s_attr(attrs, "keep_aspect_ratio_policy", "stretch")
-    if policy not in _ASPECT_POLICIES:
-        raise unsupported("Resize", "keep_aspect_ratio_policy", policy, _ASPECT_POLICIES)
+    mode = choice_attr("Resize", attrs, "mode", "nearest", _MODES)
+    ctm = choice_attr("Resize", attrs, "coordinate_transformation_mode", "half_pixel",
+                      _COORD_MODES)
+    nearest_mode = choice_attr("Resize", attrs, "nearest_mode", "round_prefer_floor",
+                               _NEAREST_MODES)
+    policy = choice_attr("Resize", attrs, "keep_aspect_ratio_policy", "stretch",
+                         _ASPECT_POLICIES)
     antialias = i_attr(attrs, "antialias", 0)
     if antialias not in (0, 1) or (antialias and mode == "nearest"):
         raise unsupported("Resize", "antialias", antialias, (0,) if mode == "nearest" else (0, 1))

@@ -15,6 +15,7 @@ from palimpsest.dialects.graph.shape_rules_data import slice_dim
 
 from ._common import (
     axes_of,
+    choice_attr,
     f_attr,
     i_attr,
     ints_attr,
@@ -24,8 +25,6 @@ from ._common import (
     op_error,
     opt,
     req,
-    s_attr,
-    unsupported,
 )
 
 # -- shape manipulation ----------------------------------------------------------------------
@@ -205,9 +204,7 @@ def gather_elements(inputs, attrs):
 def pad(inputs, attrs):
     """Pad (constant/reflect/edge/wrap) with optional axes; negative pads crop."""
     x = req("Pad", inputs, 0, "data")
-    mode = s_attr(attrs, "mode", "constant")
-    if mode not in _PAD_MODES:
-        raise unsupported("Pad", "mode", mode, tuple(_PAD_MODES))
+    mode = choice_attr("Pad", attrs, "mode", "constant", _PAD_MODES)
     pads = ints_of(opt(inputs, 1))
     if pads is None:
         pads = ints_attr(attrs, "pads")  # opset < 11
