@@ -1,9 +1,12 @@
 """Fused epilogues (dialects/kernel_elementwise.py, `Epilogue`): `lower-to-kernels` folds
 the bias add, activation and residual add that follow a conv, matmul or gemm into that
 kernel when the product has no other reader. Each case: the fold happened (no
-`kernel.elementwise` left, the steps on the kernel), the numpy backend with poisoning
-matches the graph-level reference, and the OpenCL backend matches numpy; the arena is
-smaller than without the fold."""
+`kernel.elementwise` left, the steps on the kernel); the numpy backend and the OpenCL
+backend, with poisoning, match the graph-level reference and onnxruntime; on OpenCL
+nothing runs on the host and the epilogue is computed inside the kernel's own launches
+(no launch of its own, the product never stored); the arena is smaller than without the
+fold. Prepacked weights (passes/prepack_weights.py): a transposed constant B is stored
+transposed once, and both backends read it."""
 
 from __future__ import annotations
 
@@ -72,15 +75,18 @@ def _activation(name: str, x: str, out: str, channels: int, constants: dict,
 
 
 def conv_model(activation: str, group: int = 1, kernel: int = 3, stride: int = 1,
-               residual: bool = True):
-    """Conv (with B) -> activation -> (+ X, the residual, when shapes allow)."""
+               residual: bool = True, bias: bool = True):
+    """Conv (with B unless `bias` is false) -> activation -> (+ X, the residual, when
+    shapes allow)."""
     rng = np.random.default_rng(7)
     c, m = 8, 8
     x = rng.standard_normal((1, c, 12, 12)).astype(np.float32)
     pad = kernel // 2
     constants = {"w": rng.standard_normal((m, c // group, kernel, kernel)).astype(np.float32)
-                 * 0.3, "b": rng.standard_normal(m).astype(np.float32)}
-    nodes = [("Conv", ["x", "w", "b"], "c",
+                 * 0.3}
+    if bias:
+        constants["b"] = rng.standard_normal(m).astype(np.float32)
+    nodes = [("Conv", ["x", "w"] + (["b"] if bias else []), "c",
               {"pads": [pad] * 4, "group": group, "strides": [stride, stride]}),
              _activation(activation, "c", "a", m, constants)]
     if residual and stride == 1:
@@ -90,24 +96,47 @@ def conv_model(activation: str, group: int = 1, kernel: int = 3, stride: int = 1
     return _model(nodes, {"x": x}, constants), {"x": x}
 
 
-def matmul_model(activation: str, gemm: bool = False):
-    """MatMul -> + bias -> activation (or Gemm with C -> activation)."""
+def matmul_model(activation: str, gemm: bool = False, residual: bool = True):
+    """MatMul -> + bias -> activation (or Gemm with C -> activation), then + R (a second
+    input, the residual) unless `residual` is false."""
     rng = np.random.default_rng(8)
     x = rng.standard_normal((6, 16)).astype(np.float32)
+    r = rng.standard_normal((6, 8)).astype(np.float32)
     constants = {"k": rng.standard_normal((16, 8)).astype(np.float32) * 0.3,
                  "bias": rng.standard_normal(8).astype(np.float32)}
     if gemm:
         nodes = [("Gemm", ["x", "k", "bias"], "p", {"alpha": 0.5})]
     else:
         nodes = [("MatMul", ["x", "k"], "m", {}), ("Add", ["m", "bias"], "p", {})]
-    nodes.append(_activation(activation, "p", "y", 8, constants, per_row=True))
-    return _model(nodes, {"x": x}, constants), {"x": x}
+    nodes.append(_activation(activation, "p", "a" if residual else "y", 8, constants,
+                             per_row=True))
+    if residual:
+        nodes.append(("Add", ["a", "r"], "y", {}))
+    feeds = {"x": x, "r": r} if residual else {"x": x}
+    return _model(nodes, feeds, constants), feeds
 
 
 def _reference(model, feeds):
     graph = import_onnx(model)
     PassManager(parse_pipeline("infer-shapes")).run(graph)
     return run_graph(find_function(graph, None), feeds)
+
+
+def _onnxruntime(model, feeds):
+    ort = pytest.importorskip("onnxruntime")
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, feeds)))
+
+
+def _check_against_both(got, model, feeds):
+    """`got` (a backend's results) against the reference executor and onnxruntime."""
+    for expected in (_reference(model, feeds), _onnxruntime(model, feeds)):
+        for name, want in expected.items():
+            np.testing.assert_allclose(got[name], want, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
 def _lowered(model, fold: bool = True, pipeline: str = PIPELINE, stop: str | None = None):
@@ -131,27 +160,53 @@ def _check_fold(model, kernel: str, steps: list) -> None:
 
 
 def _check_numpy(model, feeds):
-    expected = _reference(model, feeds)
     session = Session(import_onnx(model), poison=True)
-    got = session.run(feeds)
-    np.testing.assert_allclose(got["y"], expected["y"], rtol=1e-4, atol=1e-5)
+    _check_against_both(session.run(feeds), model, feeds)
     return session
 
 
-CONV_CASES = [(a, 1, 3, 1) for a in ACTIVATIONS] + [
-    ("relu", 8, 3, 1),          # depthwise
-    ("hard_swish", 8, 3, 2),    # depthwise, strided
-    ("relu6", 2, 3, 1),         # grouped, not depthwise
-    ("leaky_relu", 1, 1, 1),    # 1x1: the image is the matrix
-    ("sigmoid", 1, 3, 2),       # strided
+def _check_opencl(model, feeds, kernel: str):
+    """The OpenCL backend, poisoned, against the reference and onnxruntime (and numpy,
+    nothing on the host: compare_backends); the epilogue inside the kernel's launches:
+    no launch of its own, every launch that stores the product applies it."""
+    session = Session(import_onnx(model), backend="opencl", poison=True)
+    got = session.run(feeds)
+    _check_against_both(got, model, feeds)
+    assert not session.last_stats.run_stats.host_ops
+    launches = [(op.name, launch) for (op, *_), ops in
+                session.last_plan.executor.launches.items() if isinstance(ops, list)
+                for launch in ops]
+    assert {name for name, _ in launches} == {kernel}, "only the fused kernel launches"
+    stores = [launch for _, launch in launches if launch.kernel != "im2col"]
+    assert stores and all("epilogue(" in launch.source for launch in stores)
+    compare_backends(import_onnx(model), feeds, poison=True)
+
+
+CONV_CASES = [(a, 1, 3, 1, True) for a in ACTIVATIONS] + [
+    ("relu", 8, 3, 1, True),          # depthwise
+    ("hard_swish", 8, 3, 2, True),    # depthwise, strided
+    ("prelu", 8, 3, 1, False),        # depthwise, no B: the activation first
+    ("relu6", 2, 3, 1, True),         # grouped, not depthwise
+    ("gelu", 4, 3, 2, False),         # grouped, strided, no B
+    ("leaky_relu", 1, 1, 1, True),    # 1x1: the image is the matrix
+    ("hard_sigmoid", 1, 1, 1, False),  # 1x1, no B
+    ("sigmoid", 1, 3, 2, True),       # strided
 ]
+CONV_IDS = [f"{a}-g{g}-k{k}-s{s}{'' if b else '-nobias'}" for a, g, k, s, b in CONV_CASES]
 
 
-@pytest.mark.parametrize("activation,group,kernel,stride", CONV_CASES)
-def test_conv_epilogue_numpy(activation, group, kernel, stride):
-    model, feeds = conv_model(activation, group, kernel, stride)
-    steps = [STEP_OF[activation]] + (["graph.add"] if stride == 1 else [])
-    _check_fold(model, "kernel.conv2d", steps)
+def _conv_steps(activation, stride):
+    return [STEP_OF[activation]] + (["graph.add"] if stride == 1 else [])
+
+
+def _matmul_steps(activation, gemm):
+    return ([] if gemm else ["graph.add"]) + [STEP_OF[activation], "graph.add"]
+
+
+@pytest.mark.parametrize("activation,group,kernel,stride,bias", CONV_CASES, ids=CONV_IDS)
+def test_conv_epilogue_numpy(activation, group, kernel, stride, bias):
+    model, feeds = conv_model(activation, group, kernel, stride, bias=bias)
+    _check_fold(model, "kernel.conv2d", _conv_steps(activation, stride))
     _check_numpy(model, feeds)
 
 
@@ -159,28 +214,67 @@ def test_conv_epilogue_numpy(activation, group, kernel, stride):
 @pytest.mark.parametrize("gemm", [False, True])
 def test_matmul_epilogue_numpy(activation, gemm):
     model, feeds = matmul_model(activation, gemm)
-    steps = ([] if gemm else ["graph.add"]) + [STEP_OF[activation]]
-    _check_fold(model, "kernel.matmul", steps)
+    _check_fold(model, "kernel.matmul", _matmul_steps(activation, gemm))
     _check_numpy(model, feeds)
 
 
 @requires_opencl
-@pytest.mark.parametrize("activation,group,kernel,stride", CONV_CASES)
-def test_conv_epilogue_opencl(activation, group, kernel, stride):
-    model, feeds = conv_model(activation, group, kernel, stride)
-    expected = _reference(model, feeds)
-    numpy_out, _, stats = compare_backends(import_onnx(model), feeds, poison=True)
-    np.testing.assert_allclose(numpy_out["y"], expected["y"], rtol=1e-4, atol=1e-5)
+@pytest.mark.parametrize("activation,group,kernel,stride,bias", CONV_CASES, ids=CONV_IDS)
+def test_conv_epilogue_opencl(activation, group, kernel, stride, bias):
+    model, feeds = conv_model(activation, group, kernel, stride, bias=bias)
+    _check_fold(model, "kernel.conv2d", _conv_steps(activation, stride))
+    _check_opencl(model, feeds, "kernel.conv2d")
 
 
 @requires_opencl
-@pytest.mark.parametrize("activation", ["relu", "prelu", "gelu", "hard_swish", "relu6"])
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
 @pytest.mark.parametrize("gemm", [False, True])
 def test_matmul_epilogue_opencl(activation, gemm):
     model, feeds = matmul_model(activation, gemm)
-    expected = _reference(model, feeds)
-    numpy_out, _, _ = compare_backends(import_onnx(model), feeds, poison=True)
-    np.testing.assert_allclose(numpy_out["y"], expected["y"], rtol=1e-4, atol=1e-5)
+    _check_fold(model, "kernel.matmul", _matmul_steps(activation, gemm))
+    _check_opencl(model, feeds, "kernel.matmul")
+
+
+def gemm_form_model(form: str):
+    """The product in each of the OpenCL GEMM's forms, with a bias (or C), GELU and a
+    residual: "dots" (B an input, transposed: dot products along k), "columns" (A and B
+    inputs, transposed: vectors along m, the block stored transposed), "batched" (3-D
+    MatMul, a transformer's projection: batch offsets in the out's index)."""
+    rng = np.random.default_rng(10)
+    bias = rng.standard_normal(24).astype(np.float32)
+    if form == "dots":
+        feeds = {"a": rng.standard_normal((6, 32)).astype(np.float32),
+                 "b": rng.standard_normal((24, 32)).astype(np.float32) * 0.2}
+        nodes = [("Gemm", ["a", "b", "bias"], "p", {"transB": 1})]
+    elif form == "columns":
+        feeds = {"a": rng.standard_normal((32, 40)).astype(np.float32),
+                 "b": rng.standard_normal((24, 32)).astype(np.float32) * 0.2}
+        nodes = [("Gemm", ["a", "b", "bias"], "p", {"transA": 1, "transB": 1, "beta": 0.5})]
+    else:
+        feeds = {"a": rng.standard_normal((2, 5, 16)).astype(np.float32)}
+        nodes = [("MatMul", ["a", "k"], "m", {}), ("Add", ["m", "bias"], "p", {})]
+    rows = feeds["a"].shape[1] if form == "columns" else feeds["a"].shape[-2]
+    feeds["r"] = rng.standard_normal(feeds["a"].shape[:-2] + (rows, 24)).astype(np.float32)
+    nodes += [("Gelu", ["p"], "g", {}), ("Add", ["g", "r"], "y", {})]
+    constants = {"bias": bias}
+    if form == "batched":
+        constants["k"] = rng.standard_normal((16, 24)).astype(np.float32) * 0.3
+    return _model(nodes, feeds, constants), feeds
+
+
+@pytest.mark.parametrize("form", ["dots", "columns", "batched"])
+def test_gemm_forms_numpy(form):
+    model, feeds = gemm_form_model(form)
+    _check_fold(model, "kernel.matmul", (["graph.add"] if form == "batched" else [])
+                + ["graph.gelu", "graph.add"])
+    _check_numpy(model, feeds)
+
+
+@requires_opencl
+@pytest.mark.parametrize("form", ["dots", "columns", "batched"])
+def test_gemm_forms_opencl(form):
+    model, feeds = gemm_form_model(form)
+    _check_opencl(model, feeds, "kernel.matmul")
 
 
 def test_fold_takes_the_intermediates_out_of_the_plan():

@@ -109,26 +109,66 @@ def _clip(args: list, props: dict) -> str:
 @generator("kernel.elementwise")
 def elementwise(call) -> list:
     config = call.config
-    return [_chain_launch(call, config["steps"], config["wiring"], config["step_props"],
-                          None)]
+    return [_chain_launch(call, config["steps"], config["wiring"], config["step_props"])]
 
 
-def epilogue_launches(call) -> list:
-    """A conv's or matmul's fused epilogue (dialects/kernel_elementwise.py, `Epilogue`):
-    one launch after the kernel's, each work-item reading one element of the out and
-    writing it back through every step in registers (the `epilogue` workspace the numpy
-    backend needs for some steps is unused). No launch without an epilogue."""
-    config = call.config
-    if not config.get("epilogue") or call.outs[0].size == 0:
-        return []
-    return [_chain_launch(call, config["epilogue"], config["epilogue_wiring"],
-                          config["epilogue_props"], len(call.ins))]
+class FusedEpilogue:
+    """A conv's or matmul's fused epilogue (dialects/kernel_elementwise.py, `Epilogue`)
+    applied where the kernel stores its result: a C function
+
+        T epilogue(const T v0, const long i, __global const T* e3, ...)
+
+    taking the product's value `v0` of out element `i` (row-major) and the epilogue ins
+    it reads (`e3`: in 3), returning what every step makes of it in registers. The
+    kernel's generator puts `function` before its kernel, adds `buffers` to its
+    parameters and `args` to its launch's arguments, and stores `apply(value, index)` (or
+    `apply_lanes` for a vector) instead of the value: the product is never stored, the
+    out written once (the `epilogue` workspace the numpy backend needs for some steps is
+    unused)."""
+
+    def __init__(self, call):
+        config = call.config
+        t = call.outs[0].ctype
+        lines, used, result = _chain_body(call, config["epilogue"], config["epilogue_wiring"],
+                                          config["epilogue_props"], product=True,
+                                          pointer=lambda k: f"e{k}")
+        self.buffers = [(f"e{k}", call.ins[k].ctype, False) for k in used]
+        self.args = [ref("in", k) for k in used]
+        declared = "".join(f", __global const {c}* {name}" for name, c, _ in self.buffers)
+        self.function = (f"{t} epilogue(const {t} v0, const long i{declared}) {{\n"
+                         + "\n".join(lines) + f"\n  return {result};\n}}\n\n")
+
+    def apply(self, value: str, index: str) -> str:
+        """The C expression of the epilogue on `value`, out element `index`."""
+        return f"epilogue({value}, {index}" + "".join(
+            f", {name}" for name, _, _ in self.buffers) + ")"
+
+    def apply_lanes(self, var: str, lanes: int, index: str, stride: int,
+                    last: int | None = None) -> str:
+        """Statements applying the epilogue to each lane of the vector variable `var`
+        (lane j: out element `index + j * stride`, clamped to `last` where lanes may
+        run past the out: their values are not stored, their loads stay inside)."""
+        def at(j: int) -> str:
+            element = f"({index}) + {j * stride}" if j else f"({index})"
+            return f"min((long)({element}), {last}L)" if last is not None else element
+
+        if lanes == 1:
+            return f"{var} = {self.apply(var, at(0))};"
+        return " ".join(f"{var}.s{j:x} = {self.apply(f'{var}.s{j:x}', at(j))};"
+                        for j in range(lanes))
 
 
-def _chain_launch(call, steps, wiring, props, product) -> Launch:
-    """One work-item per out element computes the chain `steps`: values 0..n-1 are the
-    ins; with `product` None value n+i is step i's result (kernel.elementwise); with
-    `product` = n, value n is the out's own element and n+1+i step i's (an epilogue)."""
+def fused_epilogue(call):
+    """The call's `FusedEpilogue`, or None when it has no epilogue."""
+    return FusedEpilogue(call) if call.config.get("epilogue") else None
+
+
+def _chain_body(call, steps, wiring, props, product: bool, pointer):
+    """The C lines computing the chain `steps` for out element `i`: values 0..n-1 are the
+    ins (in k read through the pointer named `pointer(k)`); without `product` value n+i
+    is step i's result (kernel.elementwise); with it, value n is `v0`, the product's
+    element, and n+1+i step i's (an epilogue). Returns (lines, the ins read, the C name of
+    the chain's result)."""
     out = call.outs[0]
     t = out.ctype
     n = len(call.ins)
@@ -138,7 +178,7 @@ def _chain_launch(call, steps, wiring, props, product) -> Launch:
     for d in out.shape[2:]:
         inner *= d
     channels = out.shape[1] if rank >= 2 else 1
-    loads: dict = {}
+    loads: dict = {}   # (in, per channel, scalar) -> (C variable, in, index)
 
     def load(index: int, per_channel: bool = False, scalar: bool = False) -> str:
         key = (index, per_channel, scalar)
@@ -150,42 +190,52 @@ def _chain_launch(call, steps, wiring, props, product) -> Launch:
                 at = f"((i / {inner}) % {channels})" if rank >= 2 else "0"
             else:
                 at = broadcast_index(out.shape, arg.shape)
-            loads[key] = (f"a{len(loads)}", f"in{index}[{at}]")
+            loads[key] = (f"a{len(loads)}", index, at)
         return loads[key][0]
 
-    first = 0 if product is None else 1   # value n is the product in an epilogue
-    lines = [] if product is None else [f"  const {t} v0 = y[i];"]
+    first = 1 if product else 0   # v0 is the product in an epilogue
 
-    def value(r: int, number: int) -> str:
+    def value(number: int) -> str:
         return f"v{number + first - 1}"
 
+    lines = []
     for number, (name, refs, step_props) in enumerate(zip(steps, wiring, props)):
         if name == "graph.batch_norm":
             x, scale, bias, mean, var = (
-                value(r, number) if r >= n else load(r, per_channel=position > 0)
+                value(number) if r >= n else load(r, per_channel=position > 0)
                 for position, r in enumerate(refs))
             eps = literal(step_props.get("epsilon", 1e-5), t)
             expr = f"(({x} - {mean}) / sqrt({var} + {eps}) * {scale} + {bias})"
         elif name == "graph.clip":
-            args = [value(r, number) if r >= n else load(r, scalar=position > 0)
+            args = [value(number) if r >= n else load(r, scalar=position > 0)
                     for position, r in enumerate(refs)]
             expr = _clip(args, step_props)
         else:
-            args = [value(r, number) if r >= n else load(r) for r in refs]
+            args = [value(number) if r >= n else load(r) for r in refs]
             expr = _step(name, args, step_props, t)
         lines.append(f"  const {t} v{number + first} = {expr};")
-    used = sorted({int(source[2:source.index("[")]) for _, source in loads.values()})
+    used = sorted({index for _, index, _ in loads.values()})
+    load_lines = [f"  const {t} {var} = {pointer(index)}[{at}];"
+                  for var, index, at in loads.values()]
+    return load_lines + lines, used, f"v{len(steps) + first - 1}"
+
+
+def _chain_launch(call, steps, wiring, props) -> Launch:
+    """One work-item per out element computes the chain `steps` (`_chain_body`)."""
+    out = call.outs[0]
+    t = out.ctype
+    lines, used, result = _chain_body(call, steps, wiring, props, product=False,
+                                      pointer=lambda k: f"in{k}")
     buffers = [(f"in{k}", call.ins[k].ctype, False) for k in used] + [("y", t, True)]
-    load_lines = [f"  const {t} {var} = {source};" for var, source in loads.values()]
     size = out.size
-    name = "elementwise" if product is None else "epilogue"
-    source = (f"__kernel void {name}({params(*buffers)}) {{\n"
+    source = (f"__kernel void elementwise({params(*buffers)}) {{\n"
               f"  const long i = get_global_id(0);\n"
               f"  if (i >= {size}L) return;\n"
-              f"{bind(*buffers)}\n" + "\n".join(load_lines + lines) +
-              f"\n  y[i] = v{len(steps) + first - 1};\n}}\n")
+              f"{bind(*buffers)}\n" + "\n".join(lines) +
+              f"\n  y[i] = {result};\n}}\n")
     local = 256 if size >= 256 else None
-    return Launch(source, name, (round_up(size, local or 1),), (local,) if local else None,
+    return Launch(source, "elementwise", (round_up(size, local or 1),),
+                  (local,) if local else None,
                   [ref("in", k) for k in used] + [ref("out", 0)])
 
 

@@ -33,22 +33,12 @@ import numpy as np
 from palimpsest.backends.opencl.kernels.base import (
     Launch, Unsupported, bind, broadcast_index, generator, literal, params, ref,
 )
-from palimpsest.backends.opencl.kernels.elementwise import epilogue_launches
+from palimpsest.backends.opencl.kernels.elementwise import fused_epilogue
 
 
 def _core_count(call) -> int:
     """How many ins are the kernel's own (the rest are its epilogue's)."""
     return len(call.ins) - (call.config.get("epilogue_ins") or 0)
-
-
-def _with_epilogue(fn):
-    """The kernel's launches, then its fused epilogue's (elementwise.py)."""
-    def generate(call) -> list:
-        launches = fn(call)
-        return launches + epilogue_launches(call) if call.config.get("epilogue") \
-            else launches
-    generate.__name__, generate.__doc__ = fn.__name__, fn.__doc__
-    return generate
 
 LANES = {"float": 16, "double": 8}   # one 512-bit register
 ROWS = 8                            # rows x vectors accumulators per work-item, up to 24 of
@@ -117,14 +107,24 @@ class Gemm:
     (P, Q, Y, C are `Operand`s; `buffers` the kernel's buffers, in argument order)."""
 
     def __init__(self, t, rows, cols, depth, batch, p, q, y, c=None, alpha=1.0, beta=1.0,
-                 buffers=(), ix="int"):
+                 buffers=(), ix="int", epilogue=None):
         self.t, self.rows, self.cols, self.depth, self.batch = t, rows, cols, depth, batch
         self.p, self.q, self.y, self.c = p, q, y, c
         self.alpha, self.beta, self.buffers, self.ix = alpha, beta, list(buffers), ix
+        self.epilogue = epilogue   # a FusedEpilogue (elementwise.py) applied as Y is stored
+        if epilogue is not None:
+            self.buffers += epilogue.buffers
 
     def _head(self, name: str) -> str:
-        return (f"__kernel void {name}({params(*self.buffers)}, const int image) {{\n"
-                f"{bind(*self.buffers)}\n  const {self.ix} z = get_global_id(2);\n")
+        function = self.epilogue.function if self.epilogue is not None else ""
+        return (f"{function}__kernel void {name}({params(*self.buffers)}, const int image) "
+                f"{{\n{bind(*self.buffers)}\n  const {self.ix} z = get_global_id(2);\n")
+
+    def _args(self, args: list) -> list:
+        """The launch's arguments: the caller's buffers, the epilogue's, then `image`."""
+        if self.epilogue is None:
+            return list(args)
+        return list(args[:-1]) + self.epilogue.args + [args[-1]]
 
     def _finish(self, value: str, row: str, col: str, c_loader) -> str:
         """`value` (a block row) with alpha and beta * C applied."""
@@ -191,7 +191,10 @@ class Gemm:
                 lane_stores = " ".join(
                     ("" if not shifted else f"if ({col} + {j} >= block) ") +
                     f"yr[({col} + {j}) * {y.s1}] = {_lane(f'v{v}', W, j)};" for j in range(W))
-                lines.append(f"    {{ const {vt} v{v} = {value};\n")
+                lines.append(f"    {{ {'' if self.epilogue else 'const '}{vt} v{v} = {value};\n")
+                if self.epilogue is not None:
+                    index = f"({y.offset}) + r{i} * {y.s0} + ({col}) * {y.s1}"
+                    lines.append(f"      {self.epilogue.apply_lanes(f'v{v}', W, index, y.s1)}\n")
                 if y.s1 == 1 and W > 1:
                     full = f"vstore{W}(v{v}, 0, yr + {col});"
                     lines.append(f"      if (col0 == block) {full} else {{ {lane_stores} }}\n"
@@ -212,7 +215,7 @@ class Gemm:
         source = self.vector_source(rows, lanes, vectors)
         blocks = -(-self.cols // (lanes * vectors))
         return Launch(source, "gemm", (-(-self.rows // rows), blocks, self.batch), (1, 1, 1),
-                      args)
+                      self._args(args))
 
     # -- vectors along k (dot products) ---------------------------------------------------------
     def dot_source(self, rows_per_item: int, cols_per_item: int, lanes: int) -> str:
@@ -252,9 +255,11 @@ class Gemm:
         for i in range(R):
             for j in range(C):
                 value = self._finish(f"s{i}_{j}", f"r{i}", f"c{j}", load_c)
+                index = f"({y.offset}) + r{i} * {y.s0} + c{j} * {y.s1}"
+                if self.epilogue is not None:
+                    value = self.epilogue.apply(value, index)
                 lines.append(f"  if (row0 + {i} < {self.rows} && col0 + {j} < {self.cols}) "
-                             f"{y.name}[({y.offset}) + r{i} * {y.s0} + c{j} * {y.s1}] = "
-                             f"{value};\n")
+                             f"{y.name}[{index}] = {value};\n")
         lines.append("}\n")
         return "".join(lines)
 
@@ -264,7 +269,7 @@ class Gemm:
         cols = min(DOT_BLOCK // rows, self.cols)
         source = self.dot_source(rows, cols, lanes)
         return Launch(source, "gemm_dot", (-(-self.cols // cols), -(-self.rows // rows),
-                                           self.batch), (1, 1, 1), args)
+                                           self.batch), (1, 1, 1), self._args(args))
 
 
 def _float_type(arg) -> str:
@@ -286,7 +291,6 @@ def _batch_offset(out_batch, in_batch, matrix_size: int) -> str:
 
 
 @generator("kernel.matmul")
-@_with_epilogue
 def matmul(call) -> list:
     config = call.config
     a, b, out = call.ins[0], call.ins[1], call.outs[0]
@@ -321,7 +325,7 @@ def matmul(call) -> list:
     buffers.append(("y", t, True))
     args += [ref("out", 0), np.int32(0)]
     common = dict(alpha=config["alpha"], beta=config["beta"], buffers=buffers,
-                  ix=_index_type(*call.ins, out))
+                  ix=_index_type(*call.ins, out), epilogue=fused_epilogue(call))
     lanes = LANES[t]
     along_n = b_s[1] == 1 and n >= lanes
     along_m = a_s[0] == 1 and m >= lanes
@@ -412,7 +416,6 @@ def _geometry(call):
 
 
 @generator("kernel.conv2d")
-@_with_epilogue
 def conv2d(call) -> list:
     y = call.outs[0]
     t = _float_type(y)
@@ -420,8 +423,9 @@ def conv2d(call) -> list:
         return []
     g = _geometry(call)
     has_bias = _core_count(call) > 2
+    epilogue = fused_epilogue(call)
     if g["cg"] == 1 and g["group"] > 1:
-        return [_depthwise(call, t, g, has_bias)]
+        return [_depthwise(call, t, g, has_bias, epilogue)]
     group, mg = g["group"], g["m"] // g["group"]
     depth = g["cg"] * g["kh"] * g["kw"]
     pixels = g["ho"] * g["wo"]
@@ -436,12 +440,12 @@ def conv2d(call) -> list:
         gemm = Gemm(t, mg, pixels, depth, g["n"] * group, Operand("w", weights, depth, 1),
                     Operand("x", f"z * {g['cg'] * g['h'] * g['wd']}", g["h"] * g["wd"], 1),
                     Operand("y", f"z * {mg * pixels}", pixels, 1), bias,
-                    buffers=[("x", t, False)] + buffers, ix=ix)
+                    buffers=[("x", t, False)] + buffers, ix=ix, epilogue=epilogue)
         return [gemm.vector_launch([ref("in", 0)] + args + [np.int32(0)])]
     gemm = Gemm(t, mg, pixels, depth, group, Operand("w", weights, depth, 1),
                 Operand("cols", f"z * {depth * pixels}", pixels, 1),
                 Operand("y", f"image * {g['m'] * pixels} + z * {mg * pixels}", pixels, 1),
-                bias, buffers=[("cols", t, False)] + buffers, ix=ix)
+                bias, buffers=[("cols", t, False)] + buffers, ix=ix, epilogue=epilogue)
     unfold = _im2col(t, g, ix)
     launches = []
     for image in range(g["n"]):
@@ -483,7 +487,7 @@ def _im2col(t: str, g: dict, ix: str):
     return source, (-(-g["wo"] // lanes), g["ho"], g["c"] * taps)
 
 
-def _depthwise(call, t: str, g: dict, has_bias: bool) -> Launch:
+def _depthwise(call, t: str, g: dict, has_bias: bool, epilogue) -> Launch:
     """One input channel per group: each work-item accumulates a vector of output columns
     on CONV_ROWS output rows over the kernel taps, reading the input rows directly."""
     lanes = _pow2_at_most(g["wo"], CONV_LANES)
@@ -492,7 +496,7 @@ def _depthwise(call, t: str, g: dict, has_bias: bool) -> Launch:
     kh, kw, mg = g["kh"], g["kw"], g["m"] // g["c"]
     ix = _index_type(*call.ins, call.outs[0])
     buffers = [("x", t, False), ("w", t, False)] + ([("bias", t, False)] if has_bias else []) \
-        + [("y", t, True)]
+        + [("y", t, True)] + (epilogue.buffers if epilogue is not None else [])
 
     def taps(checked: bool) -> str:
         lines = []
@@ -514,7 +518,8 @@ def _depthwise(call, t: str, g: dict, has_bias: bool) -> Launch:
 
     _, span = _row_load(t, lanes, "xr", g["sw"], None, g["wd"])
     extent = span - 1 + (kw - 1) * g["dw"]
-    source = [f"__kernel void depthwise({params(*buffers)}) {{\n{bind(*buffers)}\n"
+    source = [f"{epilogue.function if epilogue is not None else ''}"
+              f"__kernel void depthwise({params(*buffers)}) {{\n{bind(*buffers)}\n"
               f"  const {ix} ow0 = get_global_id(0) * {lanes}, oh0 = get_global_id(1) * {rows};\n"
               f"  const {ix} plane = get_global_id(2);\n"  # image * M + output channel
               f"  const {ix} m = plane % {g['m']}, image = plane / {g['m']};\n"
@@ -528,11 +533,13 @@ def _depthwise(call, t: str, g: dict, has_bias: bool) -> Launch:
     for o in range(rows):
         value = f"acc{o} + ({vt})(bias[m])" if has_bias else f"acc{o}"
         store = _store_row(t, lanes, "v", "yr", "ow0", g["wo"])
-        source.append(f"  if (oh0 + {o} < {g['ho']}) {{\n    const {vt} v = {value};\n"
-                      f"    __global {t}* yr = y + (plane * {g['ho']} + oh0 + {o}) * "
-                      f"{g['wo']} + ow0;\n    {store}\n  }}\n")
+        row = f"(plane * {g['ho']} + oh0 + {o}) * {g['wo']}"
+        fused = "" if epilogue is None else "\n    " + epilogue.apply_lanes(
+            "v", lanes, f"{row} + ow0", 1, call.outs[0].size - 1 if g["wo"] % lanes else None)
+        source.append(f"  if (oh0 + {o} < {g['ho']}) {{\n    {vt} v = {value};{fused}\n"
+                      f"    __global {t}* yr = y + {row} + ow0;\n    {store}\n  }}\n")
     source.append("}\n")
     args = [ref("in", 0), ref("in", 1)] + ([ref("in", 2)] if has_bias else []) \
-        + [ref("out", 0)]
+        + [ref("out", 0)] + (epilogue.args if epilogue is not None else [])
     size = (-(-g["wo"] // lanes), -(-g["ho"] // rows), g["n"] * g["m"])
     return Launch("".join(source), "depthwise", size, _local_size(size, DEPTHWISE_ITEMS), args)
