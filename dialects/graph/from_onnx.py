@@ -64,6 +64,16 @@ def _join(a, b):
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_$.\-]")
 
 
+def _output_names(node) -> list:
+    """The node's outputs less its trailing omitted ones. An omitted output before a used
+    one (LSTM's Y when only Y_h is wanted) is still a result of the op, unused, under a made
+    up name: the planner gives it a slot only while the op runs."""
+    outputs = list(node.output)
+    while outputs and not outputs[-1]:
+        outputs.pop()
+    return [o or f"{node.name or node.op_type}_unused_{i}" for i, o in enumerate(outputs)]
+
+
 def _ssa_name(onnx_name: str) -> str | None:
     name = _NAME_CHARS.sub("_", onnx_name).strip("_")
     if not name or name[0].isdigit():
@@ -247,6 +257,21 @@ class _Importer:
                 groups[attr.name] = [self.attribute_operand(attr, node, block)]
             else:
                 raise self.fail(f"attribute '{attr.name}' is not supported", node)
+        operands, sizes = self.flat_operands(cls, groups, node)
+        if sum(d.kind != SINGLE for d in cls.operand_defs) > 1:
+            properties["operandSegmentSizes"] = A.DenseArrayAttr(i32, tuple(sizes))
+        self.check_properties(cls, properties, node)
+        outputs = _output_names(node)
+        result_types = self.result_types(cls, operands, properties, outputs, node)
+        op = cls(operands, result_types, properties, None, (), (), self.location(node),
+                 [_ssa_name(o) for o in outputs])
+        block.append(op)
+        for output, result in zip(outputs, op.results):
+            self.values[output] = result
+
+    def flat_operands(self, cls, groups, node) -> tuple[list, list]:
+        """The operands in declaration order, from their groups by name, and each group's
+        size; a missing single operand is refused."""
         operands, sizes = [], []
         for definition in cls.operand_defs:
             group = groups.get(definition.field_name, [])
@@ -254,21 +279,7 @@ class _Importer:
                 raise self.fail(f"missing input '{definition.field_name}'", node)
             operands.extend(group)
             sizes.append(len(group))
-        if sum(d.kind != SINGLE for d in cls.operand_defs) > 1:
-            properties["operandSegmentSizes"] = A.DenseArrayAttr(i32, tuple(sizes))
-        self.check_properties(cls, properties, node)
-        outputs = list(node.output)
-        while outputs and not outputs[-1]:
-            outputs.pop()
-        # An omitted output before a used one (LSTM's Y when only Y_h is wanted) is still a
-        # result of the op, unused: the planner gives it a slot only while the op runs.
-        outputs = [o or f"{node.name or node.op_type}_unused_{i}" for i, o in enumerate(outputs)]
-        result_types = self.result_types(cls, operands, properties, outputs, node)
-        op = cls(operands, result_types, properties, None, (), (), self.location(node),
-                 [_ssa_name(o) for o in outputs])
-        block.append(op)
-        for output, result in zip(outputs, op.results):
-            self.values[output] = result
+        return operands, sizes
 
     def check_properties(self, cls, properties, node) -> None:
         """An attribute of the wrong kind or value (floats where ints are declared) is
@@ -292,13 +303,7 @@ class _Importer:
         if node.op_type == "Scan" and self.opset < 9:
             node = self.scan_8(node)
         groups = self.operand_groups(node, cls)
-        operands, sizes = [], []
-        for definition in cls.operand_defs:
-            group = groups.get(definition.field_name, [])
-            if definition.kind == SINGLE and len(group) != 1:
-                raise self.fail(f"missing input '{definition.field_name}'", node)
-            operands.extend(group)
-            sizes.append(len(group))
+        operands, sizes = self.flat_operands(cls, groups, node)
         properties = {}
         if "operandSegmentSizes" in cls.prop_defs:
             properties["operandSegmentSizes"] = A.DenseArrayAttr(i32, tuple(sizes))
@@ -314,10 +319,7 @@ class _Importer:
         for needed in (("then_branch", "else_branch") if node.op_type == "If" else ("body",)):
             if needed not in graphs:
                 raise self.fail(f"missing subgraph attribute '{needed}'", node)
-        outputs = list(node.output)
-        while outputs and not outputs[-1]:
-            outputs.pop()
-        outputs = [o or f"{node.name or node.op_type}_unused_{i}" for i, o in enumerate(outputs)]
+        outputs = _output_names(node)
         if node.op_type == "If":
             regions = [self.subgraph(graphs["then_branch"], [], node),
                        self.subgraph(graphs["else_branch"], [], node)]

@@ -114,6 +114,20 @@ def same_pads(size: int, kernel: int, stride: int, dilation: int, auto_pad: str)
     return (small, large) if auto_pad == "SAME_UPPER" else (large, small)
 
 
+def _kernel_of(kernel_shape, w):
+    """The kernel's spatial dims: `kernel_shape` checked against the weight's, or the
+    weight's own when it is not given."""
+    if w is None:
+        return kernel_shape
+    if kernel_shape is None:
+        return list(w[2:])
+    for i, (k, d) in enumerate(zip(kernel_shape, w[2:])):
+        if d is not None and d != k:
+            raise ShapeError(f"kernel_shape {kernel_shape} does not match the weight "
+                             f"shape {fmt(w)} (spatial dimension {i})")
+    return kernel_shape
+
+
 def conv(x, w, kernel_shape=None, strides=None, pads=None, dilations=None, group: int = 1,
          auto_pad: str = "NOTSET"):
     """Conv: X is N x C x D1..Dn, W is M x C/group x k1..kn; result N x M x O1..On."""
@@ -135,14 +149,7 @@ def conv(x, w, kernel_shape=None, strides=None, pads=None, dilations=None, group
     n = rank - 2
     kernel_shape, strides, pads, dilations = _spatial_attrs(
         n, kernel_shape, strides, pads, dilations, "conv")
-    if w is not None:
-        if kernel_shape is not None:
-            for i, (k, d) in enumerate(zip(kernel_shape, w[2:])):
-                if d is not None and d != k:
-                    raise ShapeError(f"kernel_shape {kernel_shape} does not match the weight "
-                                     f"shape {fmt(w)} (spatial dimension {i})")
-        else:
-            kernel_shape = list(w[2:])
+    kernel_shape = _kernel_of(kernel_shape, w)
     m = w[0] if w is not None else None
     if m is not None and m % group:
         raise ShapeError(f"the weight's output channels ({m}) are not divisible by "
@@ -196,14 +203,7 @@ def conv_transpose(x, w, kernel_shape=None, strides=None, pads=None, dilations=N
             output_shape = output_shape[2:]
         if len(output_shape) != n:
             raise ShapeError(f"'output_shape' needs {n} values, got {len(output_shape)}")
-    if w is not None:
-        if kernel_shape is not None:
-            for i, (k, d) in enumerate(zip(kernel_shape, w[2:])):
-                if d is not None and d != k:
-                    raise ShapeError(f"kernel_shape {kernel_shape} does not match the weight "
-                                     f"shape {fmt(w)} (spatial dimension {i})")
-        else:
-            kernel_shape = list(w[2:])
+    kernel_shape = _kernel_of(kernel_shape, w)
     if x is not None and w is not None and x[1] is not None and w[0] is not None:
         if x[1] != w[0]:
             raise ShapeError(f"input channels ({x[1]}) must equal the weight's first "

@@ -67,26 +67,22 @@ def _mean(x, axes, keep):
     return np.trunc(np.mean(x, axis=axes, keepdims=keep, dtype=np.float64))
 
 
+def _lowest(dtype, lowest: bool = True):
+    """The ONNX identity of an empty ReduceMax (ReduceMin: lowest=False), numpy's
+    `initial`: -inf, the type minimum, False (+inf, the type maximum, True)."""
+    if dtype.kind == "f":
+        return -np.inf if lowest else np.inf
+    if dtype.kind in "iu":
+        return np.iinfo(dtype).min if lowest else np.iinfo(dtype).max
+    return not lowest
+
+
 def _max(x, axes, keep):
-    # `initial` gives the ONNX identity for an empty reduction: -inf, the type minimum, False
-    if x.dtype.kind == "f":
-        init = -np.inf
-    elif x.dtype.kind in "iu":
-        init = np.iinfo(x.dtype).min
-    else:
-        init = False
-    return np.max(x, axis=axes, keepdims=keep, initial=init)
+    return np.max(x, axis=axes, keepdims=keep, initial=_lowest(x.dtype))
 
 
 def _min(x, axes, keep):
-    # the identity of an empty reduction: +inf, the type maximum, True
-    if x.dtype.kind == "f":
-        init = np.inf
-    elif x.dtype.kind in "iu":
-        init = np.iinfo(x.dtype).max
-    else:
-        init = True
-    return np.min(x, axis=axes, keepdims=keep, initial=init)
+    return np.min(x, axis=axes, keepdims=keep, initial=_lowest(x.dtype, lowest=False))
 
 
 def _prod(x, axes, keep):
