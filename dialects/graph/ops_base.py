@@ -468,6 +468,14 @@ def tensor(shape, element: Type) -> TensorType:
     return TensorType(tuple(shape) if shape is not None else None, element)
 
 
+def same_type_as(operand_name: str):
+    """A shape rule, for `rule = same_type_as("x")`: one result of operand `x`'s shape and
+    element type."""
+    def rule(cls, args):
+        return [tensor(args.shape(operand_name), args.element(operand_name))]
+    return classmethod(rule)
+
+
 def refine_type(declared: Type, inferred: Type | None) -> Type:
     """The more precise of a declared and an inferred type; ShapeError when they
     contradict each other."""
@@ -614,6 +622,6 @@ __all__ = [
     "IndexVector", "IntTensor", "NumericTensor", "ONNX_DTYPES", "ONNX_DTYPE_CODES",
     "OPTIONAL", "SINGLE", "ScalarTensor", "ShapeError", "ShapeVector", "VARIADIC",
     "constant_values", "declare_op", "dense_values", "float_prop", "floats_prop",
-    "int_prop", "ints_prop", "non_negative", "positive", "refine_type", "segments_prop",
-    "str_prop", "tensor", "tensor_prop", "tensor_where",
+    "int_prop", "ints_prop", "non_negative", "positive", "refine_type", "same_type_as",
+    "segments_prop", "str_prop", "tensor", "tensor_prop", "tensor_where",
 ]

@@ -10,19 +10,12 @@ from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
     ONNX_DTYPES, AnyTensor, FloatTensor, GraphOp, IndexTensor, NumericTensor, ShapeError,
-    floats_prop, int_prop, ints_prop, str_prop, tensor,
+    floats_prop, int_prop, ints_prop, same_type_as, str_prop, tensor,
 )
 from palimpsest.ir.opdef import (
     operand, optional_operand, register_op, result_def, variadic_operand, variadic_result,
 )
 from palimpsest.ir.types import f32, i64
-
-
-def _same_shape(cls_name_operand: str):
-    """A rule: the result has the named operand's shape and element type."""
-    def rule(cls, args):
-        return [tensor(args.shape(cls_name_operand), args.element(cls_name_operand))]
-    return classmethod(rule)
 
 
 def _known_scalar(args, name):
@@ -118,7 +111,7 @@ class _CumulativeOp(GraphOp):
     reverse = int_prop(0, values=(0, 1))
 
     bound_rule = classmethod(B.at_upper)
-    rule = _same_shape("x")
+    rule = same_type_as("x")
 
 
 @register_op
@@ -275,7 +268,7 @@ class ReverseSequenceOp(GraphOp):
     time_axis = int_prop(0, values=(0, 1))
 
     bound_rule = classmethod(B.at_upper)
-    rule = _same_shape("input")
+    rule = same_type_as("input")
 
 
 def einsum_shape(equation: str, shapes: list):

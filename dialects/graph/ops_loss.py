@@ -8,7 +8,7 @@ from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
     AnyTensor, FloatTensor, GraphOp, IndexTensor, ShapeError, float_prop, int_prop, ints_prop,
-    positive, str_prop, tensor,
+    positive, same_type_as, str_prop, tensor,
 )
 from palimpsest.dialects.graph.ops_nn import AUTO_PAD, _PoolOp
 from palimpsest.ir.opdef import operand, optional_operand, register_op, result_def, \
@@ -20,10 +20,7 @@ class _SameShapeFloatOp(GraphOp):
     y = result_def(AnyTensor)
 
     bound_rule = classmethod(B.at_upper)
-
-    @classmethod
-    def rule(cls, args):
-        return [tensor(args.shape("x"), args.element("x"))]
+    rule = same_type_as("x")
 
 
 @register_op

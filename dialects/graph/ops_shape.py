@@ -7,7 +7,7 @@ from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
     MAX_KNOWN_ELEMENTS, AnyTensor, FloatTensor, GraphOp, IndexTensor, IndexVector,
-    ShapeError, ShapeVector, float_prop, floats_prop, int_prop, ints_prop, non_negative,
+    ShapeError, ShapeVector, float_prop, int_prop, ints_prop, non_negative, same_type_as,
     segments_prop, str_prop, tensor,
 )
 from palimpsest.ir.opdef import (
@@ -48,10 +48,7 @@ class IdentityOp(_RowMajorOp):
     output = result_def(AnyTensor)
 
     bound_rule = classmethod(B.at_upper)
-
-    @classmethod
-    def rule(cls, args):
-        return [tensor(args.shape("input"), args.element("input"))]
+    rule = same_type_as("input")
 
 
 @register_op
