@@ -10,6 +10,7 @@ from palimpsest.dialects.graph.ops_base import (
     AnyTensor, FloatTensor, GraphOp, IndexTensor, ShapeError, float_prop, int_prop,
     segments_prop, str_prop, tensor,
 )
+from palimpsest.dialects.graph.ops_nn import TrailingNormOp
 from palimpsest.ir.opdef import (
     operand, optional_operand, register_op, result_def, variadic_result,
 )
@@ -96,16 +97,8 @@ class AttentionOp(GraphOp):
 
 
 @register_op
-class RMSNormOp(GraphOp):
+class RMSNormOp(TrailingNormOp):
     name = "graph.rms_norm"
-    x = operand(FloatTensor)
-    scale = operand(FloatTensor)
-    y = result_def(AnyTensor)
-    axis = int_prop(-1)
-    epsilon = float_prop(1e-5)
-    stash_type = int_prop(1)
-
-    bound_rule = classmethod(B.at_upper)
 
     @classmethod
     def rule(cls, args):

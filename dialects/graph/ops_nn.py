@@ -77,17 +77,28 @@ class GemmOp(GraphOp):
 # Convolution
 
 
-class _ConvLike(GraphOp):
-    x = operand(FloatTensor)
-    w = operand(FloatTensor)
-    b = optional_operand(FloatTensor)
-    y = result_def(AnyTensor)
+class ConvAttrs(GraphOp):
+    """The attributes of every convolution (Conv, ConvTranspose, ConvInteger, QLinearConv),
+    and Conv's output shape from them and operands `x` and `w`."""
+
     auto_pad = AUTO_PAD
     dilations = ints_prop(check=positive)
     group = int_prop(1, check=positive)
     kernel_shape = ints_prop(check=positive)
     pads = ints_prop(check=non_negative)
     strides = ints_prop(check=positive)
+
+    @classmethod
+    def conv_shape(cls, args):
+        return S.conv(args.shape("x"), args.shape("w"), args["kernel_shape"], args["strides"],
+                      args["pads"], args["dilations"], args["group"], args["auto_pad"])
+
+
+class _ConvLike(ConvAttrs):
+    x = operand(FloatTensor)
+    w = operand(FloatTensor)
+    b = optional_operand(FloatTensor)
+    y = result_def(AnyTensor)
 
 
 @register_op
@@ -101,9 +112,7 @@ class ConvOp(_ConvLike):
     @classmethod
     def rule(cls, args):
         element = args.same_element("x", "w", "b")
-        shape = S.conv(args.shape("x"), args.shape("w"), args["kernel_shape"],
-                       args["strides"], args["pads"], args["dilations"], args["group"],
-                       args["auto_pad"])
+        shape = cls.conv_shape(args)
         if shape is not None:
             _vector(args, "b", shape[1], "bias")
         return [tensor(shape, element)]
@@ -278,22 +287,28 @@ class InstanceNormOp(GraphOp):
         return [tensor(x, element)]
 
 
-@register_op
-class LayerNormOp(GraphOp):
-    """Normalizes over dims [axis, rank). Optional results Mean and InvStdDev (the
-    `stats` group) have the input's leading dims and 1s after."""
+class TrailingNormOp(GraphOp):
+    """A normalization over dims [axis, rank) of x, scaled by `scale` (LayerNormalization,
+    RMSNormalization); stash_type is the type statistics are computed in."""
 
-    name = "graph.layer_norm"
     x = operand(FloatTensor)
     scale = operand(FloatTensor)
-    b = optional_operand(FloatTensor)
     y = result_def(AnyTensor)
-    stats = variadic_result(AnyTensor)
     axis = int_prop(-1)
     epsilon = float_prop(1e-5)
     stash_type = int_prop(1)
 
     bound_rule = classmethod(B.at_upper)
+
+
+@register_op
+class LayerNormOp(TrailingNormOp):
+    """Normalizes over dims [axis, rank). Optional results Mean and InvStdDev (the
+    `stats` group) have the input's leading dims and 1s after."""
+
+    name = "graph.layer_norm"
+    b = optional_operand(FloatTensor)
+    stats = variadic_result(AnyTensor)
 
     @classmethod
     def rule(cls, args):

@@ -9,9 +9,9 @@ from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
     ONNX_DTYPES, AnyTensor, FloatTensor, GraphOp, NumericTensor, ShapeError, int_prop,
-    ints_prop, non_negative, positive, segments_prop, tensor,
+    non_negative, segments_prop, tensor,
 )
-from palimpsest.dialects.graph.ops_nn import AUTO_PAD
+from palimpsest.dialects.graph.ops_nn import ConvAttrs
 from palimpsest.ir.opdef import operand, optional_operand, register_op, result_def
 from palimpsest.ir.types import IntegerType, f32, i32
 
@@ -127,22 +127,8 @@ class MatMulIntegerOp(GraphOp):
         return [tensor(S.matmul(args.shape("a"), args.shape("b")), i32)]
 
 
-class _QuantConvLike(GraphOp):
-    auto_pad = AUTO_PAD
-    dilations = ints_prop(check=positive)
-    group = int_prop(1, check=positive)
-    kernel_shape = ints_prop(check=positive)
-    pads = ints_prop(check=non_negative)
-    strides = ints_prop(check=positive)
-
-    @classmethod
-    def conv_shape(cls, args):
-        return S.conv(args.shape("x"), args.shape("w"), args["kernel_shape"], args["strides"],
-                      args["pads"], args["dilations"], args["group"], args["auto_pad"])
-
-
 @register_op
-class ConvIntegerOp(_QuantConvLike):
+class ConvIntegerOp(ConvAttrs):
     name = "graph.conv_integer"
     x = operand(NumericTensor)
     w = operand(NumericTensor)
@@ -157,7 +143,7 @@ class ConvIntegerOp(_QuantConvLike):
 
 
 @register_op
-class QLinearConvOp(_QuantConvLike):
+class QLinearConvOp(ConvAttrs):
     name = "graph.qlinear_conv"
     x = operand(NumericTensor)
     x_scale = operand(AnyTensor)
