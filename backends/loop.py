@@ -32,7 +32,7 @@ between two `sync()`s and recorded with its buffers.
 
 from __future__ import annotations
 
-from palimpsest.backends.binding import bind_inputs, output_names
+from palimpsest.backends.binding import bind_inputs, input_names, output_names
 from palimpsest.dialects.buffer import BufferType
 from palimpsest.ir.diagnostics import DiagnosticError
 from palimpsest.ir.opdef import WRITE, IsTerminator
@@ -142,14 +142,14 @@ class ExecutorLoop:
         arrays to write them into (in place where the backend can, else one counted copy);
         `copy_outputs=False`: results the backend can hand out as they are (the numpy
         backend's arena views) are not copied."""
-        arrays = bind_inputs(func, inputs)
-        names = output_names(func)
+        plan = self._plan(func)
+        arrays = plan.bind(func, inputs)
+        names = plan.output_names
         if outputs:
             unknown = [n for n in outputs if n not in names]
             if unknown:
                 raise ValueError(f"unknown output '{unknown[0]}' (the function returns: "
                                  f"{', '.join(names)})")
-        plan = self._plan(func)
         profiler = self.profiler
         if profiler is not None:
             profiler.begin_run()
@@ -174,31 +174,59 @@ class ExecutorLoop:
         if func.is_declaration:
             raise func.error("is a declaration: there is no body to run")
         plan = self._plan(func)
-        values = dict(zip(func.entry_block.args, arrays))
+        program = plan.program
+        if program is None:
+            program = plan.program = _program(func)
+        values = self._constants_of(plan)
+        values.update(zip(func.entry_block.args, arrays))
         poison_after = plan.poison_after if self.poison else None
         profiler = self.profiler
-        execute = self._execute
+        run_kernel = self.run_kernel
         array_type = self.ARRAY
-        for op in func.entry_block.ops:
-            name = op.name
-            if name == "func.return":
-                results = []
-                for v in op.operands:
-                    value = values[v]
-                    if isinstance(value, Pending):
-                        raise op.error(f"returns a buffer that was never written ({v.type})")
-                    results.append(value)
-                return results
-            if profiler is not None and (name in TIMED or name.startswith("kernel.")):
+        for handler, op, timed in program:
+            if profiler is not None and timed:
                 profiler.measure(self, op, values, depth)
+            elif handler is None:
+                run_kernel(op, values)
             else:
-                execute(op, values, depth)
+                handler(self, op, values, depth)
             if poison_after:
-                for dying in poison_after.get(op, ()):
-                    array = values.get(dying)
-                    if isinstance(array, array_type):
-                        self.poison_array(array)
-        raise func.error("has no func.return")
+                dying = poison_after.get(op)
+                if dying:
+                    for value in dying:
+                        array = values.get(value)
+                        if isinstance(array, array_type):
+                            self.poison_array(array)
+        ret = plan.ret
+        if ret is None:
+            raise func.error("has no func.return")
+        results = []
+        for v in ret.operands:
+            value = values[v]
+            if isinstance(value, Pending):
+                raise ret.error(f"returns a buffer that was never written ({v.type})")
+            results.append(value)
+        return results
+
+    def _constants_of(self, plan: "FunctionPlan") -> dict:
+        """A fresh values dict holding the function's constants, read (and put where the
+        kernels read them) once per executor: later runs only check that each op still
+        holds the attribute it was read from."""
+        bound = plan.constants
+        if bound is not None:
+            for op, attr in plan.constant_attrs:
+                if op.properties["value"] is not attr:
+                    bound = None
+                    break
+            else:
+                return dict(bound)
+        values: dict = {}
+        attrs = []
+        for op in plan.constant_ops:
+            self._constant(op, values, 0)
+            attrs.append((op, op.properties["value"]))
+        plan.constants, plan.constant_attrs = dict(values), attrs
+        return values
 
     def _plan(self, func) -> "FunctionPlan":
         plan = self.plans.get(func)
@@ -378,8 +406,21 @@ class FunctionPlan:
         self.written_args: set = set()
         self.poison_after: dict = {}
         self.output_roots: list = []  # per result: the buffer a caller's array can replace
+        self.output_names = output_names(func)
+        self.input_names = input_names(func)
+        self.input_checks = None      # per input (name, dtype, shape): see `bind`
+        self.program = None           # [(handler, op, timed)]: `_program`
+        self.ret = None               # the func.return
+        self.constant_ops: list = []  # the buffer.constant ops, bound once (`_constants_of`)
+        self.constants = None         # their result -> array, once read
+        self.constant_attrs: list = []
         if func.is_declaration:
             return
+        last = func.entry_block.last
+        if last is not None and last.name == "func.return":
+            self.ret = last
+        self.constant_ops = [op for op in func.entry_block.ops
+                             if op.name == "buffer.constant"]
         block = func.entry_block
         self.output_roots = _output_roots(block)
         for index, arg in enumerate(block.args):
@@ -403,6 +444,73 @@ class FunctionPlan:
                     user.has_trait(IsTerminator) for v in closure for user in v.users()):
                 continue
             self.poison_after.setdefault(last, []).append(op.results[0])
+
+
+    def bind(self, func, inputs: dict) -> list:
+        """The input arrays in argument order: numpy arrays of exactly the static shape
+        and dtype each argument declares are taken as they are; anything else goes
+        through `bind_inputs`, which converts, checks and names what does not fit."""
+        checks = self.input_checks
+        if checks is None:
+            checks = self.input_checks = _input_checks(func, self.input_names)
+        if checks and len(inputs) == len(checks):
+            arrays = []
+            for name, ndarray, dtype, shape in checks:
+                array = inputs.get(name)
+                if type(array) is not ndarray or array.shape != shape \
+                        or array.dtype != dtype:
+                    break
+                arrays.append(array)
+            else:
+                return arrays
+        return bind_inputs(func, inputs)
+
+
+def _input_checks(func, names) -> list:
+    """(name, numpy.ndarray, dtype, shape) per argument when every argument is a tensor or
+    buffer of static shape with no bounds (what `FunctionPlan.bind` takes as it is); []
+    otherwise."""
+    from palimpsest.ir.attributes import numpy_dtype_name
+    from palimpsest.ir.types import ShapedType
+
+    import numpy as np
+
+    checks = []
+    for name, type_ in zip(names, func.type.inputs):
+        if not isinstance(type_, ShapedType) or type_.shape is None or None in type_.shape \
+                or type_.bounds is not None or getattr(type_, "strides", None) is not None:
+            return []
+        try:
+            dtype = np.dtype(numpy_dtype_name(type_.element_type))
+        except (TypeError, ValueError, KeyError):
+            return []
+        checks.append((name, np.ndarray, dtype, tuple(type_.shape)))
+    return checks
+
+
+def _program(func) -> list:
+    """The function's ops as the loop runs them: (handler, op, timed) with handler None
+    for a kernel op other than kernel.generic (the backend's `run_kernel`), else the
+    loop's handler of the op; `timed`: the profiler measures it. Constants are bound
+    apart (`_constants_of`) and the func.return read after the loop."""
+    program = []
+    for op in func.entry_block.ops:
+        name = op.name
+        if name == "func.return":
+            break
+        if name == "buffer.constant":
+            continue
+        timed = name in TIMED or name.startswith("kernel.")
+        if name.startswith("kernel.") and name != "kernel.generic":
+            program.append((None, op, timed))
+        else:
+            program.append((_HANDLERS.get(name, _unknown), op, timed))
+    return program
+
+
+def _unknown(self, op, values, depth) -> None:
+    raise DiagnosticError(f"the {self.NAME} backend cannot run '{op.name}' "
+                          f"({self.LEVELS})", op.loc)
 
 
 def _output_roots(block) -> list:

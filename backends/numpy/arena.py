@@ -20,8 +20,14 @@ ALIGNMENT = 64
 POISON_BYTE = 0x5A
 
 
+_DTYPES: dict = {}
+
+
 def dtype_of(element_type) -> np.dtype:
-    return np.dtype(numpy_dtype_name(element_type))
+    dtype = _DTYPES.get(element_type)
+    if dtype is None:
+        dtype = _DTYPES[element_type] = np.dtype(numpy_dtype_name(element_type))
+    return dtype
 
 
 @dataclass

@@ -40,6 +40,7 @@ from palimpsest.backends.numpy.kernels import FAST, ComputeInfo, infer_out_shape
 _CONSTANTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 _Pending = Pending  # the loop's (backends/loop.py)
+_execute_kernel = None  # kernel_ops.execute_kernel, imported at the first kernel
 
 
 class Executor(ExecutorLoop):
@@ -236,8 +237,11 @@ class Executor(ExecutorLoop):
 
     # -- ops hooks -----------------------------------------------------------------------------------
     def run_kernel(self, op, values) -> None:  # kernel level: backends/numpy/kernel_ops.py
-        from palimpsest.backends.numpy.kernel_ops import execute_kernel
-        execute_kernel(self, op, values)
+        global _execute_kernel
+        if _execute_kernel is None:
+            from palimpsest.backends.numpy.kernel_ops import execute_kernel
+            _execute_kernel = execute_kernel
+        _execute_kernel(self, op, values)
 
     def run_generic(self, op, values) -> None:
         self._compute(op, values)

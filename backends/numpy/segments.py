@@ -20,6 +20,7 @@ import numpy as np
 from palimpsest.backends.reference.executor import REGION_OPS, evaluate_op
 
 CONSTANT_OPS = frozenset({"graph.constant"})
+_MISSING = object()
 
 
 class Segment:
@@ -66,15 +67,18 @@ class Segment:
         self.module = ModuleOp.build([func])
         self.options = session_options
         self.session = None
+        self._ins = [(f"in{i}", v) for i, v in enumerate(self.inputs)]
+        self._outs = [(f"out{i}", v) for i, v in enumerate(self.outputs)]
 
     def run(self, scope: "Scope") -> None:
         from palimpsest.backends.numpy.session import Session
 
         if self.session is None:
             self.session = Session(self.module, **self.options)
-        results = self.session.run({f"in{i}": scope[v] for i, v in enumerate(self.inputs)})
-        for i, value in enumerate(self.outputs):
-            scope[value] = results[f"out{i}"]
+        results = self.session.run({name: scope[v] for name, v in self._ins})
+        own = scope.own
+        for name, value in self._outs:
+            own[value] = results[name]
 
 
 class Scope:
@@ -87,8 +91,9 @@ class Scope:
     def __getitem__(self, value):
         scope = self
         while scope is not None:
-            if value in scope.own:
-                return scope.own[value]
+            array = scope.own.get(value, _MISSING)
+            if array is not _MISSING:
+                return array
             scope = scope.parent
         owner = getattr(value, "op", None)
         if owner is not None and owner.name in CONSTANT_OPS:   # read by a region op

@@ -229,6 +229,7 @@ class Session:
             from palimpsest.backends.profile import Profiler
             self.profiler = profile if isinstance(profile, Profiler) else Profiler()
         self._shapes: dict = {}
+        self._input_checks = None    # (input types, shapes set, per input (dtype, dims))
         self._bounded: set = set()   # inputs given bounds (set_input_bound)
         self._cache: OrderedDict = OrderedDict()
         self._dynamic: CompiledPlan | None = None
@@ -244,6 +245,7 @@ class Session:
         """Fix input `name`'s shape for the next runs (before or after `prepare`)."""
         index = self._index(name)
         self._shapes[name] = shaped_input_type(name, self.input_types[index], shape).shape
+        self._input_checks = None
 
     def set_input_bound(self, name: str, dims: dict) -> None:
         """Bound `?` dims of input `name` ({dim: bound}): see "Bounds" in the module doc."""
@@ -256,6 +258,7 @@ class Session:
             check_bounds(name, type_, self._shapes[name])
         self.input_types[index] = type_
         self._bounded.add(name)
+        self._input_checks = None
         self._dynamic = None  # compiled without these bounds
 
     def input_shape(self, name: str):
@@ -367,10 +370,19 @@ class Session:
         if unknown:
             self._index(unknown[0])
         arrays, copied = {}, 0
-        for name, type_ in zip(self.input_names, self.input_types):
+        checks = self._input_checks
+        if checks is None:
+            checks = self._input_checks = _input_checks(self.input_names, self.input_types,
+                                                        self._shapes)
+        for (name, type_), check in zip(zip(self.input_names, self.input_types), checks):
             if name not in inputs:
                 raise BindingError(f"missing input '{name}' (expected {type_})")
             array = inputs[name]
+            if check is not None and type(array) is np.ndarray and array.dtype == check[0] \
+                    and len(array.shape) == len(check[1]) and all(
+                        d is None or d == a for d, a in zip(check[1], array.shape)):
+                arrays[name] = array   # what check_input would accept as it is
+                continue
             if not isinstance(array, np.ndarray):
                 array = np.asarray(array)
                 copied += array.nbytes
@@ -423,6 +435,20 @@ class Session:
         self.stats.io_copy_bytes += report.io_copy_bytes
         self.prepared = True
         return results
+
+
+def _input_checks(names, types, shapes: dict) -> list:
+    """Per input, (dtype, dims) when an array of that dtype whose shape fits dims (None:
+    any size) passes `check_input` as it is and `run`'s set-shape check (a tensor with no
+    bounds; dims the shape set, if any); else None (the input is checked in full)."""
+    checks = []
+    for name, type_ in zip(names, types):
+        if not isinstance(type_, TensorType) or type_.shape is None or type_.bounds:
+            checks.append(None)
+            continue
+        dims = tuple(shapes[name]) if name in shapes else tuple(type_.shape)
+        checks.append((np.dtype(numpy_dtype_name(type_.element_type)), dims))
+    return checks
 
 
 def has_control_flow(module) -> bool:

@@ -100,3 +100,55 @@ def test_conv1d_opencl(seed):
     want = _graph_result(model, {"x": x})
     _, got, _ = compare_backends(import_onnx(model), {"x": x}, poison=True)
     np.testing.assert_allclose(got["y"], want["y"], rtol=1e-5, atol=1e-5)
+
+
+def _add_model():
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    return model_of([node("Add", ["x", "c"])], {"x": x},
+                    {"c": np.full((2, 3), 10, np.float32)}), x
+
+
+def test_program_constants_bound_once_and_rechecked():
+    """The loop binds constants once per executor; a constant whose attribute changes
+    between runs (a pass rewrote it) is read again."""
+    from palimpsest.ir import attributes as A
+
+    model, x = _add_model()
+    session = Session(import_onnx(model))
+    first = session.run({"x": x})["y"]
+    np.testing.assert_array_equal(first, x + 10)
+    held = first.copy()
+    again = session.run({"x": x + 1})["y"]
+    np.testing.assert_array_equal(again, x + 11)
+    np.testing.assert_array_equal(first, held)   # a result is the caller's: never reused
+    constant = next(op for op in session.last_plan.module.walk()
+                    if op.name == "buffer.constant")
+    old = constant.properties["value"]
+    constant.properties["value"] = A.DenseElementsAttr.from_numpy(
+        np.full((2, 3), 20, np.float32), old.type)
+    np.testing.assert_array_equal(session.run({"x": x})["y"], x + 20)
+
+
+def test_fast_binding_still_checks():
+    """Inputs taken as they are only when they fit exactly; anything else is converted
+    or refused by the full check, with its message."""
+    from palimpsest.backends.binding import BindingError
+
+    model, x = _add_model()
+    session = Session(import_onnx(model))
+    strided = np.asfortranarray(x)   # taken as it is, copied in by the executor
+    np.testing.assert_array_equal(session.run({"x": strided})["y"], x + 10)
+    with pytest.raises(BindingError, match="input 'x': expected"):
+        session.run({"x": x.tolist()})   # float64 once converted
+    with pytest.raises(BindingError, match="input 'x': expected"):
+        session.run({"x": x.astype(np.float64)})
+    with pytest.raises(BindingError, match="input 'x': expected shape"):
+        session.run({"x": x.reshape(3, 2)})
+    with pytest.raises(BindingError, match="missing input 'x'"):
+        session.run({})
+    executor = session.last_plan.executor
+    func = session.last_plan.func
+    with pytest.raises(BindingError, match="input 'x'"):
+        executor.run(func, {"x": np.zeros((2, 2), np.float32)})
+    with pytest.raises(BindingError, match="unknown input 'z'"):
+        executor.run(func, {"x": x, "z": x})
