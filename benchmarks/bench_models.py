@@ -15,7 +15,16 @@ to a whole quantization step — within that spread, marked `≈`),
 the median latency of both, the planned pool bytes beside the lower bound (the most bytes
 live at one moment), and onnxruntime's peak RSS above its import (a subprocess per model).
 
+Timing is paired: after a warm-up each, the engines (onnxruntime, the numpy backend, and
+OpenCL with `--opencl`) take turns run by run, so a machine loaded by others slows them
+alike, and each engine's median is over its own runs; the ratio is numpy ms / ort ms.
+`--profile N` (default 3) profiles N more numpy runs (at least 0.5 s of them; up to 200)
+(backends/profile.py) and names the top three op kinds by share of the run time. Last lines: the geometric mean of the ratios
+(numpy; with `--opencl` also OpenCL and the faster of the two per model), the BLAS and
+its kernel set (`blas_summary()`), the threads and the load average during the run.
+
     python benchmarks/bench_models.py [--runs 5] [--opencl] [--no-rss] [--models a,b]
+                                      [--profile N] [--json FILE]
 
 BLAS threads are pinned to one before numpy loads, onnxruntime to one intra-op thread.
 """
@@ -99,13 +108,40 @@ def ulp_spread(session, names, feeds) -> float:
 
 
 def median_seconds(fn, runs: int) -> float:
-    fn()  # warm-up (and the plan's compile)
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
+    return paired_medians({"fn": fn}, runs)["fn"]
+
+
+def paired_medians(fns: dict, runs: int) -> dict:
+    """Median seconds per engine (name -> callable), the engines taking turns run by run
+    (the order rotating) after a warm-up each (and the plan's compile)."""
+    for fn in fns.values():
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    times: dict = {name: [] for name in fns}
+    order = list(fns)
+    for index in range(runs):
+        shift = index % len(order)
+        for name in order[shift:] + order[:shift]:
+            start = time.perf_counter()
+            fns[name]()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def top_kinds(path, feeds, runs: int, count: int = 3) -> str:
+    """The `count` op kinds with the largest share of `runs` profiled numpy runs, as
+    "conv2d 61%, elementwise 20%, ..." (kernel. left out)."""
+    from palimpsest.backends.numpy.session import Session
+
+    session = Session(str(path), profile=True, threads=1)
+    session.run(feeds)
+    profiler = session.profiler
+    profiler.__init__()   # the first run compiled: left out
+    start = time.perf_counter()
+    while profiler.runs < runs or (time.perf_counter() - start < 0.5 and profiler.runs < 200):
+        session.run(feeds)   # N runs, more for a small model: 0.5 s at least
+    run = profiler.run_seconds or sum(r.seconds for r in profiler.by_kind())
+    return ", ".join(f"{r.kind.removeprefix('kernel.')} {100 * r.seconds / run:.0f}%"
+                     for r in profiler.by_kind()[:count]) if run else "-"
 
 
 def plan_bytes(module_path, feeds, session) -> tuple[int, int]:
@@ -148,7 +184,8 @@ def _planned(module, shapes) -> tuple[int, int]:
     return pools, bound
 
 
-def run_model(name: str, entry: dict, runs: int, opencl: bool, rss: bool) -> dict:
+def run_model(name: str, entry: dict, runs: int, opencl: bool, rss: bool,
+              profile: int = 0) -> dict:
     from palimpsest.backends.numpy.session import Session
 
     row = {"model": name, "package": f"{entry['package']} {entry['version']}",
@@ -163,7 +200,7 @@ def run_model(name: str, entry: dict, runs: int, opencl: bool, rss: bool) -> dic
     names = [o.name for o in optimized.get_outputs()]
     want = optimized.run(names, feeds)
     spread = max(relative(a, b) for a, b in zip(plain.run(names, feeds), want))
-    row["ort_ms"] = 1e3 * median_seconds(lambda: optimized.run(names, feeds), runs)
+    timed = {"ort": lambda: optimized.run(names, feeds)}
     if rss:
         done = subprocess.run([sys.executable, "-c", _RSS_SCRIPT, name,
                                str(Path(__file__).resolve().parent), str(path)],
@@ -189,7 +226,14 @@ def run_model(name: str, entry: dict, runs: int, opencl: bool, rss: bool) -> dic
             row[f"{backend}_match"] = (f"≈{worst:.1e} (ort 1-ulp input spread {ulp:.1e})"
                                        if worst <= ulp * 1.5 else f"NO {worst:.1e}")
         row[f"{backend}_status"] = "runs"
-        row[f"{backend}_ms"] = 1e3 * median_seconds(lambda: session.run(feeds), runs)
+        timed[backend] = (lambda s: lambda: s.run(feeds))(session)
+    for engine, seconds in paired_medians(timed, runs).items():
+        row[f"{engine}_ms"] = 1e3 * seconds
+    if profile and "numpy" in timed:
+        try:
+            row["top"] = top_kinds(path, feeds, profile)
+        except Exception as error:  # noqa: BLE001 - reported in the table
+            row["top"] = f"{type(error).__name__}"
     try:
         row["pool_bytes"], row["lower_bound"] = plan_bytes(path, feeds, numpy_session)
     except Exception as error:  # noqa: BLE001 - reported in the table
@@ -199,7 +243,7 @@ def run_model(name: str, entry: dict, runs: int, opencl: bool, rss: bool) -> dic
 
 def table(rows: list, opencl: bool) -> str:
     head = ["model", "package", "numpy", "match", "numpy ms", "ort ms", "ratio",
-            "pools KiB", "bound KiB", "ort RSS MiB"]
+            "pools KiB", "bound KiB", "ort RSS MiB", "top 3 (numpy, share of run)"]
     if opencl:
         head[4:4] = ["OpenCL", "OpenCL ms"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -214,7 +258,8 @@ def table(rows: list, opencl: bool) -> str:
                  f"{pools / 1024:.0f}" if isinstance(pools, int) and pools else
                  str(pools or "-"),
                  f"{bound / 1024:.0f}" if bound else "-",
-                 f"{r['ort_rss'] / 2**20:.1f}" if r.get("ort_rss") else "-"]
+                 f"{r['ort_rss'] / 2**20:.1f}" if r.get("ort_rss") else "-",
+                 r.get("top", "-")]
         if opencl:
             cl = r.get("opencl_status", "-")
             cells[4:4] = [r.get("opencl_match", cl), f"{r['opencl_ms']:.1f}"
@@ -230,20 +275,58 @@ def main(argv=None) -> int:
     parser.add_argument("--no-rss", action="store_true", help="skip onnxruntime's peak RSS")
     parser.add_argument("--models", help="comma-separated model names (default: all)")
     parser.add_argument("--json", metavar="FILE", help="write the rows as JSON")
+    parser.add_argument("--profile", type=int, default=3, metavar="N",
+                        help="profiled numpy runs for the top-3 column (0: none)")
     args = parser.parse_args(argv)
     entries = fetch_models.corpus()
     names = args.models.split(",") if args.models else list(entries)
     rows = []
+    loads = [os.getloadavg()[0]]
     for name in names:
         print(f"... {name}", file=sys.stderr, flush=True)
-        rows.append(run_model(name, entries[name], args.runs, args.opencl, not args.no_rss))
+        rows.append(run_model(name, entries[name], args.runs, args.opencl, not args.no_rss,
+                              args.profile))
+        loads.append(os.getloadavg()[0])
     print(table(rows, args.opencl))
     passed = sum(1 for r in rows if r.get("numpy_match", "NO").lstrip("~")[:2] != "NO"
                  and "numpy_match" in r)
     print(f"\n{passed} of {len(rows)} models run and match onnxruntime on the numpy backend")
+    print(summary(rows, args.opencl, loads))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0
+
+
+def geomean(values: list) -> float | None:
+    import math
+
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def summary(rows: list, opencl: bool, loads: list) -> str:
+    """The geometric means of the ratios to onnxruntime (numpy; OpenCL and the faster of
+    the two with `opencl`), the worst model, the BLAS, threads and load."""
+    from palimpsest.backends.numpy.blas import blas_summary
+
+    lines = []
+    engines = ["numpy"] + (["opencl"] if opencl else [])
+    ratios = {e: {r["model"]: r[f"{e}_ms"] / r["ort_ms"] for r in rows
+                  if r.get(f"{e}_ms") and r.get("ort_ms")} for e in engines}
+    if opencl:
+        ratios["faster"] = {m: min(ratios[e][m] for e in engines if m in ratios[e])
+                            for m in ratios["numpy"]}
+    for engine, by_model in ratios.items():
+        if by_model:
+            worst = max(by_model, key=by_model.get)
+            lines.append(f"{engine}: geometric mean {geomean(list(by_model.values())):.2f}x "
+                         f"onnxruntime over {len(by_model)} models; worst {worst} "
+                         f"{by_model[worst]:.2f}x; above 2x: {sum(v > 2 for v in by_model.values())}"
+                         f", above 2.5x: {sum(v > 2.5 for v in by_model.values())}")
+    lines.append(blas_summary())
+    lines.append(f"threads: BLAS {os.environ.get('OPENBLAS_NUM_THREADS')}, onnxruntime 1 "
+                 f"intra-op; load average (1 min) during the run: {min(loads):.1f}-"
+                 f"{max(loads):.1f} on {os.cpu_count()} CPUs")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
