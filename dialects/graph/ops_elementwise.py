@@ -55,6 +55,15 @@ def fold_elementwise(args, names, result_types, fn):
 # Unary
 
 
+class ElementwiseOp(GraphOp):
+    """An op applied element by element: its result has the operands' element type, or
+    the one `result_element` maps it to."""
+
+    @classmethod
+    def result_element(cls, element):
+        return element
+
+
 class BoolResult:
     """Mixed into an elementwise op whose results are i1 (comparisons, predicates)."""
 
@@ -63,16 +72,12 @@ class BoolResult:
         return i1
 
 
-class UnaryOp(GraphOp):
+class UnaryOp(ElementwiseOp):
     """y = f(x), same type (unless `result_element` says otherwise)."""
 
     traits = GraphOp.traits + (InPlace((0,)),)
     x = operand(NumericTensor)
     y = result_def(AnyTensor)
-
-    @classmethod
-    def result_element(cls, element):
-        return element
 
     bound_rule = classmethod(B.at_upper)
 
@@ -140,7 +145,7 @@ NotOp = declare_op(_BoolUnaryOp, "graph.not", "NotOp", apply=staticmethod(operat
 # Binary, with numpy broadcasting
 
 
-class BinaryOp(GraphOp):
+class BinaryOp(ElementwiseOp):
     """c = a ∘ b with broadcasting; a and b share their element type."""
 
     traits = GraphOp.traits + (InPlace(),)
@@ -151,10 +156,6 @@ class BinaryOp(GraphOp):
     @staticmethod
     def apply(x, y):
         return None  # no folding unless a subclass says how
-
-    @classmethod
-    def result_element(cls, element):
-        return element
 
     bound_rule = classmethod(B.broadcast_bounds)
 
