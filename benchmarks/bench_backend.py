@@ -46,6 +46,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_common import THREAD_VARS, emit_report, models_module
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PIPELINE = "infer-shapes,canonicalize,bufferize,lower-to-kernels,insert-deallocs,plan-memory"
@@ -54,26 +56,15 @@ RTOL, ATOL = 1e-4, 1e-5
 MODELS = ("resnet", "mobilenet_v2", "minilm")
 LABELS = {"resnet": "ResNet-18-style", "mobilenet_v2": "MobileNetV2-style",
           "minilm": "MiniLM-L6-style"}
-THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 # -- worker (one engine, one model, one process) ---------------------------------------------------
-
-def _models_module():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("palimpsest_onnx_models",
-                                                  ROOT / "examples" / "onnx_models.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def build_case(name: str, quick: bool):
     """(onnx model, feeds, shape label)."""
     import numpy as np
 
-    M = _models_module()
+    M = models_module()
     rng = np.random.default_rng(0)
     if name == "minilm":
         if quick:
@@ -386,10 +377,7 @@ def main(argv=None) -> int:
                   file=sys.stderr, flush=True)
             rows.append(row)
     info["load_end"] = machine_info()["load"]
-    report = build_report(info, args, rows)
-    print(report)
-    if args.markdown:
-        Path(args.markdown).write_text(report)
+    emit_report(build_report(info, args, rows), args.markdown)
     return 0
 
 

@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT / "test" / "unit"))
 import numpy as np  # noqa: E402
 
 import onnx_node_cases as cases  # noqa: E402
+from example_models import onnxruntime_run as run_onnxruntime  # noqa: E402  (test/unit)
 
 RTOL, ATOL = 1e-3, 1e-5
 CASE_SECONDS = 120  # a case running longer than this is a hang, counted as a crash
@@ -115,19 +116,6 @@ def run_palimpsest(model, feeds: dict) -> dict:
     module = import_onnx(model)
     session = Session(module, poison=True)
     return session.run(feeds)
-
-
-def run_onnxruntime(model, feeds: dict) -> dict:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 4
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    return dict(zip(names, session.run(names, feeds)))
 
 
 def _is_refusal(error: Exception) -> bool:

@@ -31,7 +31,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import platform
 import statistics
@@ -40,42 +39,20 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_common import limit_threads, models_module, report_header
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 TARGET_IMPORT_S = 2.0
 RTOL, ATOL = 1e-4, 1e-5
 
 
-def _limit_threads(argv) -> None:
-    """Pin numpy's BLAS before numpy is imported (the executor's matmuls and convs)."""
-    threads = "1"
-    for index, arg in enumerate(argv):
-        if arg == "--numpy-threads" and index + 1 < len(argv):
-            threads = argv[index + 1]
-        elif arg.startswith("--numpy-threads="):
-            threads = arg.split("=", 1)[1]
-    if threads != "0":
-        for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-            os.environ[name] = threads
-
-
 if __name__ == "__main__":
-    _limit_threads(sys.argv[1:])
+    limit_threads(sys.argv[1:])  # the executor's matmuls and convs: before numpy loads
 
 import numpy as np  # noqa: E402
 
-
-def _models_module():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("palimpsest_onnx_models",
-                                                  ROOT / "examples" / "onnx_models.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-M = _models_module()
+M = models_module()
 
 
 # -- small utilities ------------------------------------------------------------------------------
@@ -302,14 +279,9 @@ def bench_text(workdir: Path, modules: dict, repeat: int, say) -> list[dict]:
 # -- report ---------------------------------------------------------------------------------------
 
 def build_report(info, args, a_rows, b_rows, c_rows) -> str:
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    out = [f"### Run of {now}{' (--quick)' if args.quick else ''}", ""]
-    out.append(f"- Machine: {info['cpu']}, {info['cpus']} usable CPUs, {info['platform']}")
-    out.append(f"- Python {info['python']}; {info['versions']}")
-    out.append(f"- numpy BLAS threads: {info['blas_threads']}; onnxruntime: "
-               f"CPUExecutionProvider, intra_op_num_threads = inter_op_num_threads = 1")
-    out.append(f"- Load average at start / end: {info['load']} / {info.get('load_end', '?')}")
-    out.append("")
+    out = report_header(info, args.quick, f"- numpy BLAS threads: {info['blas_threads']}; "
+                        "onnxruntime: CPUExecutionProvider, intra_op_num_threads = "
+                        "inter_op_num_threads = 1", load_label="Load average")
     if a_rows:
         out += ["#### (a) Import + infer-shapes of a 1,000-node model "
                 f"(`deep_mlp(nodes=1000)`, median of {args.repeat})", "",

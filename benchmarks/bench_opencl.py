@@ -33,7 +33,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_backend import LABELS, MODELS, THREAD_VARS, _time_runs, build_case, fmt_s, machine_info  # noqa: E402,E501
+from bench_backend import LABELS, MODELS, _time_runs, build_case, fmt_s, machine_info  # noqa: E402
+from bench_common import THREAD_VARS, emit_report  # noqa: E402
 
 ENGINES = ("opencl", "opencl-1t", "numpy-1t", "numpy-2t", "ort-1t", "ort-2t")
 
@@ -164,10 +165,7 @@ def main(argv=None) -> int:
         rows[name] = by_engine
         print(f"{name}: " + ", ".join(f"{e} {fmt_s(r['median'])}" for e, r in by_engine.items()),
               file=sys.stderr)
-    report = build_report(info, args, rows, builds)
-    print(report)
-    if args.markdown:
-        Path(args.markdown).write_text(report)
+    emit_report(build_report(info, args, rows, builds), args.markdown)
     return 0
 
 

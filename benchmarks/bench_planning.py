@@ -49,21 +49,15 @@ import textwrap
 import time
 from pathlib import Path
 
+from bench_common import models_module
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 TARGET_RATIO = 1.01
 
 
-def _models_module():
-    spec = importlib.util.spec_from_file_location("palimpsest_onnx_models_bench",
-                                                  ROOT / "examples" / "onnx_models.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def models(quick: bool) -> dict:
-    M = _models_module()
+    M = models_module("palimpsest_onnx_models_bench")
     if quick:
         small = M.small()
         return {

@@ -41,12 +41,13 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
+
+from bench_common import limit_threads, report_header
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -55,20 +56,8 @@ TARGET_REPLAN_S = 0.020
 IO_FLOATS = 10 * (1 << 20) // 4        # 10 MiB of float32
 
 
-def _limit_threads(argv) -> None:
-    threads = "1"
-    for index, arg in enumerate(argv):
-        if arg == "--numpy-threads" and index + 1 < len(argv):
-            threads = argv[index + 1]
-        elif arg.startswith("--numpy-threads="):
-            threads = arg.split("=", 1)[1]
-    if threads != "0":
-        for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-            os.environ[name] = threads
-
-
 if __name__ == "__main__":
-    _limit_threads(sys.argv[1:])
+    limit_threads(sys.argv[1:])
 
 import numpy as np  # noqa: E402
 
@@ -341,14 +330,7 @@ def bench_io(runs: int, say) -> list[dict]:
 
 # -- report ---------------------------------------------------------------------------------------
 def build_report(info, args, rows1, r2s, rows3) -> str:
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    out = [f"### Run of {now}{' (--quick)' if args.quick else ''}", ""]
-    out.append(f"- Machine: {info['cpu']}, {info['cpus']} usable CPUs, {info['platform']}")
-    out.append(f"- Python {info['python']}; {info['versions']}")
-    out.append(f"- numpy BLAS threads: {info['blas_threads']}")
-    out.append(f"- Load average (1/5/15 min) at start / end: {info['load']} / "
-               f"{info.get('load_end', '?')}")
-    out.append("")
+    out = report_header(info, args.quick, f"- numpy BLAS threads: {info['blas_threads']}")
     if rows1:
         out += ["#### (1) Cached specialized plan vs a fully static compile "
                 f"(median of {args.runs} runs, interleaved)", "",

@@ -333,27 +333,14 @@ def format_liveness(liveness: Liveness, names: dict | None = None) -> list[str]:
         if record.aliases:
             text += " aliases: " + ", ".join(names.get(a, "%?") for a in record.aliases)
         lines.append(text)
+    from palimpsest.passes.planners.intervals import Interval, peak_live
+
     static = [r for r in liveness.buffers if not r.dynamic and not r.external
               and r.kind != "constant"]
-    peak, when = _peak(static)
+    # the records' lifetimes are closed, [start, end]; the planners' half-open
+    peak, when = peak_live(Interval("", r.start, r.end + 1, r.size) for r in static)
     lines.append(f"{prefix} peak {peak} bytes" + (f" at {when}" if when is not None else ""))
     return lines
-
-
-def _peak(records) -> tuple[int, int | None]:
-    events = []
-    for r in records:
-        if r.size:
-            events.append((r.start, r.size))
-            events.append((r.end + 1, -r.size))
-    events.sort()
-    live = best = 0
-    when = None
-    for time, delta in events:
-        live += delta
-        if live > best:
-            best, when = live, time
-    return best, when
 
 
 @register_pass

@@ -13,6 +13,20 @@ from palimpsest.tools.cli import (
 )
 
 
+# the on/off options, as mlir-opt spells them, in --help's order
+_FLAGS = (
+    ("--split-input-file", "process each '// -----' separated chunk on its own"),
+    ("--verify-diagnostics", "check the diagnostics against 'expected-error {{...}}' comments"),
+    ("--print-op-generic", "print every op in the generic form"),
+    ("--print-debuginfo", "print each op's location, loc(...)"),
+    ("--allow-unregistered-dialect", "accept ops, types and attributes of unknown dialects"),
+    ("--print-ir-after-all", "print the IR to stderr after every pass"),
+    ("--time-passes", "report the time spent in parsing, each pass, verifying and printing"),
+    ("--no-verify", "do not verify the IR after parsing and after each pass"),
+    ("--list-passes", "list the passes and exit"),
+)
+
+
 def build_argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="palimpsest-opt",
@@ -21,23 +35,8 @@ def build_argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("-p", "--pass-pipeline", default="",
                         help="passes to run, e.g. 'cse,dce' or 'pass{option=value}'")
     parser.add_argument("-o", "--output", default="-", help="output file (default: stdout)")
-    parser.add_argument("--split-input-file", action="store_true",
-                        help="process each '// -----' separated chunk on its own")
-    parser.add_argument("--verify-diagnostics", action="store_true",
-                        help="check the diagnostics against 'expected-error {{...}}' comments")
-    parser.add_argument("--print-op-generic", action="store_true",
-                        help="print every op in the generic form")
-    parser.add_argument("--print-debuginfo", action="store_true",
-                        help="print each op's location, loc(...)")
-    parser.add_argument("--allow-unregistered-dialect", action="store_true",
-                        help="accept ops, types and attributes of unknown dialects")
-    parser.add_argument("--print-ir-after-all", action="store_true",
-                        help="print the IR to stderr after every pass")
-    parser.add_argument("--time-passes", action="store_true",
-                        help="report the time spent in parsing, each pass, verifying and printing")
-    parser.add_argument("--no-verify", action="store_true",
-                        help="do not verify the IR after parsing and after each pass")
-    parser.add_argument("--list-passes", action="store_true", help="list the passes and exit")
+    for flag, help_ in _FLAGS:
+        parser.add_argument(flag, action="store_true", help=help_)
     add_shape_arguments(parser, shape_help=(
         "give input NAME of @main (or the only function) this shape, its '?' dims made "
         "static, before the passes run; infer-shapes carries it through (repeatable)"))

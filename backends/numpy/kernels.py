@@ -145,33 +145,22 @@ def _overlaps(out, *xs) -> bool:
     return any(x is not None and np.may_share_memory(out, x) for x in xs)
 
 
-_BINARY = {"graph.add": np.add, "graph.sub": np.subtract, "graph.mul": np.multiply}
+# op -> (ufunc, the dtype kinds it runs on)
+_BINARY = {"graph.add": (np.add, "iuf"), "graph.sub": (np.subtract, "iuf"),
+           "graph.mul": (np.multiply, "iuf"), "graph.div": (np.true_divide, "f")}
 
 
 @fast(*_BINARY)
 def _binary(name):
-    ufunc = _BINARY[name]
+    ufunc, kinds = _BINARY[name]
 
     def run(inputs, attrs, outs):
         out = outs[0]
-        if len(inputs) != 2 or not _same_dtype(out, *inputs) or out.dtype.kind not in "iuf" \
+        if len(inputs) != 2 or not _same_dtype(out, *inputs) or out.dtype.kind not in kinds \
                 or not _fits(out, *inputs):
             return False
         with np.errstate(all="ignore"):
             ufunc(inputs[0], inputs[1], out=out)
-        return True
-    return run
-
-
-@fast("graph.div")
-def _div(name):
-    def run(inputs, attrs, outs):
-        out = outs[0]
-        if len(inputs) != 2 or not _same_dtype(out, *inputs) or out.dtype.kind != "f" \
-                or not _fits(out, *inputs):
-            return False
-        with np.errstate(all="ignore"):
-            np.true_divide(inputs[0], inputs[1], out=out)
         return True
     return run
 
@@ -216,9 +205,19 @@ def _compare(name):
     return run
 
 
+def _relu(x, out):
+    np.maximum(x, np.asarray(0, dtype=x.dtype), out=out)
+
+
+# op -> (ufunc, the dtype kinds it runs on)
 _UNARY = {"graph.neg": (np.negative, "iuf"), "graph.abs": (np.abs, "iuf"),
-          "graph.exp": (np.exp, "f"), "graph.log": (np.log, "f"), "graph.sqrt": (np.sqrt, "f"),
-          "graph.tanh": (np.tanh, "f")}
+          "graph.relu": (_relu, "iuf"), "graph.exp": (np.exp, "f"), "graph.log": (np.log, "f"),
+          "graph.sqrt": (np.sqrt, "f"), "graph.tanh": (np.tanh, "f")}
+
+
+def _same_shape_and_kind(out, x, kinds: str) -> bool:
+    """An elementwise op on one array can write `out` directly."""
+    return _same_dtype(out, x) and out.dtype.kind in kinds and x.shape == out.shape
 
 
 @fast(*_UNARY)
@@ -227,23 +226,10 @@ def _unary(name):
 
     def run(inputs, attrs, outs):
         out = outs[0]
-        if len(inputs) != 1 or not _same_dtype(out, inputs[0]) or out.dtype.kind not in kinds \
-                or inputs[0].shape != out.shape:
+        if len(inputs) != 1 or not _same_shape_and_kind(out, inputs[0], kinds):
             return False
         with np.errstate(all="ignore"):
             ufunc(inputs[0], out=out)
-        return True
-    return run
-
-
-@fast("graph.relu")
-def _relu(name):
-    def run(inputs, attrs, outs):
-        out = outs[0]
-        x = inputs[0]
-        if not _same_dtype(out, x) or out.dtype.kind not in "iuf" or x.shape != out.shape:
-            return False
-        np.maximum(x, np.asarray(0, dtype=x.dtype), out=out)
         return True
     return run
 
@@ -253,7 +239,7 @@ def _clip(name):
     def run(inputs, attrs, outs):
         out = outs[0]
         x = inputs[0]
-        if not _same_dtype(out, x) or out.dtype.kind not in "iuf" or x.shape != out.shape:
+        if not _same_shape_and_kind(out, x, "iuf"):
             return False
         lo = inputs[1] if len(inputs) > 1 else None
         hi = inputs[2] if len(inputs) > 2 else None

@@ -1,6 +1,7 @@
 """examples/onnx_models.py (the real models' small variants, built in code), loaded once
 per test process for every test file: `load()` for module-level use (parametrize lists),
-the `onnx_models` fixture (conftest.py) inside tests."""
+the `onnx_models` fixture (conftest.py) inside tests. Likewise the benchmark scripts the
+tests share code with (`benchmark_module`), and onnxruntime as the reference runner."""
 
 from __future__ import annotations
 
@@ -8,23 +9,54 @@ import importlib.util
 import sys
 from pathlib import Path
 
-PATH = Path(__file__).resolve().parents[2] / "examples" / "onnx_models.py"
+REPO = Path(__file__).resolve().parents[2]
+PATH = REPO / "examples" / "onnx_models.py"
 NAME = "palimpsest_onnx_models"
+
+
+def load_file(name: str, path: Path):
+    """The Python file at `path` (not in a package), imported once as module `name`."""
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    return module
 
 
 def load():
     """The examples/onnx_models.py module, imported once."""
-    module = sys.modules.get(NAME)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(NAME, PATH)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[NAME] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[NAME]
-            raise
-    return module
+    return load_file(NAME, PATH)
+
+
+def benchmark_module(stem: str):
+    """benchmarks/<stem>.py (bench_conformance, bench_scheduling, fetch_models), imported
+    once as `palimpsest_<stem>`."""
+    return load_file(f"palimpsest_{stem}", REPO / "benchmarks" / f"{stem}.py")
+
+
+# -- the reference: onnxruntime ----------------------------------------------------------------
+
+def onnxruntime_run(model, feeds: dict) -> dict:
+    """{output name: array}, in the model's output order: onnxruntime's CPU provider on one
+    thread, quiet — the reference the backends are compared with (tests and
+    benchmarks/bench_conformance.py). A test that may lack onnxruntime importorskips it
+    first."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 4
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, feeds)))
 
 
 # -- the small real-model cases the backend tests share ---------------------------------------

@@ -135,6 +135,15 @@ def _splice(text, span, new):
     return text[:span[0]] + new + text[span[1]:]
 
 
+def _replace_one(text, rng, pattern, replacements, group=0):
+    """`text` with one random match of `pattern` (its `group`) replaced by one of
+    `replacements`; None when nothing matches."""
+    found = list(re.finditer(pattern, text))
+    if not found:
+        return None
+    return _splice(text, rng.choice(found).span(group), rng.choice(replacements))
+
+
 def _pick(rng, spans, text, predicate):
     found = [s for s in spans if predicate(text[s[0]:s[1]])]
     return rng.choice(found) if found else None
@@ -184,26 +193,17 @@ class _TextMutations:
 
     @staticmethod
     def type_swap(text, spans, rng):
-        pattern = re.compile(r"(?<![\w.%@])(" + "|".join(TYPE_WORDS) + r")(?![\w.])")
-        found = list(pattern.finditer(text))
-        if not found:
-            return None
-        return _splice(text, rng.choice(found).span(1), rng.choice(TYPE_WORDS))
+        return _replace_one(text, rng, r"(?<![\w.%@])(" + "|".join(TYPE_WORDS) + r")(?![\w.])",
+                            TYPE_WORDS, group=1)
 
     @staticmethod
     def integer(text, spans, rng):
-        found = list(re.finditer(r"(?<![\w.%#@])\d+(?![\w.])", text))
-        if not found:
-            return None
-        return _splice(text, rng.choice(found).span(), rng.choice(HOSTILE_INTEGERS))
+        return _replace_one(text, rng, r"(?<![\w.%#@])\d+(?![\w.])", HOSTILE_INTEGERS)
 
     @staticmethod
     def dimension(text, spans, rng):
-        found = list(re.finditer(r"(?<=[<x])(\d+|\?)(?=x)", text))
-        if not found:
-            return None
-        return _splice(text, rng.choice(found).span(), rng.choice(("0", "?", "-1", "1",
-                                                                   "65536", "4294967296")))
+        return _replace_one(text, rng, r"(?<=[<x])(\d+|\?)(?=x)",
+                            ("0", "?", "-1", "1", "65536", "4294967296"))
 
     @staticmethod
     def rename_op(text, spans, rng):
@@ -263,10 +263,8 @@ class _TextMutations:
 
     @staticmethod
     def small_integer(text, spans, rng):
-        found = list(re.finditer(r"(?<=[=\[, ])-?\d+(?= *[:,\]}])", text))
-        if not found:
-            return None
-        return _splice(text, rng.choice(found).span(), str(rng.choice((-2, -1, 0, 1, 2, 3, 5))))
+        return _replace_one(text, rng, r"(?<=[=\[, ])-?\d+(?= *[:,\]}])",
+                            ("-2", "-1", "0", "1", "2", "3", "5"))
 
     @staticmethod
     def drop_line(text, spans, rng):

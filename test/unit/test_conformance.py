@@ -6,21 +6,15 @@ without onnxruntime; the pass count may only grow (PASS_FLOOR)."""
 from __future__ import annotations
 
 import functools
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
+
+from example_models import benchmark_module
 
 pytest.importorskip("numpy")
 pytest.importorskip("onnx")
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("palimpsest_bench_conformance",
-                                               ROOT / "benchmarks" / "bench_conformance.py")
-bench = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = bench
-_spec.loader.exec_module(bench)
+bench = benchmark_module("bench_conformance")
 
 # Cases that pass today (benchmarks/README.md records the run); raise it as coverage grows.
 PASS_FLOOR = 1370

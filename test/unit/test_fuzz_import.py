@@ -217,11 +217,16 @@ def _duplicate_output(model, rng):
     return True
 
 
-def _op_type(model, rng):
+def _any_node(model, rng):
+    """A random node of the model, subgraphs' included; None in a model without nodes."""
     nodes = list(_nodes(model.graph))
-    if not nodes:
+    return rng.choice(nodes) if nodes else None
+
+
+def _op_type(model, rng):
+    node = _any_node(model, rng)
+    if node is None:
         return False
-    node = rng.choice(nodes)
     if rng.random() < 0.3:
         node.domain = rng.choice(("com.microsoft", "ai.onnx.ml", "nosuch"))
     else:
@@ -240,10 +245,9 @@ def _opset(model, rng):
 
 
 def _inputs_arity(model, rng):
-    nodes = list(_nodes(model.graph))
-    if not nodes:
+    node = _any_node(model, rng)
+    if node is None:
         return False
-    node = rng.choice(nodes)
     if node.input and rng.random() < 0.5:
         del node.input[rng.randrange(len(node.input))]
     else:

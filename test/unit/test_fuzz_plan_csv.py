@@ -68,6 +68,15 @@ def _set(row, k, value):
         row[k] = value
 
 
+def _lifetime_of_a_row(header, rows, rng):
+    """(row, lower column, upper column) of a random row that has both, or None."""
+    if not rows or "lower" not in header or "upper" not in header:
+        return None
+    row = rng.choice(rows)
+    lo, hi = header.index("lower"), header.index("upper")
+    return (row, lo, hi) if max(lo, hi) < len(row) else None
+
+
 class _RowMutations:
     """Each takes (header, rows, rng) and edits them in place; False: it did not apply."""
 
@@ -85,12 +94,11 @@ class _RowMutations:
 
     @staticmethod
     def lower_above_upper(header, rows, rng):
-        if not rows or "lower" not in header or "upper" not in header:
+        picked = _lifetime_of_a_row(header, rows, rng)
+        if not picked:
             return False
-        row = rng.choice(rows)
-        lo, hi = header.index("lower"), header.index("upper")
-        if max(lo, hi) < len(row):
-            row[lo], row[hi] = row[hi], row[lo]
+        row, lo, hi = picked
+        row[lo], row[hi] = row[hi], row[lo]
 
     @staticmethod
     def duplicate_id(header, rows, rng):
@@ -179,12 +187,11 @@ class _RowMutations:
 
     @staticmethod
     def zero_lifetime(header, rows, rng):
-        if not rows or "lower" not in header or "upper" not in header:
+        picked = _lifetime_of_a_row(header, rows, rng)
+        if not picked:
             return False
-        row = rng.choice(rows)
-        lo, hi = header.index("lower"), header.index("upper")
-        if max(lo, hi) < len(row):
-            row[hi] = row[lo]
+        row, lo, hi = picked
+        row[hi] = row[lo]
 
 
 _ROW_MUTATIONS = [name for name in vars(_RowMutations) if not name.startswith("_")]

@@ -11,10 +11,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,19 +22,7 @@ onnx = pytest.importorskip("onnx")
 from palimpsest.dialects.graph.naming import GRAPH_TO_ONNX, ONNX_TO_GRAPH  # noqa: E402
 from palimpsest.dialects.graph.reference import KERNELS, evaluate  # noqa: E402
 
-
-def _load_helper():
-    name = "palimpsest_test_onnx_node_cases"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().with_name("onnx_node_cases.py"))
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-nc = _load_helper()
+import onnx_node_cases as nc  # noqa: E402  (test/unit, on sys.path: conftest.py)
 
 # ---------------------------------------------------------------------------------------------
 # The conformance policy: every skip and every loosened tolerance, with its reason.

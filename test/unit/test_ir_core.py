@@ -211,35 +211,28 @@ func.func @f(%a: i32) -> i32 {
         verify(bad_return)
 
 
+def _diamond(entry: str, used: str) -> str:
+    """A CFG diamond: ^entry (after `entry`) branches to ^left and ^right, which join;
+    ^right defines %y, ^join uses `used`."""
+    return f"""
+"test.op"() ({{
+^entry(%c: i1):{entry}
+  "test.terminator"()[^left, ^right] : () -> ()
+^left:
+  "test.terminator"()[^join] : () -> ()
+^right:
+  %y = "test.pure"() : () -> i32
+  "test.terminator"()[^join] : () -> ()
+^join:
+  "test.terminator"({used}) : (i32) -> ()
+}}) : () -> ()"""
+
+
 def test_cfg_dominance_uses_dominator_tree(parse_text):
-    ok = parse_text("""
-"test.op"() ({
-^entry(%c: i1):
-  %x = "test.pure"() : () -> i32
-  "test.terminator"()[^left, ^right] : () -> ()
-^left:
-  "test.terminator"()[^join] : () -> ()
-^right:
-  %y = "test.pure"() : () -> i32
-  "test.terminator"()[^join] : () -> ()
-^join:
-  "test.terminator"(%x) : (i32) -> ()
-}) : () -> ()""")
-    verify(ok)
-    bad = parse_text("""
-"test.op"() ({
-^entry(%c: i1):
-  "test.terminator"()[^left, ^right] : () -> ()
-^left:
-  "test.terminator"()[^join] : () -> ()
-^right:
-  %y = "test.pure"() : () -> i32
-  "test.terminator"()[^join] : () -> ()
-^join:
-  "test.terminator"(%y) : (i32) -> ()
-}) : () -> ()""")
+    # %x, defined in ^entry, dominates ^join; %y, defined in ^right, does not
+    verify(parse_text(_diamond('\n  %x = "test.pure"() : () -> i32', "%x")))
     with pytest.raises(DiagnosticError, match="does not dominate"):
-        verify(bad)
+        verify(parse_text(_diamond("", "%y")))
 
 
 # -- printer naming --------------------------------------------------------------

@@ -35,7 +35,6 @@ from palimpsest.dialects.buffer import BufferType  # noqa: E402
 from palimpsest.dialects.graph.from_onnx import import_onnx  # noqa: E402
 from palimpsest.dialects.graph.naming import ONNX_TO_GRAPH  # noqa: E402
 from palimpsest.ir.attributes import StringAttr  # noqa: E402
-from palimpsest.ir.compare import first_difference  # noqa: E402
 from palimpsest.ir.diagnostics import DiagnosticError  # noqa: E402
 from palimpsest.ir.parser import parse  # noqa: E402
 from palimpsest.ir.printer import print_ir  # noqa: E402
@@ -49,6 +48,7 @@ KERNEL_PIPELINE = "infer-shapes,bufferize,lower-to-kernels,insert-deallocs"
 
 
 import example_models  # noqa: E402  (test/unit, on sys.path: conftest.py)
+from ir_checks import reparsed  # noqa: E402
 import onnx_node_cases as nc  # noqa: E402
 
 M = example_models.load()
@@ -83,12 +83,7 @@ def node(op, ins, attrs=None, outs=("y",)):
 def lower(module, pipeline=KERNEL_PIPELINE):
     """Run `pipeline`, print and parse the result back (checking the round trip)."""
     PassManager(parse_pipeline(pipeline)).run(module)
-    text = print_ir(module)
-    again = parse(text, "kernel.pal")
-    verify(again)
-    assert first_difference(module, again) is None, first_difference(module, again)
-    assert print_ir(again) == text
-    return again
+    return reparsed(module, "kernel.pal")
 
 
 def kernel_ops(module, name=None) -> list:

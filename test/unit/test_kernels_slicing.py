@@ -15,6 +15,7 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import onnx_node_cases as nc  # noqa: E402
+from example_models import onnxruntime_run  # noqa: E402
 from opencl_support import requires_opencl  # noqa: E402
 from palimpsest.backends.binding import find_function  # noqa: E402
 from palimpsest.backends.numpy import run_with_stats  # noqa: E402
@@ -114,11 +115,9 @@ def _real(name):
 
 
 def _onnxruntime(model, feeds):
-    ort = pytest.importorskip("onnxruntime")
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    return ort.InferenceSession(model.SerializeToString(), options,
-                                providers=["CPUExecutionProvider"]).run(None, feeds)
+    """The model's outputs, in order, from onnxruntime."""
+    pytest.importorskip("onnxruntime")
+    return list(onnxruntime_run(model, feeds).values())
 
 
 @pytest.mark.parametrize("backend", ["numpy", pytest.param("opencl", marks=requires_opencl)])

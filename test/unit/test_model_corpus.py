@@ -6,24 +6,16 @@ only when a package cannot be fetched (no network)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 np = pytest.importorskip("numpy")
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
+from example_models import benchmark_module  # noqa: E402
 from palimpsest.backends.numpy.session import Session  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("palimpsest_fetch_models",
-                                               ROOT / "benchmarks" / "fetch_models.py")
-fetch = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = fetch
-_spec.loader.exec_module(fetch)
+fetch = benchmark_module("fetch_models")
 
 SMALL = ["silero_vad_v6_faster_whisper", "silero_vad", "ppocr_mobile_cls", "magika"]
 

@@ -26,7 +26,6 @@ from palimpsest.backends.numpy.arena import POISON_BYTE  # noqa: E402
 from palimpsest.backends.reference.executor import run as run_graph  # noqa: E402
 from palimpsest.dialects.graph.from_onnx import import_onnx  # noqa: E402
 from palimpsest.dialects.graph.naming import ONNX_TO_GRAPH  # noqa: E402
-from palimpsest.ir.compare import first_difference  # noqa: E402
 from palimpsest.ir.diagnostics import DiagnosticError  # noqa: E402
 from palimpsest.ir.parser import parse  # noqa: E402
 from palimpsest.ir.printer import print_ir  # noqa: E402
@@ -35,6 +34,7 @@ from palimpsest.passes.bufferize import bufferize  # noqa: E402
 from palimpsest.passes.pass_manager import PassManager, parse_pipeline  # noqa: E402
 
 import example_models  # noqa: E402  (test/unit, on sys.path: conftest.py)
+from ir_checks import reparsed  # noqa: E402
 import onnx_node_cases as nc  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,12 +44,7 @@ M = example_models.load()
 def lower(module, pipeline="bufferize,insert-deallocs"):
     """Run `pipeline`, then print and parse the result back (checking the round trip)."""
     PassManager(parse_pipeline(pipeline)).run(module)
-    text = print_ir(module)
-    again = parse(text, "buffer.pal")
-    verify(again)
-    assert first_difference(module, again) is None, first_difference(module, again)
-    assert print_ir(again) == text
-    return again
+    return reparsed(module, "buffer.pal")
 
 
 def graph_module(model):

@@ -62,6 +62,19 @@ GLOW_HARD = [
 GLOW_EASY = ["kws.onnx", "lenet_quant.tflite", "xception.tflite", "inception_v4.onnx"]
 
 
+def small_instances(seed, count, sizes, n=(2, 6), latest_start=4, longest=3):
+    """`count` seeded instances of a few short intervals, small enough for
+    :func:`brute_force_peak`: n intervals, each starting by `latest_start`, living 1 to
+    `longest` steps, its size one of `sizes`."""
+    rng = random.Random(seed)
+    for _ in range(count):
+        ivs = []
+        for i in range(rng.randint(*n)):
+            s = rng.randint(0, latest_start)
+            ivs.append(Interval(f"b{i}", s, s + rng.randint(1, longest), rng.choice(sizes)))
+        yield ivs
+
+
 def brute_force_peak(intervals: list[Interval]) -> int:
     """The optimal peak, by trying every order with first-fit placement.
 
@@ -220,13 +233,7 @@ def test_every_algorithm_gives_valid_plans_on_random_instances(algorithm, ivs, a
 
 
 def test_exact_is_optimal_on_small_random_instances():
-    rng = random.Random(7)
-    for _ in range(60):
-        n = rng.randint(1, 6)
-        ivs = []
-        for i in range(n):
-            s = rng.randint(0, 4)
-            ivs.append(Interval(f"b{i}", s, s + rng.randint(1, 4), rng.choice([1, 2, 3, 5, 8])))
+    for ivs in small_instances(7, 60, [1, 2, 3, 5, 8], n=(1, 6), longest=4):
         best = brute_force_peak(ivs)
         plan = plan_intervals(ivs, "exact", time_budget=10.0)
         assert check_plan(ivs, plan.offsets) == []
@@ -236,14 +243,8 @@ def test_exact_is_optimal_on_small_random_instances():
 
 @pytest.mark.parametrize("strategies", [("holes",), ("canonical",)])
 def test_each_search_strategy_alone_decides_correctly(strategies):
-    rng = random.Random(11)
-    for _ in range(60):
-        n = rng.randint(2, 6)
-        ivs = []
-        for i in range(n):
-            s = rng.randint(0, 3)
-            # equal sizes and lifetimes are common here, to exercise symmetry pruning
-            ivs.append(Interval(f"b{i}", s, s + rng.randint(1, 3), rng.choice([2, 2, 3, 4])))
+    # equal sizes and lifetimes are common here, to exercise symmetry pruning
+    for ivs in small_instances(11, 60, [2, 2, 3, 4], latest_start=3):
         best = brute_force_peak(ivs)
         problem = Problem(ivs)
         deadline = time.perf_counter() + 30
@@ -256,49 +257,32 @@ def test_each_search_strategy_alone_decides_correctly(strategies):
 
 @pytest.mark.parametrize("skyline", [True, False])
 def test_hole_search_decides_correctly_with_either_candidate_order(skyline):
-    rng = random.Random(5 + skyline)
-    for _ in range(40):
-        n = rng.randint(2, 6)
-        ivs = []
-        for i in range(n):
-            s = rng.randint(0, 4)
-            ivs.append(Interval(f"b{i}", s, s + rng.randint(1, 3), rng.choice([2, 3, 3, 5])))
-        best = brute_force_peak(ivs)
-        problem = Problem(ivs)
-        far = time.perf_counter() + 30
-        for capacity, fits in ((best - 1, False), (best, True)):
-            search = Search(problem, capacity, far)
-            local = search.run(search.ranks[0], 10**6, True, skyline=skyline)
-            assert (local is not None) == fits, ivs
-            if fits:
-                offsets = [0] * problem.n
-                for k, g in enumerate(search.glob):
-                    offsets[g] = local[k]
-                assert check_plan(ivs, problem.offsets_dict(offsets), capacity=best) == []
+    for ivs in small_instances(5 + skyline, 40, [2, 3, 3, 5]):
+        assert_hole_search_decides(ivs, skyline=skyline)
+
+
+def assert_hole_search_decides(ivs, **run_options):
+    """One hole search finds no plan one byte below the brute-force optimum and a valid
+    plan at it."""
+    best = brute_force_peak(ivs)
+    problem = Problem(ivs)
+    far = time.perf_counter() + 30
+    for capacity, fits in ((best - 1, False), (best, True)):
+        search = Search(problem, capacity, far)
+        local = search.run(search.ranks[0], 10**6, True, **run_options)
+        assert (local is not None) == fits, ivs
+        if fits:
+            offsets = [0] * problem.n
+            for k, g in enumerate(search.glob):
+                offsets[g] = local[k]
+            assert check_plan(ivs, problem.offsets_dict(offsets), capacity=best) == []
 
 
 @pytest.mark.parametrize("energy", [True, False])
 def test_hole_search_decides_correctly_with_and_without_energy_check(energy, monkeypatch):
     monkeypatch.setattr(Search, "energy", energy)
-    rng = random.Random(11 + energy)
-    for _ in range(40):
-        n = rng.randint(3, 7)
-        ivs = []
-        for i in range(n):
-            s = rng.randint(0, 4)
-            ivs.append(Interval(f"b{i}", s, s + rng.randint(1, 3), rng.choice([1, 2, 3, 5])))
-        best = brute_force_peak(ivs)
-        problem = Problem(ivs)
-        far = time.perf_counter() + 30
-        for capacity, fits in ((best - 1, False), (best, True)):
-            search = Search(problem, capacity, far)
-            local = search.run(search.ranks[0], 10**6, True)
-            assert (local is not None) == fits, ivs
-            if fits:
-                offsets = [0] * problem.n
-                for k, g in enumerate(search.glob):
-                    offsets[g] = local[k]
-                assert check_plan(ivs, problem.offsets_dict(offsets), capacity=best) == []
+    for ivs in small_instances(11 + energy, 40, [1, 2, 3, 5], n=(3, 7)):
+        assert_hole_search_decides(ivs)
 
 
 def test_energy_check_prunes_on_tight_instances(monkeypatch):
@@ -326,12 +310,7 @@ def test_granule_is_the_size_gcd_when_alignments_divide_it():
 @pytest.mark.parametrize("alignment", [1, 2, 4])
 def test_exact_is_optimal_on_coarse_sizes(alignment):
     # sizes with a common factor: the search rounds capacities to it; proofs must hold
-    rng = random.Random(alignment)
-    for _ in range(25):
-        ivs = []
-        for i in range(rng.randint(2, 6)):
-            s = rng.randint(0, 3)
-            ivs.append(Interval(f"b{i}", s, s + rng.randint(1, 3), 6 * rng.randint(1, 4)))
+    for ivs in small_instances(alignment, 25, [6, 12, 18, 24], latest_start=3):
         plan = plan_intervals(ivs, "exact", alignment=alignment, time_budget=10.0)
         assert check_plan(ivs, plan.offsets, alignment=alignment) == []
         if alignment == 1 or 6 % alignment == 0:

@@ -35,6 +35,7 @@ from palimpsest.passes.pass_manager import PassManager, parse_pipeline  # noqa: 
 from palimpsest.tools import onnx_import  # noqa: E402
 
 import example_models  # noqa: E402  (test/unit, on sys.path: conftest.py)
+from ir_checks import reparsed  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -45,14 +46,7 @@ M = example_models.load()
 
 # -- helpers ------------------------------------------------------------------------------------
 
-def ort_run(model, feeds: dict) -> dict:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    return dict(zip(names, session.run(None, feeds)))
+ort_run = example_models.onnxruntime_run
 
 
 def assert_matches(actual: dict, expected: dict, what: str) -> None:
@@ -95,10 +89,7 @@ def import_and_round_trip(model, tmp_path: Path):
 
     # Round trip with the weights inline in the text.
     text = print_ir(module)
-    again = parse(text, "inline.pal")
-    verify(again)
-    assert first_difference(module, again) is None, first_difference(module, again)
-    assert print_ir(again) == text
+    reparsed(module, "inline.pal")
 
     # palimpsest-import writes the same text, with the weights in model.pal.weights.bin.
     pal = tmp_path / "model.pal"

@@ -8,22 +8,19 @@ checked in test/lit/tools/shape-option.pal."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
+from example_models import benchmark_module
 from palimpsest.backends.binding import (
     BindingError, find_function, shaped_input_type, specialize_inputs,
 )
 from palimpsest.ir.types import TensorType
 from palimpsest.tools import onnx_import, opt, plan
 from palimpsest.tools.cli import UserError, parse_bounds, parse_shapes
-
-ROOT = Path(__file__).resolve().parents[2]
 
 GRAPH = """
 func.func @main(%x: tensor<?x3x?x?xf32>) -> tensor<?x4x?x?xf32> {
@@ -194,14 +191,7 @@ def test_dynamic_onnx_model_plans_with_shape(tmp_path, capsys):
 # -- a real model of the corpus -------------------------------------------------------------
 
 def _fetch():
-    spec = importlib.util.spec_from_file_location("palimpsest_fetch_models",
-                                                  ROOT / "benchmarks" / "fetch_models.py")
-    module = sys.modules.get(spec.name)
-    if module is None:
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-    return module
+    return benchmark_module("fetch_models")
 
 
 def test_paddleocr_detector_exports_a_c_header_with_shape(tmp_path, capsys):
