@@ -27,14 +27,17 @@ Algorithms, each returning a :class:`Schedule`:
   bytes net), `dfs_schedule` (post-order DFS visiting first the operands with the most
   other users, then the biggest subgraphs) and `post_order` (post-order DFS in operand
   order);
-- `exact_schedule`: branch and bound over scheduled sets (the live bytes after a set
-  do not depend on its order, so a set reached again with no lower peak is pruned),
-  with divide-and-conquer at cut points (a node every other node is an ancestor or a
-  descendant of: every order puts it at the same place, so the parts between them are
-  solved apart, and a chain costs nothing), a reduction (a ready node that frees at
-  least what it allocates and stays within the peak reached is scheduled at once), a
-  lower bound per node (the bytes that must be live while it runs in any order: when a
-  schedule reaches it, it is proven minimal), and a time budget;
+- `exact_schedule`: divide-and-conquer at cut points (a node every other node is an
+  ancestor or a descendant of: every order puts it at the same place, so the parts
+  between them are solved apart, and a chain costs nothing); in each part, windows of
+  the best order around its peaks re-ordered exactly (fast, large gains on long parts),
+  then descending thresholds: is there an order whose peak stays below the best one? —
+  a depth-first search over scheduled sets (the live bytes after a set do not depend on
+  its order) that keeps the sets from which no completion stays below (dead for every
+  lower threshold too) and runs at once any ready node that frees at least what it
+  allocates and stays below; "no" proves the best minimal. A lower bound per node (the
+  bytes live while it runs in any order) proves it earlier when reached; a time budget
+  bounds the whole;
 - `schedule(problem, "auto")`: the best of all of them, `proven` when the exact
   search finished (or the bound was reached). Ties keep the earlier candidate, file
   order first, so an order is changed only for a strictly lower peak.
@@ -358,6 +361,10 @@ class _Timeout(Exception):
     pass
 
 
+class _Limit(Exception):
+    pass
+
+
 def exact_schedule(problem: ScheduleProblem, time_budget: float = 1.0,
                    upper: Schedule | None = None) -> Schedule:
     """The least-peak order, proven when the search ends within `time_budget` seconds
@@ -411,103 +418,257 @@ def exact_schedule(problem: ScheduleProblem, time_budget: float = 1.0,
 
 
 def _search_segment(p, state, segment, seed, bounds, floor, deadline):
-    """Branch and bound over the orders of `segment` (every node before it scheduled
-    in `state`). Returns (best order, whether it is proven minimal for the segment)."""
-    index = {v: i for i, v in enumerate(segment)}
-    members = set(segment)
-    local_preds = [[index[u] for u in p.preds[v] if u in members] for v in segment]
-    local_succs = [[index[w] for w in p.succs[v] if w in members] for v in segment]
-    m = len(segment)
-    full = (1 << m) - 1
+    """The least-peak order of `segment` (every node before it scheduled in `state`).
+    First windows of the seed order are re-ordered around its peaks
+    (:func:`_improve_windows`, fast, a share of the time), then by descending
+    thresholds: find an order whose peak is below the best one so far, until none exists
+    (proven) or the best reaches `floor` (no lower whole peak is possible). Returns
+    (best order, whether it is proven minimal for the whole problem's purpose)."""
+    level = max(floor, max(bounds[v] for v in segment), 0)
+    best_order = list(seed)
+    if len(segment) > _WINDOWS[0]:
+        now = time.perf_counter()
+        share = 0.5 if len(segment) > _WHOLE else 0.25
+        best_order = _improve_windows(p, state, best_order, level,
+                                      now + (deadline - now) * share)
+    search = _Threshold(p, state, segment)
+    best = search.peak_of(best_order)
+    while best > level:
+        try:
+            found = search.below(best, deadline)
+        except _Timeout:
+            return best_order, False
+        if found is None:
+            return best_order, True
+        peak = search.peak_of(found)
+        if peak >= best:  # (cannot happen: every node of it ran below `best`)
+            return best_order, False
+        best_order, best = found, peak
+    return best_order, True
 
-    def cost_of(order_ids):
-        peak = 0
-        for v in order_ids:
-            peak = max(peak, state.during(v))
-            state.apply(v)
-        for v in reversed(order_ids):
-            state.undo(v)
+
+_WHOLE = 300        # a longer segment gives its windows half the time, not a quarter
+_WINDOWS = (40, 80, 160)  # window widths around a peak, tried in turn
+_WINDOW_LIMIT = 30000     # sets one window's search may visit
+
+
+def _improve_windows(p, state, order, level, deadline):
+    """Lower the peak of `order` (a segment's, run from `state`) by re-ordering windows
+    around its peaks: the nodes of a window of a valid order can run in any valid order
+    of their own between the same prefix and suffix, which then see the same live
+    bytes, so a window whose own peak drops below the order's peak removes the peaks in
+    it and changes nothing else. When no window lowers a peak, the order is returned."""
+    order = list(order)
+    while time.perf_counter() < deadline:
+        profile = []
+        probe = _Snapshot(state)
+        for v in order:
+            profile.append(probe.state.during(v))
+            probe.state.apply(v)
+        probe.restore()
+        peak = max(profile)
+        if peak <= level:
+            return order
+        improved = False
+        for k in [i for i, d in enumerate(profile) if d == peak]:
+            if profile[k] < peak:
+                continue  # (already lowered by an earlier window)
+            for width in _WINDOWS:
+                start = max(0, k - width // 2)
+                window = order[start:start + width]
+                snapshot = _Snapshot(state)
+                for v in order[:start]:
+                    snapshot.state.apply(v)
+                try:
+                    search = _Threshold(p, snapshot.state, window)
+                    found = search.below(peak, deadline, _WINDOW_LIMIT)
+                except (_Timeout, _Limit):
+                    found = None
+                finally:
+                    snapshot.restore()
+                if time.perf_counter() > deadline:
+                    return order
+                if found is not None:
+                    order[start:start + len(window)] = found
+                    for i in range(start, start + len(window)):
+                        profile[i] = min(profile[i], peak - 1)  # (recomputed next round)
+                    improved = True
+                    break
+        if not improved:
+            return order
+    return order
+
+
+class _Snapshot:
+    """`state` with a way back: what is applied to `.state` is undone by `restore`."""
+
+    def __init__(self, state):
+        self.state = state
+        self.live = state.live
+        self.remaining = dict(state.remaining)
+
+    def restore(self):
+        self.state.live = self.live
+        self.state.remaining = self.remaining
+
+
+class _Threshold:
+    """Is there an order of `segment` whose peak stays below a threshold? A depth-first
+    search over scheduled sets (the live bytes after a set do not depend on its order):
+
+    - a set from which no completion stays below a threshold stays dead for every lower
+      one, so the dead sets are kept from one threshold to the next;
+    - a ready node that runs below the threshold and frees at least what it allocates is
+      scheduled at once, without branching (moved to the front of any order that stays
+      below, it raises no other node's live bytes);
+    - the other ready nodes are tried freeing the most first, then the least live bytes
+      while they run."""
+
+    def __init__(self, p, state, segment):
+        self.segment = segment
+        self.position = index = {v: i for i, v in enumerate(segment)}
+        members = set(segment)
+        self.succs = [[index[w] for w in p.succs[v] if w in members] for v in segment]
+        self.preds_count = [sum(1 for u in p.preds[v] if u in members) for v in segment]
+        ids: dict = {}
+
+        def sid(s):
+            found = ids.get(s)
+            if found is None:
+                found = ids[s] = len(ids)
+            return found
+
+        sizes = p.sizes
+        self.alloc, self.persist, self.work, self.uses, self.inplace = [], [], [], [], []
+        for v in segment:
+            self.alloc.append(sum(sizes.get(s, 0) for s in p.allocs[v]))
+            self.persist.append(sum(sizes.get(s, 0) for s in p.allocs[v]
+                                    if s in p.pinned or p.users.get(s)))
+            self.work.append(p.workspace[v])
+            self.uses.append([sid(s) for s in p.uses[v] if s not in p.pinned])
+            self.inplace.append([(nbytes, [sid(c) for c in candidates
+                                           if c in p.uses[v] and c not in p.pinned])
+                                 for nbytes, candidates in p.inplace[v]])
+        self.size = [0] * len(ids)
+        self.initial_remaining = [0] * len(ids)
+        for s, k in ids.items():
+            self.size[k] = sizes.get(s, 0)
+            self.initial_remaining[k] = state.remaining.get(s, 0)
+        self.initial_live = state.live
+        self.dead: set = set()
+
+    def peak_of(self, order) -> int:
+        remaining = list(self.initial_remaining)
+        live, peak = self.initial_live, 0
+        for v in order:
+            i = self.position[v]
+            peak = max(peak, self._during(i, live, remaining))
+            live += self._delta(i, remaining)
+            for s in self.uses[i]:
+                remaining[s] -= 1
         return peak
 
-    best_order = list(seed)
-    best = cost_of(best_order)
-    segment_floor = max(bounds[v] for v in segment)
-    if best <= max(segment_floor, 0):
-        return best_order, True
-    by_bound = sorted(range(m), key=lambda i: -bounds[segment[i]])
-    seen: dict = {}
-    waiting = [len(ps) for ps in local_preds]
-    path: list = []
-    counter = [0]
+    def _during(self, i, live, remaining):
+        cost = live + self.work[i] + self.alloc[i]
+        for nbytes, candidates in self.inplace[i]:
+            for c in candidates:
+                if remaining[c] == 1:
+                    cost -= nbytes
+                    break
+        return cost
 
-    def remaining_bound(mask):
-        for i in by_bound:
-            if not (mask >> i) & 1:
-                return bounds[segment[i]]
-        return 0
+    def _delta(self, i, remaining):
+        change = self.persist[i]
+        size = self.size
+        for s in self.uses[i]:
+            if remaining[s] == 1:
+                change -= size[s]
+        return change
 
-    def visit(mask, prefix, ready):
-        nonlocal best, best_order
-        if best <= floor:
-            return  # no order of this segment can lower the whole peak any more
-        counter[0] += 1
-        if counter[0] & 255 == 0 and time.perf_counter() > deadline:
-            raise _Timeout
-        if mask == full:
-            if prefix < best:
-                best, best_order = prefix, [segment[i] for i in path]
-            return
-        if max(prefix, remaining_bound(mask)) >= best:
-            return
-        known = seen.get(mask)
-        if known is not None and known <= prefix:
-            return
-        seen[mask] = prefix
-        # reduction: a ready node that frees at least what it allocates and stays within
-        # the peak any completion reaches anyway is scheduled now, without branching
-        level = max(prefix, floor)
-        options = []
-        for i in ready:
-            v = segment[i]
-            during = state.during(v)
-            if during <= level and state.delta(v) <= 0:
-                options = [(during, state.delta(v), i)]
-                break
-            options.append((during, state.delta(v), i))
-        else:
-            options.sort()
-        for during, _, i in options:
-            peak = max(prefix, during)
-            if peak >= best:
-                continue
-            v = segment[i]
-            state.apply(v)
-            path.append(i)
-            next_ready = [j for j in ready if j != i]
-            for j in local_succs[i]:
-                waiting[j] -= 1
-                if not waiting[j]:
-                    next_ready.append(j)
-            try:
-                visit(mask | (1 << i), peak, next_ready)
-            finally:
-                for j in local_succs[i]:
+    def below(self, threshold, deadline, limit=None):
+        """An order (of the segment's nodes) whose peak is below `threshold`, or None
+        when there is none; raises _Timeout past `deadline`, _Limit past `limit` sets
+        (the dead sets found stay valid)."""
+        m = len(self.segment)
+        full = (1 << m) - 1
+        dead = self.dead
+        remaining = list(self.initial_remaining)
+        waiting = list(self.preds_count)
+        succs, uses, size = self.succs, self.uses, self.size
+        path = []
+        counter = [0]
+        live = [self.initial_live]
+
+        base = [w + a for w, a in zip(self.work, self.alloc)]
+        persist = self.persist
+        inplace = [entries or None for entries in self.inplace]
+
+        def visit(mask, ready):
+            if mask == full:
+                return True
+            if mask in dead:
+                return False
+            counter[0] += 1
+            if counter[0] & 255 == 0:
+                if time.perf_counter() > deadline:
+                    raise _Timeout
+                if limit is not None and counter[0] > limit:
+                    raise _Limit
+            now = live[0]
+            options = []
+            for i in ready:
+                during = now + base[i]
+                entries = inplace[i]
+                if entries is not None:
+                    for nbytes, candidates in entries:
+                        for c in candidates:
+                            if remaining[c] == 1:
+                                during -= nbytes
+                                break
+                if during >= threshold:
+                    continue
+                change = persist[i]
+                for s in uses[i]:
+                    if remaining[s] == 1:
+                        change -= size[s]
+                if change <= 0:
+                    options = [(change, during, i)]
+                    break
+                options.append((change, during, i))
+            else:
+                options.sort()
+            for change, _, i in options:
+                live[0] = now + change
+                for s in uses[i]:
+                    remaining[s] -= 1
+                path.append(i)
+                next_ready = [j for j in ready if j != i]
+                for j in succs[i]:
+                    waiting[j] -= 1
+                    if not waiting[j]:
+                        next_ready.append(j)
+                found = visit(mask | (1 << i), next_ready)
+                for j in succs[i]:
                     waiting[j] += 1
+                if found:
+                    return True
                 path.pop()
-                state.undo(v)
+                for s in uses[i]:
+                    remaining[s] += 1
+                live[0] = now
+            dead.add(mask)
+            return False
 
-    import sys
+        import sys
 
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 4 * m + 1000))
-    try:
-        visit(0, 0, [i for i in range(m) if not waiting[i]])
-        complete = True
-    except _Timeout:
-        complete = False
-    finally:
-        sys.setrecursionlimit(limit)
-    return best_order, complete
+        recursion = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(recursion, 4 * m + 1000))
+        try:
+            if visit(0, [i for i in range(m) if not waiting[i]]):
+                return [self.segment[i] for i in path]
+            return None
+        finally:
+            sys.setrecursionlimit(recursion)
 
 
 # ---------------------------------------------------------------------------- driver

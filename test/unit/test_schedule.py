@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from example_models import benchmark_module
+from example_models import assert_session_matches_onnxruntime, benchmark_module, corpus_model
 from palimpsest.passes.planners.schedule import (
     SCHEDULERS, ScheduleProblem, cut_points, exact_schedule, is_valid_order, lower_bound,
     peak_of, schedule,
@@ -273,32 +273,14 @@ def test_reordered_corpus_model_matches_onnxruntime_with_poison():
     # whose graph-level order the default pipeline changes: run with poisoning on (every
     # arena byte not yet written is NaN), twice (the second run reuses the plan), against
     # onnxruntime
-    np = pytest.importorskip("numpy")
+    pytest.importorskip("numpy")
     pytest.importorskip("onnx")
-    ort = pytest.importorskip("onnxruntime")
-    from palimpsest.backends.numpy.session import Session
+    pytest.importorskip("onnxruntime")
     from palimpsest.passes.schedule_for_memory import schedules_of
 
-    fetch = benchmark_module("fetch_models")
     name = "silero_vad_openvino"
-    entry = fetch.corpus()[name]
-    try:
-        path = fetch.model_path(name, entry)
-    except (fetch.FetchError, OSError) as error:
-        pytest.skip(f"cannot fetch {entry['package']}=={entry['version']}: {error}")
-    feeds = fetch.inputs_for(entry)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    reference = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    names = [o.name for o in reference.get_outputs()]
-    want = reference.run(names, feeds)
-    session = Session(str(path), poison=True)
-    for _ in range(2):
-        got = session.run(feeds)
-        for output, expected in zip(names, want):
-            scale = max(float(np.max(np.abs(expected))), 1e-12)
-            worst = float(np.max(np.abs(got[output].astype(np.float64) - expected))) / scale
-            assert worst <= 1e-4, f"{name}: output {output} differs by {worst:.2e}"
+    path, feeds = corpus_model(name)
+    session = assert_session_matches_onnxruntime(path, feeds, name)
     (plan,) = session._cache.values()
     graph_level = schedules_of(plan.func)[0]
     assert graph_level.level == "graph" and graph_level.reordered, \
