@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.bound_rules import broadcast_upper
-from palimpsest.dialects.kernel_base import KernelOp, _int, is_float, is_numeric
+from palimpsest.dialects.kernel_base import KernelOp, _int, _times, is_float, is_numeric
 from palimpsest.ir import attributes as A
 from palimpsest.ir.opdef import PropDef, register_op
 
@@ -212,6 +212,11 @@ def _epilogue_problem(in_types, config) -> str | None:
     return None
 
 
+# The most elements of an epilogue's scratch (f32: 256 KiB, within L2: a block of the out
+# goes through every step while in cache)
+EPILOGUE_CHUNK = 1 << 16
+
+
 class Epilogue:
     """A fused epilogue, declared once for the kernels that have one (`kernel.conv2d`,
     `kernel.matmul`): elementwise steps (the `kernel.elementwise` step table, `STEPS`)
@@ -227,8 +232,13 @@ class Epilogue:
     exactly once (a linear chain, as in `kernel.elementwise`), the data operand for
     unary, clip and batch_norm steps. Every step keeps the product's shape (an epilogue
     never broadcasts the result wider). `epilogue_props` holds each step's graph
-    properties. A step that needs scratch (leaky_relu, hard_swish, prelu, ...) gets an
-    `epilogue` workspace of the out's shape.
+    properties. A step that needs scratch (leaky_relu, hard_swish, prelu, ...) uses the
+    kernel's largest own workspace (a conv's im2col or padded image: dead once the
+    product is made) when one holds the out's element count up to `EPILOGUE_CHUNK`, and
+    otherwise gets an `epilogue` workspace of that many elements, 1-D (a backend that
+    computes in place through whole-array steps, numpy, runs the chain a block of the
+    out at a time through it; a scratch of its own, live beside the kernel's workspaces,
+    grew the arena).
 
     A kernel class mixes this in first and declares its own rules as `core_check`,
     `core_result_shapes`, `core_workspace_roles`, `core_workspace_shape` and `core_arity`
@@ -285,15 +295,36 @@ class Epilogue:
     @classmethod
     def workspace_roles(cls, in_types, config):
         k = config["epilogue_ins"] or 0
-        roles = list(cls.core_workspace_roles(in_types[:len(in_types) - k], config))
-        if any(STEPS.get(s, (0, 0, False))[2] for s in config["epilogue"] or ()):
+        core = in_types[:len(in_types) - k]
+        roles = list(cls.core_workspace_roles(core, config))
+        if any(STEPS.get(s, (0, 0, False))[2] for s in config["epilogue"] or ()) \
+                and not cls.scratch_in_core(roles, in_types, config):
             roles.append("epilogue")
         return roles
 
     @classmethod
+    def scratch_in_core(cls, roles, in_types, config) -> bool:
+        """Whether one of the kernel's own workspaces (dead once the product is made)
+        holds the epilogue's scratch, so it needs none of its own: at static shapes, one
+        of at least the `epilogue` workspace's elements."""
+        shapes = [tuple(t.shape) for t in in_types]
+        if any(d is None for shape in shapes for d in shape):
+            return False
+        need = cls.workspace_shape("epilogue", shapes, config)[0]
+        k = config["epilogue_ins"] or 0
+        for role in roles:
+            shape = cls.core_workspace_shape(role, shapes[:len(shapes) - k], config)
+            size = _times(*shape) if shape else 1
+            if size is not None and size >= need:
+                return True
+        return False
+
+    @classmethod
     def workspace_shape(cls, role, in_shapes, config):
         if role == "epilogue":
-            return cls.result_shapes(in_shapes, config)[0]
+            out = cls.result_shapes(in_shapes, config)[0]
+            size = None if out is None else _times(*out) if out else 1
+            return (EPILOGUE_CHUNK if size is None else min(size, EPILOGUE_CHUNK),)
         k = config.get("epilogue_ins") or 0
         return cls.core_workspace_shape(role, list(in_shapes[:len(in_shapes) - k]), config)
 

@@ -9,7 +9,8 @@ import numpy as np
 
 from palimpsest.backends.numpy.kernel_ops import (
     _scalar, _view_as, config_of, impl, workspaces_by_role)
-from palimpsest.backends.numpy.kernel_ops_elementwise import core_inputs, run_epilogue
+from palimpsest.backends.numpy.kernel_ops_elementwise import (
+    core_inputs, epilogue_scratch, run_epilogue)
 from palimpsest.dialects import kernel as K
 
 
@@ -73,7 +74,7 @@ def conv2d(op, inputs, outputs, workspaces):
     padded, cols = ws.get("padded"), ws.get("im2col")
     if K.Conv2dOp.is_depthwise(w.shape, config):
         _depthwise(x, w, bias, y, padded, cols, (top, left), (sh, sw), (dh, dw))
-        run_epilogue(config, inputs, y, ws.get("epilogue"))
+        run_epilogue(config, inputs, y, epilogue_scratch(ws))
         return
     if cols is None:  # 1x1, stride 1, no pads: the image is the matrix
         for image in range(n):
@@ -120,7 +121,7 @@ def conv2d(op, inputs, outputs, workspaces):
                           out=target[:, :, r0 * wo:(r0 + rows) * wo])
     if bias is not None:
         np.add(y, bias.reshape(1, m, 1, 1), out=y)
-    run_epilogue(config, inputs, y, ws.get("epilogue"))
+    run_epilogue(config, inputs, y, epilogue_scratch(ws))
 
 
 def _tap_range(size, offset, stride, begin, out):

@@ -337,15 +337,64 @@ def elementwise(op, inputs, outputs, workspaces):
 
 def run_epilogue(config: dict, inputs: list, y: np.ndarray, scratch) -> None:
     """A kernel's fused epilogue (dialects/kernel_elementwise.py, `Epilogue`) on its
-    result `y`, in place: every step computed into Y, as `kernel.elementwise` does."""
+    result `y`, in place: every step computed into Y, as `kernel.elementwise` does. When
+    a step needs scratch and the 1-D `scratch` is smaller than Y (the `epilogue`
+    workspace holds at most EPILOGUE_CHUNK elements), the chain runs a block of Y at a
+    time: the trailing dims whole, a range of the axis before them, each in read at the
+    block of its broadcast to Y's shape (a batch_norm step's per-channel ins at the
+    block's channels)."""
+    from palimpsest.dialects.kernel_elementwise import STEPS
+
     steps = config.get("epilogue")
-    if not steps:
+    if not steps or not y.size:
         return
     n = len(inputs)
     props = config["epilogue_props"] or [{}] * len(steps)
-    for name, refs, step_props in zip(steps, config["epilogue_wiring"], props):
-        args = [y if r >= n else inputs[r] for r in refs]
-        STEP_IMPLS[name](name, args, y, step_props, scratch)
+    wiring = config["epilogue_wiring"]
+    if not any(STEPS[name][2] for name in steps):
+        scratch = None
+    if scratch is None or scratch.size >= y.size:
+        if scratch is not None:
+            scratch = scratch.reshape(-1)[:y.size].reshape(y.shape)
+        for name, refs, step_props in zip(steps, wiring, props):
+            args = [y if r >= n else inputs[r] for r in refs]
+            STEP_IMPLS[name](name, args, y, step_props, scratch)
+        return
+    shape = y.shape
+    axis, inner = len(shape), 1   # blocks: a range of `axis`, the dims after it whole
+    while axis > 0 and inner * shape[axis - 1] <= scratch.size:
+        axis -= 1
+        inner *= shape[axis]
+    axis -= 1                     # (>= 0: Y is larger than the scratch)
+    rows = max(1, scratch.size // inner)
+    wide = {r: np.broadcast_to(inputs[r], shape) for name, refs in zip(steps, wiring)
+            if name != "graph.batch_norm" for r in refs if r < n}
+    flat = scratch.reshape(-1)
+    for outer in np.ndindex(*shape[:axis]):
+        for start in range(0, shape[axis], rows):
+            # (every dim kept, so a step sees the rank and channel axis of Y)
+            at = tuple(slice(i, i + 1) for i in outer) + (
+                slice(start, min(start + rows, shape[axis])),)
+            block = y[at]
+            room = flat[:block.size].reshape(block.shape)
+            for name, refs, step_props in zip(steps, wiring, props):
+                if name == "graph.batch_norm":
+                    channels = at[1] if len(at) > 1 else slice(None)
+                    args = [block if r >= n else inputs[r] if not position
+                            else inputs[r][channels] for position, r in enumerate(refs)]
+                else:
+                    args = [block if r >= n else wide[r][at] for r in refs]
+                STEP_IMPLS[name](name, args, block, step_props, room)
+
+
+def epilogue_scratch(by_role: dict):
+    """The scratch of a kernel's epilogue: its `epilogue` workspace, else (the dialect
+    declares none when one suffices) the largest of the kernel's own, flat."""
+    if "epilogue" in by_role:
+        return by_role["epilogue"]
+    if not by_role:
+        return None
+    return max(by_role.values(), key=lambda a: a.size).reshape(-1)
 
 
 def core_inputs(config: dict, inputs: list) -> list:

@@ -27,7 +27,7 @@ from palimpsest.dialects.graph.from_onnx import import_onnx  # noqa: E402
 from palimpsest.passes.pass_manager import PassManager, parse_pipeline  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from opencl_support import compare_backends, requires_opencl  # noqa: E402
+from opencl_support import UNAVAILABLE, compare_backends, requires_opencl  # noqa: E402,E501
 
 PIPELINE = "infer-shapes,canonicalize,bufferize,lower-to-kernels{fuse-epilogues=%s}," \
            "insert-deallocs,plan-memory"
@@ -277,6 +277,78 @@ def test_gemm_forms_opencl(form):
     _check_opencl(model, feeds, "kernel.matmul")
 
 
+@pytest.mark.parametrize("scratch", [1, 7, 96, 97, 1000, 8 * 9 * 10 - 1])
+def test_numpy_epilogue_in_blocks(scratch):
+    """A scratch smaller than the out (the `epilogue` workspace holds at most
+    EPILOGUE_CHUNK elements): the chain runs a block at a time, per-channel and
+    full-shape ins read at the block, the same numbers as the whole out at once."""
+    from palimpsest.backends.numpy.kernel_ops_elementwise import run_epilogue
+
+    rng = np.random.default_rng(12)
+    product = rng.standard_normal((2, 8, 9, 10)).astype(np.float32)
+    slope = rng.standard_normal((8, 1, 1)).astype(np.float32)
+    residual = rng.standard_normal((2, 8, 9, 10)).astype(np.float32)
+    bias = rng.standard_normal((8, 1, 1)).astype(np.float32)
+    inputs = [None, None, bias, slope, residual]      # (the kernel's own ins unused here)
+    config = {"epilogue": ["graph.add", "graph.prelu", "graph.hard_swish", "graph.add",
+                           "graph.gelu"],
+              "epilogue_wiring": [[5, 2], [6, 3], [7], [8, 4], [9]],
+              "epilogue_props": [{}, {}, {}, {}, {"approximate": "tanh"}]}
+    whole = product.copy()
+    run_epilogue(config, inputs, whole, np.empty(whole.size, np.float32))
+    blocks = product.copy()
+    run_epilogue(config, inputs, blocks, np.full(scratch, np.nan, np.float32))
+    np.testing.assert_array_equal(blocks, whole)
+    x = product + bias
+    x = np.where(x < 0, slope * x, x)
+    x = x * np.clip(x / 6 + 0.5, 0, 1) + residual
+    x = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    np.testing.assert_allclose(whole, x, rtol=1e-5, atol=1e-6)
+    # a batch_norm step (per-channel ins along axis 1), then leaky_relu (needs scratch)
+    stats = [rng.standard_normal(8).astype(np.float32) for _ in range(3)] + [
+        rng.random(8).astype(np.float32) + 0.5]
+    config = {"epilogue": ["graph.batch_norm", "graph.leaky_relu"],
+              "epilogue_wiring": [[6, 2, 3, 4, 5], [7]],
+              "epilogue_props": [{"epsilon": 1e-3}, {"alpha": 0.1}]}
+    inputs = [None, None] + stats
+    whole, blocks = product.copy(), product.copy()
+    run_epilogue(config, inputs, whole, np.empty(whole.size, np.float32))
+    run_epilogue(config, inputs, blocks, np.full(scratch, np.nan, np.float32))
+    np.testing.assert_array_equal(blocks, whole)
+    scale, bias, mean, var = (a.reshape(8, 1, 1) for a in stats)
+    x = (product - mean) / np.sqrt(var + 1e-3) * scale + bias
+    np.testing.assert_allclose(whole, np.where(x < 0, 0.1 * x, x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kernel", [1, 3])
+def test_large_conv_epilogue_scratch(kernel):
+    """A conv whose out (1x8x96x96) is larger than EPILOGUE_CHUNK, with a step that
+    needs scratch: a 1x1 conv has no workspace of its own, so the epilogue gets one of
+    EPILOGUE_CHUNK elements and runs in blocks; a 3x3 conv's im2col is dead once the
+    product is made and serves as the scratch (no workspace added). Both backends match
+    the reference and onnxruntime."""
+    from palimpsest.dialects.kernel_elementwise import EPILOGUE_CHUNK
+
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((1, 8, 96, 96)).astype(np.float32)
+    constants = {"w": rng.standard_normal((8, 8, kernel, kernel)).astype(np.float32) * 0.3,
+                 "b": rng.standard_normal(8).astype(np.float32)}
+    nodes = [("Conv", ["x", "w", "b"], "c", {"pads": [kernel // 2] * 4}),
+             ("HardSwish", ["c"], "a", {}), ("Add", ["a", "x"], "y", {})]
+    model, feeds = _model(nodes, {"x": x}, constants), {"x": x}
+    module = _lowered(model, stop="=true}")
+    (conv,) = _kernels(module, "kernel.conv2d")
+    roles = [w.name_hint.rsplit("_", 1)[-1] for w in conv.workspaces]
+    if kernel == 1:
+        assert roles == ["epilogue"]
+        assert tuple(conv.workspaces[0].type.shape) == (EPILOGUE_CHUNK,) < (x.size,)
+    else:
+        assert roles == ["padded", "im2col"]
+    _check_numpy(model, feeds)
+    if UNAVAILABLE is None:
+        _check_opencl(model, feeds, "kernel.conv2d")
+
+
 def test_fold_takes_the_intermediates_out_of_the_plan():
     """Conv -> relu -> + X, bufferized without in-place reuse: with the fold the conv's
     product and the relu's result are no buffers at all, so fewer allocs and a smaller
@@ -346,3 +418,52 @@ def test_epilogue_verifier_errors(parse_text):
             ('epilogue_ins = 1', "need an epilogue")]:
         with pytest.raises(DiagnosticError, match=message):
             verify(parse_text(head + props + tail))
+
+
+# -- prepacked weights --------------------------------------------------------------------------
+
+def fc_model():
+    """A fully-connected layer as PyTorch exports it: Gemm(X, W, B, transB=1), W (out x
+    in) a constant, then relu."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((5, 40)).astype(np.float32)
+    constants = {"w": rng.standard_normal((24, 40)).astype(np.float32) * 0.2,
+                 "bias": rng.standard_normal(24).astype(np.float32)}
+    nodes = [("Gemm", ["x", "w", "bias"], "p", {"transB": 1}), ("Relu", ["p"], "y", {})]
+    return _model(nodes, {"x": x}, constants), {"x": x}, constants["w"]
+
+
+@pytest.mark.parametrize("prepack", [True, False])
+def test_prepacked_weights_are_the_constant(prepack):
+    """With prepack-weights (the default), the matmul reads a constant holding Wᵀ
+    (in x out, row-major) with transB = 0: the layout the GEMM wants, made once at
+    compile time; without it, W and transB = 1. Both give the reference's numbers."""
+    model, feeds, w = fc_model()
+    pipeline = PIPELINE.replace("{fuse-epilogues=%s}", "{prepack-weights=%s}")
+    module = _lowered(model, prepack, pipeline, stop="lower-to-kernels{prepack-weights=%s}"
+                      % ("true" if prepack else "false"))
+    (matmul,) = _kernels(module, "kernel.matmul")
+    b = matmul.ins[1]
+    assert b.op.name == "buffer.constant"
+    packed = b.op.properties["value"].to_numpy()
+    assert matmul.config()["transB"] == (0 if prepack else 1)
+    np.testing.assert_array_equal(packed, w.T if prepack else w)
+    assert packed.flags.c_contiguous
+    assert len(_kernels(module, "buffer.constant")) == 2   # (W or Wᵀ, and B): W went
+    session = Session(import_onnx(model), poison=True,
+                      pipeline=pipeline.replace("%s", "true" if prepack else "false"))
+    for _ in range(2):   # a second run reads the same packed constant
+        _check_against_both(session.run(feeds), model, feeds)
+
+
+@requires_opencl
+def test_prepacked_weights_opencl():
+    """The OpenCL backend reads the packed constant (uploaded once, as every constant):
+    its GEMM loads Wᵀ's rows as vectors; the same numbers as numpy, nothing on the host."""
+    model, feeds, _ = fc_model()
+    _check_opencl(model, feeds, "kernel.matmul")
+    session = Session(import_onnx(model), backend="opencl", poison=True)
+    session.run(feeds)
+    (matmul,) = [op for (op, *_), launches in session.last_plan.executor.launches.items()
+                 if op.name == "kernel.matmul"]
+    assert matmul.config()["transB"] == 0 and matmul.ins[1].op.name == "buffer.constant"
