@@ -8,7 +8,8 @@ The input is MiniMalloc's CSV format (``id,lower,upper,size[,alignment]``, lifet
 half-open ``[lower, upper)``; ``-`` reads standard input). The output is the same
 with an ``offset`` column, written to ``-o`` (standard output when ``-o`` is ``-`` or
 absent). A summary goes to standard error, or to standard output when the plan goes to
-a file. Errors are one line and exit status 1.
+a file. A malformed file is refused with one line, ``palimpsest-plan: error: FILE:LINE:
+message``, and exit status 1 (an internal error: one line and exit status 3).
 
     palimpsest-plan model.pal [--export json|c-header|svg|png] [-o FILE]
                     [--algorithm ...] [--time-budget S] [--inputs-as-activations]
