@@ -158,8 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _csv_main(args) -> int:
     """Plan the intervals of a CSV file (run under run_main: a bug is exit 3, one line)."""
     try:
-        if args.input == "-":
-            intervals = read_csv(sys.stdin)
+        if args.input == "-":  # bytes: the reader decodes them, naming a bad byte's line
+            intervals = read_csv(getattr(sys.stdin, "buffer", sys.stdin))
         else:
             intervals = read_csv(args.input)
         plan = plan_intervals(

@@ -11,13 +11,17 @@ Oracle: exit 0 and OUT holds every input row, as the input spells its numbers, w
 offset that the independent checker (passes/planners/checker.py) accepts; or exit 1 and
 one line, `palimpsest-plan: error: FILE:LINE: ...` with LINE a line of the file (a
 capacity refusal names no line); never exit 3, a traceback, an escaping exception or a hang.
+A few cases also go through standard input of a process of its own, under two locales.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import os
 import re
+import subprocess
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -381,3 +385,29 @@ def test_hand_case(name, data, expected, tmp_path):
     outcome = run_tool(plan.main, [str(tmp_path / "hand.csv")])
     prefix = f"palimpsest-plan: error: {tmp_path / 'hand.csv'}:{line}: "
     assert outcome.stderr.startswith(prefix) and message in outcome.stderr, outcome.stderr
+
+
+# ------------------------------------------------------------------ as a user runs it
+
+STDIN_CASES = [
+    (H.encode() + b"a,0,1,4\nb,3,1,4\n", 1, "palimpsest-plan: error: <stdin>:3: 'b': lower 3"),
+    (H.encode() + b"a,0,1,4\n\xe9,0,1,4\n", 1,
+     "palimpsest-plan: error: <stdin>:3: not UTF-8 text (byte 0xe9 at column 1)"),
+    (b"\xef\xbb\xbf" + H.replace("\n", "\r\n").encode() + b"a,0,1,4\r\n", 0, "peak:"),
+    (b"", 1, "palimpsest-plan: error: <stdin>:1: empty file"),
+]
+
+
+@pytest.mark.parametrize("locale", ["C.UTF-8", "C"])
+def test_stdin_through_a_process(locale):
+    """`palimpsest-plan -` in a process of its own, whatever the locale's encoding: stdin
+    is read as bytes, so a byte that is not UTF-8 is a line's error, not exit 3."""
+    env = {**os.environ, "LC_ALL": locale, "PYTHONIOENCODING": ""}
+    for data, code, first in STDIN_CASES:
+        proc = subprocess.run([sys.executable, "-m", "palimpsest.tools.plan", "-"], input=data,
+                              capture_output=True, timeout=120, env=env)
+        err = proc.stderr.decode("utf-8", "replace")
+        assert proc.returncode == code, (data[:40], err)
+        assert first in err and "Traceback" not in err, (data[:40], err)
+        if code:
+            assert err.count("\n") == 1 and proc.stdout == b"", err
