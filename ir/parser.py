@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import os
+from itertools import chain
 from pathlib import Path
 
 from lark import Lark, Token
@@ -106,7 +107,13 @@ class _Driver:
         state_stack = [self.start_state]
         value_stack: list = []
         token = None
-        for token in self.lexer.tokens(text, 0, len(text), states, state_stack):
+
+        def end():  # $END, at the last token's position, drives the final reductions
+            yield (Token.new_borrow_pos("$END", "", token) if token is not None
+                   else Token("$END", "", 0, 1, 1))
+
+        end_state = self.end_state
+        for token in chain(self.lexer.tokens(text, 0, len(text), states, state_stack), end()):
             kind = token.type
             while True:
                 actions = states[state_stack[-1]]
@@ -127,26 +134,10 @@ class _Driver:
                 else:
                     children = []
                 value_stack.append(callback(children))
-                state_stack.append(states[state_stack[-1]][origin][1])
-        end = Token.new_borrow_pos("$END", "", token) if token is not None else Token("$END", "", 0, 1, 1)
-        while True:
-            actions = states[state_stack[-1]]
-            try:
-                action, argument = actions["$END"]
-            except KeyError:
-                raise UnexpectedToken(end, {s for s in actions if s.isupper()}) from None
-            size, origin, callback = reductions[id(argument)]
-            if size:
-                children = value_stack[-size:]
-                del state_stack[-size:]
-                del value_stack[-size:]
-            else:
-                children = []
-            value_stack.append(callback(children))
-            new_state = states[state_stack[-1]][origin][1]
-            state_stack.append(new_state)
-            if new_state == self.end_state:
-                return value_stack[-1]
+                state = states[state_stack[-1]][origin][1]
+                if state == end_state:  # only $END reduces to it
+                    return value_stack[-1]
+                state_stack.append(state)
 
 
 def _cache_path():
