@@ -58,6 +58,7 @@ class Executor(ExecutorLoop):
         self.infos: dict = {}         # buffer.compute -> ComputeInfo
         self.bound: dict = {}         # output buffer value -> the caller's array (run(outputs=))
         self.pool_views: dict = {}    # memory.arena -> its views' (value, offset, bytes)
+        self.errors_ignored = False   # inside `run`: numpy's floating-point errors ignored
 
     @property
     def arenas(self) -> dict:
@@ -87,8 +88,11 @@ class Executor(ExecutorLoop):
         results as they are (views of this run's arenas, which no later run reuses)."""
         self.bound = {}
         try:
-            return super().run(func, inputs, outputs, copy_outputs)
+            with np.errstate(all="ignore"):   # once per run, not once per kernel
+                self.errors_ignored = True
+                return super().run(func, inputs, outputs, copy_outputs)
         finally:
+            self.errors_ignored = False
             self.bound = {}
 
     def bind_input(self, index: int, array, plan: FunctionPlan):

@@ -128,7 +128,10 @@ def workspaces_by_role(op, workspaces: list) -> dict:
 # -- the executor's hook ---------------------------------------------------------------------
 
 def execute_kernel(executor, op, values: dict) -> None:
-    """Run kernel op `op` with the executor's buffers (`values`)."""
+    """Run kernel op `op` with the executor's buffers (`values`). Per call: the op's info
+    (validated, `_info`), its buffers, the pending ones sized; the floating-point error
+    state set to ignore unless the executor's run set it already (`errors_ignored`: the
+    numpy executor sets it once per run, not once per kernel)."""
     global _RUNNING
     if op.name == "kernel.generic":
         executor._compute(op, values)  # the same operands and properties as buffer.compute
@@ -136,7 +139,6 @@ def execute_kernel(executor, op, values: dict) -> None:
     fn = KERNEL_IMPLS.get(op.name)
     if fn is None:
         raise op.error(f"the numpy backend has no implementation of '{op.name}'")
-    cls = type(op)
     info = _info(op)
     if info.split is None:
         ins, outs, wss = op.ins, op.outs, op.workspaces
@@ -144,29 +146,44 @@ def execute_kernel(executor, op, values: dict) -> None:
         operands = op.operands
         a, b = info.split
         ins, outs, wss = operands[:a], operands[a:b], operands[b:]
-    inputs = [executor._materialized(op, values, v) for v in ins]
+    inputs = [values[v] for v in ins]
     outputs = [values[v] for v in outs]
     workspaces = [values[v] for v in wss]
+    for array in inputs:
+        if type(array) is not _NDARRAY and not isinstance(array, _NDARRAY):
+            inputs = [executor._materialized(op, values, v) for v in ins]
+            break
     try:
-        if not all(isinstance(a, np.ndarray) for a in outputs):
-            shapes = [a.shape for a in inputs]
-            sizes = cls.result_shapes(shapes, info.config)
-            outputs = [a if isinstance(a, np.ndarray) else
-                       executor._materialize(a, _concrete(op, shape), values)
-                       for a, shape in zip(outputs, sizes)]
-        if not all(isinstance(a, np.ndarray) for a in workspaces):
-            shapes = [a.shape for a in inputs]
-            workspaces = [a if isinstance(a, np.ndarray) else executor._materialize(
-                a, _concrete(op, cls.workspace_shape(role, shapes, info.config)), values)
-                for a, role in zip(workspaces, info.roles)]
+        for array in outputs:
+            if type(array) is not _NDARRAY and not isinstance(array, _NDARRAY):
+                cls = type(op)
+                sizes = cls.result_shapes([a.shape for a in inputs], info.config)
+                outputs = [a if isinstance(a, np.ndarray) else
+                           executor._materialize(a, _concrete(op, shape), values)
+                           for a, shape in zip(outputs, sizes)]
+                break
+        for array in workspaces:
+            if type(array) is not _NDARRAY and not isinstance(array, _NDARRAY):
+                cls = type(op)
+                shapes = [a.shape for a in inputs]
+                workspaces = [a if isinstance(a, np.ndarray) else executor._materialize(
+                    a, _concrete(op, cls.workspace_shape(role, shapes, info.config)), values)
+                    for a, role in zip(workspaces, info.roles)]
+                break
         _RUNNING = (op, info)
         try:
-            with np.errstate(all="ignore"):
+            if getattr(executor, "errors_ignored", False):
                 fn(op, inputs, outputs, workspaces)
+            else:
+                with np.errstate(all="ignore"):
+                    fn(op, inputs, outputs, workspaces)
         finally:
             _RUNNING = (None, None)
     except (ValueError, TypeError, IndexError, KeyError, AttributeError) as error:
         raise op.error(f"failed at run time: {error}") from None
+
+
+_NDARRAY = np.ndarray
 
 
 def _concrete(op, shape) -> tuple:
