@@ -25,57 +25,58 @@ def _dtype(code, what):
     return element
 
 
+class _LinearQuantOp(GraphOp):
+    """QuantizeLinear and DequantizeLinear, per tensor, per axis or blocked: y has x's
+    shape, in the element type `result_element` gives. Each declares its scale and zero
+    point (ONNX names them after y and after x)."""
+
+    x = operand(AnyTensor)
+    y = result_def(AnyTensor)
+    axis = int_prop(1)
+    block_size = int_prop(0, check=non_negative)
+    output_dtype = int_prop(0)
+
+    bound_rule = classmethod(B.at_upper)
+
+    @classmethod
+    def rule(cls, args):
+        return [tensor(args.shape("x"), cls.result_element(args))]
+
+
 @register_op
-class QuantizeLinearOp(GraphOp):
+class QuantizeLinearOp(_LinearQuantOp):
     """y = saturate(round(x / y_scale) + y_zero_point), in the zero point's type (or
     output_dtype, default uint8)."""
 
     name = "graph.quantize_linear"
-    x = operand(AnyTensor)
     y_scale = operand(AnyTensor)
     y_zero_point = optional_operand(AnyTensor)
-    y = result_def(AnyTensor)
-    axis = int_prop(1)
-    block_size = int_prop(0, check=non_negative)
-    output_dtype = int_prop(0)
     precision = int_prop(0)
     saturate = int_prop(1, values=(0, 1))
 
-    bound_rule = classmethod(B.at_upper)
-
     @classmethod
-    def rule(cls, args):
+    def result_element(cls, args):
         if args.has("y_zero_point"):
             element = args.element("y_zero_point")
             if args["output_dtype"] and _dtype(args["output_dtype"], "output_dtype") != element:
                 raise ShapeError("output_dtype and the zero point's type differ")
-        elif args["output_dtype"]:
-            element = _dtype(args["output_dtype"], "output_dtype")
-        else:
-            element = ui8
-        return [tensor(args.shape("x"), element)]
+            return element
+        return _dtype(args["output_dtype"], "output_dtype") if args["output_dtype"] else ui8
 
 
 @register_op
-class DequantizeLinearOp(GraphOp):
+class DequantizeLinearOp(_LinearQuantOp):
     """y = (x - x_zero_point) * x_scale, in the scale's type (or output_dtype)."""
 
     name = "graph.dequantize_linear"
-    x = operand(AnyTensor)
     x_scale = operand(AnyTensor)
     x_zero_point = optional_operand(AnyTensor)
-    y = result_def(AnyTensor)
-    axis = int_prop(1)
-    block_size = int_prop(0, check=non_negative)
-    output_dtype = int_prop(0)
-
-    bound_rule = classmethod(B.at_upper)
 
     @classmethod
-    def rule(cls, args):
-        element = (_dtype(args["output_dtype"], "output_dtype") if args["output_dtype"]
-                   else args.element("x_scale"))
-        return [tensor(args.shape("x"), element)]
+    def result_element(cls, args):
+        if args["output_dtype"]:
+            return _dtype(args["output_dtype"], "output_dtype")
+        return args.element("x_scale")
 
 
 @register_op

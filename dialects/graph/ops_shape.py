@@ -7,8 +7,8 @@ from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
     MAX_KNOWN_ELEMENTS, AnyTensor, FloatTensor, GraphOp, IndexTensor, IndexVector,
-    ShapeError, ShapeVector, float_prop, int_prop, ints_prop, non_negative, same_type_as,
-    segments_prop, str_prop, tensor,
+    ShapeError, ShapeVector, declare_op, float_prop, int_prop, ints_prop, non_negative,
+    same_type_as, segments_prop, str_prop, tensor,
 )
 from palimpsest.ir.opdef import (
     operand, optional_operand, register_op, result_def, variadic_operand, variadic_result,
@@ -405,42 +405,42 @@ class _AxesOp(_RowMajorOp):
         return [tensor(cls.shape_rule(x, axes), args.element("data"))]
 
 
+SqueezeOp = declare_op(
+    _AxesOp, "graph.squeeze", "SqueezeOp",
+    "Removes the `axes` dims (each must be 1), or every dim of size 1.",
+    axes=optional_operand(IndexVector), squeezed=result_def(AnyTensor),
+    shape_rule=staticmethod(S.squeeze))
+UnsqueezeOp = declare_op(
+    _AxesOp, "graph.unsqueeze", "UnsqueezeOp",
+    "Inserts dims of size 1 at `axes` (positions in the result).",
+    axes=operand(IndexVector), expanded=result_def(AnyTensor),
+    shape_rule=staticmethod(S.unsqueeze))
+
+
+class _ByVectorOp(GraphOp):
+    """Expand and Tile: the input's shape, changed by the values (or only the length) of
+    the 1-D operand named `by`, through `shape_rule(shape, values, length)`."""
+
+    input = operand(AnyTensor)
+    output = result_def(AnyTensor)
+
+    @classmethod
+    def rule(cls, args):
+        shape = cls.shape_rule(args.shape("input"), args.ints(cls.by), args.length(cls.by))
+        return [tensor(shape, args.element("input"))]
+
+
 @register_op
-class SqueezeOp(_AxesOp):
-    """Removes the `axes` dims (each must be 1), or every dim of size 1."""
-
-    name = "graph.squeeze"
-    axes = optional_operand(IndexVector)
-    squeezed = result_def(AnyTensor)
-    shape_rule = staticmethod(S.squeeze)
-
-
-@register_op
-class UnsqueezeOp(_AxesOp):
-    """Inserts dims of size 1 at `axes` (positions in the result)."""
-
-    name = "graph.unsqueeze"
-    axes = operand(IndexVector)
-    expanded = result_def(AnyTensor)
-    shape_rule = staticmethod(S.unsqueeze)
-
-
-@register_op
-class ExpandOp(GraphOp):
+class ExpandOp(_ByVectorOp):
     """Broadcasts the input with the `shape` operand's dims (both ways, as numpy)."""
 
     name = "graph.expand"
     moves_values = ("input",)
-    input = operand(AnyTensor)
     shape = operand(ShapeVector)
-    output = result_def(AnyTensor)
+    by = "shape"
+    shape_rule = staticmethod(S.expand)
 
     bound_rule = classmethod(B.expand_bounds)
-
-    @classmethod
-    def rule(cls, args):
-        shape = S.expand(args.shape("input"), args.ints("shape"), args.length("shape"))
-        return [tensor(shape, args.element("input"))]
 
     @classmethod
     def fold_values(cls, args, result_types):
@@ -454,15 +454,10 @@ class ExpandOp(GraphOp):
 
 
 @register_op
-class TileOp(GraphOp):
+class TileOp(_ByVectorOp):
     name = "graph.tile"
-    input = operand(AnyTensor)
     repeats = operand(ShapeVector)
-    output = result_def(AnyTensor)
+    by = "repeats"
+    shape_rule = staticmethod(S.tile)
 
     bound_rule = classmethod(B.at_upper)
-
-    @classmethod
-    def rule(cls, args):
-        shape = S.tile(args.shape("input"), args.ints("repeats"), args.length("repeats"))
-        return [tensor(shape, args.element("input"))]
