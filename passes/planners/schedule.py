@@ -29,9 +29,9 @@ Algorithms, each returning a :class:`Schedule`:
   order);
 - `exact_schedule`: divide-and-conquer at cut points (a node every other node is an
   ancestor or a descendant of: every order puts it at the same place, so the parts
-  between them are solved apart, and a chain costs nothing); in each part, windows of
-  the best order around its peaks re-ordered exactly (fast, large gains on long parts),
-  then descending thresholds: is there an order whose peak stays below the best one? —
+  between them are solved apart, and a chain costs nothing); in a part of more than
+  300 nodes, windows of the best order around its peaks re-ordered exactly first (fast,
+  large gains on long parts); then descending thresholds: is there an order whose peak stays below the best one? —
   a depth-first search over scheduled sets (the live bytes after a set do not depend on
   its order) that keeps the sets from which no completion stays below (dead for every
   lower threshold too) and runs at once any ready node that frees at least what it
@@ -419,18 +419,17 @@ def exact_schedule(problem: ScheduleProblem, time_budget: float = 1.0,
 
 def _search_segment(p, state, segment, seed, bounds, floor, deadline):
     """The least-peak order of `segment` (every node before it scheduled in `state`).
-    First windows of the seed order are re-ordered around its peaks
-    (:func:`_improve_windows`, fast, a share of the time), then by descending
+    A part of more than `_WHOLE` nodes first has windows of the seed order re-ordered
+    around its peaks (:func:`_improve_windows`, up to half the time), then by descending
     thresholds: find an order whose peak is below the best one so far, until none exists
     (proven) or the best reaches `floor` (no lower whole peak is possible). Returns
     (best order, whether it is proven minimal for the whole problem's purpose)."""
     level = max(floor, max(bounds[v] for v in segment), 0)
     best_order = list(seed)
-    if len(segment) > _WINDOWS[0]:
+    if len(segment) > _WHOLE:
         now = time.perf_counter()
-        share = 0.5 if len(segment) > _WHOLE else 0.25
         best_order = _improve_windows(p, state, best_order, level,
-                                      now + (deadline - now) * share)
+                                      now + (deadline - now) / 2)
     search = _Threshold(p, state, segment)
     best = search.peak_of(best_order)
     while best > level:
@@ -447,7 +446,7 @@ def _search_segment(p, state, segment, seed, bounds, floor, deadline):
     return best_order, True
 
 
-_WHOLE = 300        # a longer segment gives its windows half the time, not a quarter
+_WHOLE = 300        # a longer part is improved window by window first
 _WINDOWS = (40, 80, 160)  # window widths around a peak, tried in turn
 _WINDOW_LIMIT = 30000     # sets one window's search may visit
 
@@ -603,6 +602,37 @@ class _Threshold:
         persist = self.persist
         inplace = [entries or None for entries in self.inplace]
 
+        def pair_of(options, now, threshold):
+            """An option `i` with a successor `j` waiting only for it such that, `i`
+            then `j`, both stay below the threshold, `j` frees at least what it
+            allocates and the two together too: moved to the front of any order that
+            stays below, they raise no other node's live bytes (neither the pair nor
+            `j` alone, wherever `i` was), so they run now."""
+            for option in options:
+                change, _, i = option
+                for j in succs[i]:
+                    if waiting[j] != 1:
+                        continue
+                    for s in uses[i]:
+                        remaining[s] -= 1
+                    during = now + change + base[j]
+                    entries = inplace[j]
+                    if entries is not None:
+                        for nbytes, candidates in entries:
+                            for c in candidates:
+                                if remaining[c] == 1:
+                                    during -= nbytes
+                                    break
+                    second = persist[j]
+                    for s in uses[j]:
+                        if remaining[s] == 1:
+                            second -= size[s]
+                    for s in uses[i]:
+                        remaining[s] += 1
+                    if during < threshold and second <= 0 and change + second <= 0:
+                        return option
+            return None
+
         def visit(mask, ready):
             if mask == full:
                 return True
@@ -637,7 +667,13 @@ class _Threshold:
                 options.append((change, during, i))
             else:
                 options.sort()
+                pair = pair_of(options, now, threshold)
+                if pair is not None:
+                    options = [pair]
             for change, _, i in options:
+                child = mask | (1 << i)
+                if child in dead:
+                    continue
                 live[0] = now + change
                 for s in uses[i]:
                     remaining[s] -= 1
@@ -647,7 +683,7 @@ class _Threshold:
                     waiting[j] -= 1
                     if not waiting[j]:
                         next_ready.append(j)
-                found = visit(mask | (1 << i), next_ready)
+                found = visit(child, next_ready)
                 for j in succs[i]:
                     waiting[j] += 1
                 if found:
