@@ -62,6 +62,11 @@ def gemm(a, b, c=None, trans_a: int = 0, trans_b: int = 0):
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
 
+def _check_auto_pad(auto_pad: str) -> None:
+    if auto_pad not in AUTO_PADS:
+        raise ShapeError(f"auto_pad must be one of {', '.join(AUTO_PADS)}, got '{auto_pad}'")
+
+
 def _spatial_attrs(n: int, kernel_shape, strides, pads, dilations, what: str):
     kernel_shape = list(kernel_shape) if kernel_shape is not None else None
     strides = list(strides) if strides else [1] * n
@@ -131,8 +136,7 @@ def _kernel_of(kernel_shape, w):
 def conv(x, w, kernel_shape=None, strides=None, pads=None, dilations=None, group: int = 1,
          auto_pad: str = "NOTSET"):
     """Conv: X is N x C x D1..Dn, W is M x C/group x k1..kn; result N x M x O1..On."""
-    if auto_pad not in AUTO_PADS:
-        raise ShapeError(f"auto_pad must be one of {', '.join(AUTO_PADS)}, got '{auto_pad}'")
+    _check_auto_pad(auto_pad)
     if group < 1:
         raise ShapeError(f"group must be positive, got {group}")
     if x is not None and len(x) < 3:
@@ -178,8 +182,7 @@ def conv_transpose(x, w, kernel_shape=None, strides=None, pads=None, dilations=N
                    group: int = 1, auto_pad: str = "NOTSET", output_padding=None,
                    output_shape=None):
     """ConvTranspose: X is N x C x D.., W is C x M/group x k..; result N x M x O.."""
-    if auto_pad not in AUTO_PADS:
-        raise ShapeError(f"auto_pad must be one of {', '.join(AUTO_PADS)}, got '{auto_pad}'")
+    _check_auto_pad(auto_pad)
     if group < 1:
         raise ShapeError(f"group must be positive, got {group}")
     for name, shape in (("input", x), ("weight", w)):
@@ -239,8 +242,7 @@ def conv_transpose(x, w, kernel_shape=None, strides=None, pads=None, dilations=N
 def pool(x, kernel_shape, strides=None, pads=None, dilations=None, auto_pad: str = "NOTSET",
          ceil_mode: int = 0):
     """MaxPool / AveragePool: result N x C x O1..On."""
-    if auto_pad not in AUTO_PADS:
-        raise ShapeError(f"auto_pad must be one of {', '.join(AUTO_PADS)}, got '{auto_pad}'")
+    _check_auto_pad(auto_pad)
     if kernel_shape is None:
         raise ShapeError("pooling needs 'kernel_shape'")
     n = len(kernel_shape)
