@@ -371,32 +371,35 @@ def replan_time(shapes=15):
     }
     results = {}
     original_run = pm.PassManager.run
+    labels = (("without", "default{schedule=false}"), ("with", "default"))
     for name, (module, tail) in models.items():
         row = {"ops": sum(1 for op in module.walk() if op.name.startswith("graph."))}
-        for label, pipeline in (("without", "default{schedule=false}"), ("with", "default")):
-            session = Session(module.clone(), pipeline=pipeline, cache_size=shapes + 2)
+        sessions = {label: Session(module.clone(), pipeline=pipeline, cache_size=shapes + 2)
+                    for label, pipeline in labels}
+        for session in sessions.values():
             session.run({"x": rng.standard_normal((1, *tail)).astype(np.float32)})
-            if label == "with":
-                (plan,) = session._cache.values()
-                row["reordered"] = any(r.reordered for r in schedules_of(plan.func))
-            times, planning = [], []
+        (plan,) = sessions["with"]._cache.values()
+        row["reordered"] = any(r.reordered for r in schedules_of(plan.func))
+        times = {label: [] for label, _ in labels}
+        planning = []
 
-            def run(self, target, _planning=planning):
-                done = original_run(self, target)
-                _planning.append(sum(s for n, s in self.timings if n.startswith("plan-memory")))
-                return done
+        def run(self, target):
+            done = original_run(self, target)
+            planning.append(sum(s for n, s in self.timings if n.startswith("plan-memory")))
+            return done
 
-            pm.PassManager.run = run
-            try:
-                for batch in range(2, 2 + shapes):
+        for batch in range(2, 2 + shapes):  # interleaved, so load drifts hit both alike
+            for label, session in sessions.items():
+                pm.PassManager.run = run if label == "with" else original_run
+                try:
                     session.run({"x": rng.standard_normal((batch, *tail)).astype(np.float32)})
-                    assert session.last_stats.cache_hit is False
-                    times.append(session.last_stats.compile_seconds)
-            finally:
-                pm.PassManager.run = original_run
-            row[label] = statistics.median(times)
-            if label == "with":
-                row["plan_memory"] = statistics.median(planning) if planning else float("nan")
+                finally:
+                    pm.PassManager.run = original_run
+                assert session.last_stats.cache_hit is False
+                times[label].append(session.last_stats.compile_seconds)
+        for label, values in times.items():
+            row[label] = statistics.median(values)
+        row["plan_memory"] = statistics.median(planning) if planning else float("nan")
         results[name] = row
     return results
 
