@@ -71,6 +71,10 @@ class ExecutorLoop:
     LEVELS = ""                 # the IR it runs, in errors
     ARRAY: type = object        # the backend's array type
     PENDING = Pending
+    # True: a static `buffer.view` / `buffer.reshape` of a source for which `cacheable`
+    # says yes is kept (per op) and reused while a later run finds the very same source
+    # object (the backend's `pool` gave the same arena back)
+    CACHE_VIEWS = False
 
     def __init__(self, poison: bool, stats):
         self.poison = poison
@@ -79,6 +83,8 @@ class ExecutorLoop:
         self.plans: dict = {}        # func -> FunctionPlan
         self.constants: dict = {}    # buffer.constant op -> (attr, array)
         self.profiler = None         # backends/profile.py Profiler, or None
+        self.view_cache: dict = {}   # view/reshape op -> (source, array): CACHE_VIEWS
+        self.caching = False         # this run may use and fill view_cache
 
     # -- hooks (see the module doc) ----------------------------------------------------------------
     def allocate(self, op, value, shape, type_):
@@ -110,6 +116,10 @@ class ExecutorLoop:
 
     def poison_array(self, array) -> None:
         pass
+
+    def cacheable(self, source) -> bool:
+        """With CACHE_VIEWS: whether views of `source` may be kept across runs."""
+        return False
 
     def bind_input(self, index: int, array, plan: "FunctionPlan"):
         return array
@@ -151,6 +161,7 @@ class ExecutorLoop:
                 raise ValueError(f"unknown output '{unknown[0]}' (the function returns: "
                                  f"{', '.join(names)})")
         profiler = self.profiler
+        self.caching = self.CACHE_VIEWS and not outputs
         if profiler is not None:
             profiler.begin_run()
         try:
@@ -327,15 +338,29 @@ class ExecutorLoop:
             values[op.results[0]] = Pending(type_, op.results[0],
                                             (source, op.properties["offset"].value))
             return
-        offset = op.properties["offset"].value if "offset" in op.properties \
-            else int(values[op.operands[1]])
-        values[op.results[0]] = self.view(op, op.results[0], source, offset, type_)
+        static = "offset" in op.properties
+        if static and self.caching:
+            cached = self.view_cache.get(op)
+            if cached is not None and cached[0] is source:
+                values[op.results[0]] = cached[1]
+                return
+        offset = op.properties["offset"].value if static else int(values[op.operands[1]])
+        array = values[op.results[0]] = self.view(op, op.results[0], source, offset, type_)
+        if static and self.caching and self.cacheable(source):
+            self.view_cache[op] = (source, array)
 
     def _reshape(self, op, values, depth) -> None:
         source = self._materialized(op, values, op.operands[0])
+        if self.caching:
+            cached = self.view_cache.get(op)
+            if cached is not None and cached[0] is source:
+                values[op.results[0]] = cached[1]
+                return
         if op.results[0].type.shape.count(None) > 1:
             raise op.error("needs a static shape, or one '?' dim, to reshape at run time")
-        values[op.results[0]] = self.reshape(op, source)
+        array = values[op.results[0]] = self.reshape(op, source)
+        if self.caching and None not in op.results[0].type.shape and self.cacheable(source):
+            self.view_cache[op] = (source, array)
 
     def _constant(self, op, values, depth) -> None:
         attr = op.properties["value"]

@@ -10,6 +10,7 @@ else with 0x5A bytes) so that a buffer read after its end shows up as wrong numb
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -68,21 +69,42 @@ class RunStats:
 class Arena:
     """One aligned uint8 array, accounted in `stats` while it is live."""
 
-    __slots__ = ("data", "nbytes", "live", "stats")
+    __slots__ = ("data", "nbytes", "live", "stats", "typed_views", "baseline")
 
     def __init__(self, nbytes: int, stats: RunStats, poison: bool = False):
         raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
         start = (-raw.ctypes.data) % ALIGNMENT
         self.data = raw[start:start + nbytes]
         self.nbytes = nbytes
+        self.typed_views: dict = {}   # dtype -> the whole arena seen as that dtype (kept)
+        self.baseline = None          # references to its memory that are the executor's own
+        self._account(stats, poison)
+
+    def _account(self, stats: RunStats, poison: bool) -> None:
         self.live = True
         self.stats = stats
         stats.allocations += 1
-        stats.bytes_allocated += nbytes
-        stats.live_bytes += nbytes
+        stats.bytes_allocated += self.nbytes
+        stats.live_bytes += self.nbytes
         stats.peak_bytes = max(stats.peak_bytes, stats.live_bytes)
         if poison:  # memory read before it is written shows up too
             self.data.fill(POISON_BYTE)
+
+    def renew(self, stats: RunStats, poison: bool) -> None:
+        """The same memory for another run, counted as a fresh allocation (and poisoned
+        again): only when nothing outside the executor still sees it (`unshared`)."""
+        self._account(stats, poison)
+
+    def references(self) -> int:
+        """How many references its memory (the base array every view of it points to)
+        has, less this call's own (getrefcount's argument)."""
+        return sys.getrefcount(self.data.base) - 1
+
+    def unshared(self) -> bool:
+        """True when the only references to its memory are the ones counted in
+        `baseline` (the executor's cached views), i.e. no result of an earlier run, nor a
+        view of one, is alive."""
+        return self.baseline is not None and self.references() == self.baseline
 
     def typed(self, shape, dtype: np.dtype) -> np.ndarray:
         """The arena's first bytes as a C-contiguous array."""

@@ -26,6 +26,7 @@ the end of one poisons bytes the other may only read after writing them.
 
 from __future__ import annotations
 
+import sys
 import weakref
 
 import numpy as np
@@ -59,6 +60,7 @@ class Executor(ExecutorLoop):
         self.bound: dict = {}         # output buffer value -> the caller's array (run(outputs=))
         self.pool_views: dict = {}    # memory.arena -> its views' (value, offset, bytes)
         self.errors_ignored = False   # inside `run`: numpy's floating-point errors ignored
+        self.kept: dict = {}          # pool name -> the last run's Arena (see CACHE_VIEWS)
 
     @property
     def arenas(self) -> dict:
@@ -79,6 +81,16 @@ class Executor(ExecutorLoop):
     def end_run(self) -> None:
         self.pools, self.allocations = {}, {}
 
+    # The pools' arenas of the last run are kept (`kept`) and reused by the next run when
+    # nothing outside the executor sees their memory any more: the loop then finds the
+    # same arena array and takes its views and reshapes from its cache (CACHE_VIEWS)
+    # instead of making them again. `run` records, once the results are out, how many
+    # references to each arena's memory are the executor's own (its cached views: every
+    # numpy view points to the base array that owns the memory); a later run reuses the
+    # arena only when that is still all (the caller dropped every result and every view
+    # of one: results are handed out as fresh views, never as the cached objects).
+    CACHE_VIEWS = True
+
     def run(self, func, inputs: dict, outputs: dict | None = None,
             copy_outputs: bool = True) -> dict:
         """`outputs` (name -> array): the caller's arrays to write the results into; each
@@ -87,13 +99,31 @@ class Executor(ExecutorLoop):
         any other is filled with one counted copy. `copy_outputs=False` returns the other
         results as they are (views of this run's arenas, which no later run reuses)."""
         self.bound = {}
+        pools = None
         try:
             with np.errstate(all="ignore"):   # once per run, not once per kernel
                 self.errors_ignored = True
-                return super().run(func, inputs, outputs, copy_outputs)
+                named = super().run(func, inputs, outputs, copy_outputs)
+            pools = self.pools
         finally:
             self.errors_ignored = False
             self.bound = {}
+        if pools is not None and not outputs:
+            self._keep(pools, named)
+        return named
+
+    def _keep(self, pools: dict, named: dict) -> None:
+        """Keep this run's pool arenas for the next run, each with the count of the
+        references to its memory that are the executor's own (all there are now, less
+        the results)."""
+        kept = {}
+        for name, arena in pools.items():
+            raw = arena.data.base
+            results = sum(1 for r in named.values()
+                          if isinstance(r, np.ndarray) and r.base is raw)
+            arena.baseline = sys.getrefcount(raw) - 2 - results  # less `raw` and the arg
+            kept[name] = arena
+        self.kept = kept
 
     def bind_input(self, index: int, array, plan: FunctionPlan):
         if index in plan.written_args or not array.flags.c_contiguous \
@@ -121,6 +151,8 @@ class Executor(ExecutorLoop):
         if isinstance(array, np.ndarray) and copy_outputs:
             self.stats.io_bytes += array.nbytes
             return np.array(array, copy=True)
+        if isinstance(array, np.ndarray):
+            return array.view()   # the caller's own object, never one the executor keeps
         return array
 
     def prepare_outputs(self, func, plan: FunctionPlan, inputs: list, outputs: dict) -> None:
@@ -220,9 +252,29 @@ class Executor(ExecutorLoop):
                     arena = Arena(needed, self.stats, self.poison)
                     self.stats.static_bytes += needed
                     return arena.data.view(dtype)
-            arena = self.pools[pool_name] = Arena(size, self.stats, self.poison)
+            kept = self.kept.pop(pool_name, None)
+            if kept is not None and kept.nbytes == size and kept.unshared():
+                kept.renew(self.stats, self.poison)
+                arena = self.pools[pool_name] = kept
+            else:
+                arena = self.pools[pool_name] = Arena(size, self.stats, self.poison)
             self.stats.static_bytes += size
+            typed = arena.typed_views.get(dtype)
+            if typed is None:
+                typed = arena.typed_views[dtype] = arena.data.view(dtype)
+            return typed
         return arena.data.view(dtype)
+
+    def cacheable(self, source) -> bool:
+        """Whether views of `source` may be kept across runs: it is (a view of) a pool
+        arena of this run."""
+        base = source.base
+        if base is None:
+            return False
+        for arena in self.pools.values():
+            if arena.data.base is base:
+                return True
+        return False
 
     def _pool_needed(self, op, size: int) -> int:
         """The bytes of `op`'s arena that its views use, leaving out the views the

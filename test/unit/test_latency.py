@@ -152,3 +152,34 @@ def test_fast_binding_still_checks():
         executor.run(func, {"x": np.zeros((2, 2), np.float32)})
     with pytest.raises(BindingError, match="unknown input 'z'"):
         executor.run(func, {"x": x, "z": x})
+
+
+def test_pool_arenas_reused_only_when_no_result_is_held():
+    """The numpy executor reuses a pool's arena (and the views it cached) in the next
+    run only when nothing of the last run's results is alive: not a result, not a view
+    of one; a held result keeps its values."""
+    model, x = _add_model()
+    session = Session(import_onnx(model), poison=True)
+    session.run({"x": x})
+    executor = session.last_plan.executor
+    first = executor.kept["io"]
+    session.run({"x": x})
+    assert executor.kept["io"] is first   # nothing held: the same memory again
+    result = session.run({"x": x})["y"]
+    held = executor.kept["io"]
+    session.run({"x": x + 1})
+    assert executor.kept["io"] is not held
+    np.testing.assert_array_equal(result, x + 10)
+    row = result[1]
+    del result
+    latest = executor.kept["io"]
+    session.run({"x": x})
+    assert executor.kept["io"] is latest   # `row` is of an older arena
+    result = session.run({"x": x + 2})["y"]
+    row = result[1]
+    del result
+    before = executor.kept["io"]
+    session.run({"x": x})
+    assert executor.kept["io"] is not before
+    np.testing.assert_array_equal(row, x[1] + 12)   # a view of a result keeps it too
+    np.testing.assert_array_equal(session.run({"x": x})["y"], x + 10)
