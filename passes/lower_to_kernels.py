@@ -344,6 +344,71 @@ def _epilogue_fold(c: _Compute, chain: list):
     return cls, ins, props, out, fit
 
 
+def _silu_as_swish(computes: list) -> list:
+    """SiLU as exporters write it, S = sigmoid(T); Y = T * S (YOLO's convs, EfficientNet's
+    blocks), with S read by the mul alone: one `graph.swish` T -> Y in the sigmoid's
+    place (Y's alloc moved up to it; nothing between may use Y), so the chain reads T
+    once and folds into T's conv as its epilogue (two readers of T stopped both). S's
+    buffer goes unless the mul wrote in place into it. Returns the computes, rewritten."""
+    from palimpsest.dialects.buffer import ComputeOp
+    from palimpsest.ir.types import i32
+
+    by_op = {op: index for index, op in enumerate(computes)}
+    erased = set()
+    block = order = None   # (op positions in the block, for what lies between two ops)
+    for sigmoid in computes:
+        if sigmoid in erased or sigmoid.properties["op"].value != "graph.sigmoid" \
+                or len(sigmoid.operands) != 2:
+            continue
+        t, s = sigmoid.operands
+        owner = getattr(s, "op", None)
+        muls = [u for u in s.users() if u in by_op and u.properties["op"].value == "graph.mul"
+                and len(u.operands) == 3 and {id(v) for v in u.operands[:2]} == {id(t), id(s)}]
+        if owner is None or owner.name != "buffer.alloc" or len(muls) != 1 or t is s:
+            continue
+        mul = muls[0]
+        y = mul.operands[2]
+        if mul.attributes or any(k not in ("op", "operandSegmentSizes") for k in mul.properties) \
+                or not t.type == s.type == y.type:
+            continue
+        # the swish goes where the sigmoid was (right after T's producer, where a fold
+        # looks for its chain): Y must exist there and nothing in between may use it; S
+        # may have no other reader (but Y's, after the mul, where the mul wrote S)
+        if order is None or sigmoid.parent is not block:
+            block = sigmoid.parent
+            order = {op: i for i, op in enumerate(block.ops)}
+        if mul not in order:
+            continue
+        between = lambda u: order[sigmoid] < order.get(u, -1) < order[mul]  # noqa: E731
+        others = [u for u in s.users() if u not in (sigmoid, mul) and u.name != "buffer.dealloc"]
+        if others and (y is not s or any(order.get(u, -1) < order[mul] for u in others)):
+            continue
+        y_owner = getattr(y, "op", None)
+        if y is not s and (any(between(u) for u in y.users()) or y is not t and (
+                y_owner is None or y_owner.name != "buffer.alloc" or y_owner.operands
+                or y_owner.parent is not block)):
+            continue
+        if y is not s and y is not t:
+            y_owner.detach()
+            sigmoid.parent.insert_before(sigmoid, y_owner)
+        swish = ComputeOp([t, y], [], {"op": A.StringAttr("graph.swish"),
+                                       "operandSegmentSizes": A.DenseArrayAttr(i32, (1, 1))})
+        swish.location, swish.source_loc = mul.location, mul.source_loc
+        sigmoid.parent.insert_before(sigmoid, swish)
+        computes[by_op[sigmoid]] = swish
+        by_op[swish] = by_op[sigmoid]
+        del by_op[mul]
+        mul.erase()
+        sigmoid.erase()
+        erased.add(sigmoid)
+        order = None
+        if y is not s:
+            for user in list(s.users()):
+                user.erase()
+            owner.erase()
+    return [op for op in computes if op not in erased and op.parent is not None]
+
+
 def lower_to_kernels(module: Operation, fuse_elementwise: bool = True,
                      fuse_epilogues: bool = True,
                      prepack_weights: bool = True) -> LowerToKernelsResult:
@@ -355,6 +420,8 @@ def lower_to_kernels(module: Operation, fuse_elementwise: bool = True,
         if op.name == "buffer.compute" and op.parent is not None:
             blocks.setdefault(op.parent, []).append(op)
     for block, computes in blocks.items():
+        if fuse_elementwise:
+            computes = _silu_as_swish(computes)
         records = [_Compute(op) for op in computes]
         steps = {}
         for record in records:

@@ -277,6 +277,32 @@ def test_gemm_forms_opencl(form):
     _check_opencl(model, feeds, "kernel.matmul")
 
 
+def silu_model(swapped: bool, group: int = 1):
+    """YOLO's conv block as exported: Conv -> Sigmoid -> Mul(conv, sigmoid) (or the
+    Mul's operands the other way round), then + X."""
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((1, 8, 10, 10)).astype(np.float32)
+    constants = {"w": rng.standard_normal((8, 8 // group, 3, 3)).astype(np.float32) * 0.3,
+                 "b": rng.standard_normal(8).astype(np.float32)}
+    nodes = [("Conv", ["x", "w", "b"], "c", {"pads": [1] * 4, "group": group}),
+             ("Sigmoid", ["c"], "s", {}),
+             ("Mul", ["s", "c"] if swapped else ["c", "s"], "m", {}),
+             ("Add", ["m", "x"], "y", {})]
+    return _model(nodes, {"x": x}, constants), {"x": x}
+
+
+@pytest.mark.parametrize("swapped,group", [(False, 1), (True, 1), (False, 8)])
+def test_silu_folds_as_swish(swapped, group):
+    """Sigmoid(T) * T reads the conv's product twice, which stopped any fold: lowered as
+    one swish step, it folds (with the residual add) into the conv, and the sigmoid's
+    buffer is gone. Both backends, poisoned, against the reference and onnxruntime."""
+    model, feeds = silu_model(swapped, group)
+    _check_fold(model, "kernel.conv2d", ["graph.swish", "graph.add"])
+    _check_numpy(model, feeds)
+    if UNAVAILABLE is None:
+        _check_opencl(model, feeds, "kernel.conv2d")
+
+
 @pytest.mark.parametrize("scratch", [1, 7, 96, 97, 1000, 8 * 9 * 10 - 1])
 def test_numpy_epilogue_in_blocks(scratch):
     """A scratch smaller than the out (the `epilogue` workspace holds at most
