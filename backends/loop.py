@@ -28,6 +28,14 @@ facts (which arguments the IR writes, after which op each pool view dies, which 
 a caller's output arrays may replace), and the profiler hook (`self.profiler`,
 backends/profile.py): each kernel op, `buffer.compute` and `buffer.copy` is timed
 between two `sync()`s and recorded with its buffers.
+
+Per-op overhead is paid once per executor where it can be: each function's ops become a
+program (`_program`: per op its handler, or None for a kernel op, which goes straight to
+`run_kernel`), its constants are read once and rebound per run (checked by attribute
+identity), inputs of exactly the declared static shape and dtype are bound without the
+full check, and with `CACHE_VIEWS` (the numpy backend) the static views and reshapes of a
+pool arena are kept per op and reused while the backend's `pool` hands back the same
+arena (it does when no result of the last run is alive).
 """
 
 from __future__ import annotations

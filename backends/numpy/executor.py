@@ -3,7 +3,8 @@
 Every buffer is a numpy view into a uint8 arena (arena.py): `buffer.alloc` allocates one
 arena (its `buffer.dealloc` releases it); an alloc with `?` dims and no size operands is
 allocated when the op that writes it first knows the shape; `memory.arena @pool` is one
-arena of the pool's size per run and `buffer.view` a typed view at a byte offset of it
+arena of the pool's size per run (the last run's again when nothing outside the executor
+still sees it: see CACHE_VIEWS) and `buffer.view` a typed view at a byte offset of it
 (with bounded `?` dims, `#bounds<...>`, a slot planned at the bounds: the op writing it
 views it at the actual shape, which must fit the bounds, else an error names the buffer);
 `buffer.reshape` is a view of the same memory (never a copy); `buffer.constant` is a
@@ -74,7 +75,8 @@ class Executor(ExecutorLoop):
     # -- entry points --------------------------------------------------------------------------
     def begin_run(self, stats: RunStats) -> None:
         """Start a run of a kept executor: fresh memory (results are views of a run's
-        arenas, which no later run reuses) and fresh stats; op and function info kept."""
+        arenas, which no later run reuses while they or views of them are alive) and fresh
+        stats; op and function info kept."""
         self.stats = stats
         self.pools, self.allocations = {}, {}
 
@@ -97,7 +99,8 @@ class Executor(ExecutorLoop):
         one that is C-contiguous, aligned, writeable, of the result's dtype and size and
         overlaps no input becomes the memory of the buffer the function returns (no copy),
         any other is filled with one counted copy. `copy_outputs=False` returns the other
-        results as they are (views of this run's arenas, which no later run reuses)."""
+        results as they are (fresh views of this run's arenas, which no later run reuses
+        while they or views of them are alive)."""
         self.bound = {}
         pools = None
         try:

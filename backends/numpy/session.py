@@ -62,7 +62,9 @@ one copy, counted in `io_copy_bytes`. An input of another dtype is an error, unl
 buffers the function returns when their dtype, size, contiguity and alignment allow (the
 kernels write into them; no copy), else they are filled with one counted copy. Results
 with no array given are returned as they are: views of that run's arenas, which no later
-run reuses, so they can be handed to another session as inputs with no copy at all.
+run reuses while they (or views of them) are alive, so they can be handed to another
+session as inputs with no copy at all; once the caller drops them, the next run reuses the
+arenas and the views the executor made into them (no allocation, no view made again).
 """
 
 from __future__ import annotations
