@@ -448,23 +448,27 @@ def test_epilogue_verifier_errors(parse_text):
 
 # -- prepacked weights --------------------------------------------------------------------------
 
-def fc_model():
+def fc_model(rows: int = 40):
     """A fully-connected layer as PyTorch exports it: Gemm(X, W, B, transB=1), W (out x
     in) a constant, then relu."""
     rng = np.random.default_rng(11)
-    x = rng.standard_normal((5, 40)).astype(np.float32)
+    x = rng.standard_normal((rows, 40)).astype(np.float32)
     constants = {"w": rng.standard_normal((24, 40)).astype(np.float32) * 0.2,
                  "bias": rng.standard_normal(24).astype(np.float32)}
     nodes = [("Gemm", ["x", "w", "bias"], "p", {"transB": 1}), ("Relu", ["p"], "y", {})]
     return _model(nodes, {"x": x}, constants), {"x": x}, constants["w"]
 
 
-@pytest.mark.parametrize("prepack", [True, False])
-def test_prepacked_weights_are_the_constant(prepack):
+@pytest.mark.parametrize("prepack,rows", [(True, 40), (False, 40), (True, 5)])
+def test_prepacked_weights_are_the_constant(prepack, rows):
     """With prepack-weights (the default), the matmul reads a constant holding Wᵀ
     (in x out, row-major) with transB = 0: the layout the GEMM wants, made once at
-    compile time; without it, W and transB = 1. Both give the reference's numbers."""
-    model, feeds, w = fc_model()
+    compile time; without it, or for a product of fewer than MIN_ROWS rows, W and
+    transB = 1. All give the reference's numbers."""
+    from palimpsest.passes.prepack_weights import MIN_ROWS
+
+    model, feeds, w = fc_model(rows)
+    packs = prepack and rows >= MIN_ROWS
     pipeline = PIPELINE.replace("{fuse-epilogues=%s}", "{prepack-weights=%s}")
     module = _lowered(model, prepack, pipeline, stop="lower-to-kernels{prepack-weights=%s}"
                       % ("true" if prepack else "false"))
@@ -472,8 +476,8 @@ def test_prepacked_weights_are_the_constant(prepack):
     b = matmul.ins[1]
     assert b.op.name == "buffer.constant"
     packed = b.op.properties["value"].to_numpy()
-    assert matmul.config()["transB"] == (0 if prepack else 1)
-    np.testing.assert_array_equal(packed, w.T if prepack else w)
+    assert matmul.config()["transB"] == (0 if packs else 1)
+    np.testing.assert_array_equal(packed, w.T if packs else w)
     assert packed.flags.c_contiguous
     assert len(_kernels(module, "buffer.constant")) == 2   # (W or Wᵀ, and B): W went
     session = Session(import_onnx(model), poison=True,
