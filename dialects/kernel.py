@@ -21,9 +21,9 @@ config)` sizes a workspace whose type has `?` dims. The rules:
 
 | op | workspaces |
 |---|---|
-| `kernel.conv2d` | `padded` C x (H+pt+pb) x (W+pl+pr) when a pad is non-zero; `im2col` (C*kh*kw) x (Ho*Wo) unless the kernel is 1x1 with stride 1 and no pads (then the input is the matrix); depthwise (one input channel per group, several groups; kernels larger than 1x1): `im2col` is a band of channels, flat: per channel its kh*kw rows and its M/C result rows, Ho x (W+pl+pr) each, for as many channels as fit 512Ki elements (one at least). Per image: a batch reuses them |
+| `kernel.conv2d` | `padded` C x (H+pt+pb) x (W+pl+pr) when a pad is non-zero; `im2col` (C*kh*kw) x (Ho*Wo) unless the kernel is 1x1 with stride 1 and no pads (then the input is the matrix); depthwise (one input channel per group, several groups; kernels larger than 1x1): `im2col` is a band of channels, flat: per channel its kh*kw rows and its M/C result rows, Ho x (W+pl+pr) each, for as many channels as fit 512Ki elements (one at least). Per image: a batch reuses them. `epilogue`, flat, the out's elements up to 65536, when a fused epilogue step needs scratch and none of the kernel's own workspaces holds that many (kernel_elementwise.py, `Epilogue`) |
 | `kernel.conv_transpose` | `cols` (M*k1*..*kn) x (D1*..*Dn): one image's Wᵀ·X before col2im scatters it into Y (kernel_spatial.py) |
-| `kernel.matmul` | none (transposes are strided views; bias/alpha/beta are applied in the out buffer) |
+| `kernel.matmul` | none (transposes are strided views; bias/alpha/beta are applied in the out buffer); `epilogue` as for conv2d |
 | `kernel.pool2d` | `padded` C x Eh x Ew (E = (O-1)*stride + dilated kernel) when windows reach into padding (pads, or a ceil_mode overhang); `divisor` Ho x Wo (avg) when windows count different numbers of cells |
 | `kernel.softmax` | `stats`: the input's shape with the axis dim 1 (row max, then row sums) |
 | `kernel.layer_norm` | `mean`, `var`: the input's leading dims, 1 for each normalized dim |
