@@ -178,7 +178,7 @@ def _check_opencl(model, feeds, kernel: str):
                 for launch in ops]
     assert {name for name, _ in launches} == {kernel}, "only the fused kernel launches"
     stores = [launch for _, launch in launches if launch.kernel != "im2col"]
-    assert stores and all("epilogue(" in launch.source for launch in stores)
+    assert stores and all("= epilogue" in launch.source for launch in stores)  # (called)
     compare_backends(import_onnx(model), feeds, poison=True)
 
 

@@ -114,48 +114,67 @@ def elementwise(call) -> list:
 
 class FusedEpilogue:
     """A conv's or matmul's fused epilogue (dialects/kernel_elementwise.py, `Epilogue`)
-    applied where the kernel stores its result: a C function
+    applied where the kernel stores its result: C functions
 
-        T epilogue(const T v0, const long i, __global const T* e3, ...)
+        T epilogue0(const T v0, const long i, __global const T* e3, ...)
+        T8 epilogue1(const T8 v0, const long i, __global const T* e3, ...)
 
-    taking the product's value `v0` of out element `i` (row-major) and the epilogue ins
-    it reads (`e3`: in 3), returning what every step makes of it in registers. The
-    kernel's generator puts `function` before its kernel, adds `buffers` to its
-    parameters and `args` to its launch's arguments, and stores `apply(value, index)` (or
-    `apply_lanes` for a vector) instead of the value: the product is never stored, the
-    out written once (the `epilogue` workspace the numpy backend needs for some steps is
-    unused)."""
+    taking the product's value `v0` of out element `i` (row-major) — or of a vector of
+    lanes, lane j being element i + j * stride — and the epilogue ins it reads (`e3`:
+    in 3), returning what every step makes of it in registers. A vector function loads an
+    in of the out's shape with one vload where the lanes are adjacent, gathers the others
+    lane by lane, and computes each step on the vector (OpenCL's builtins and its `?:`
+    take vectors), so the store stays vectorized. The kernel's generator adds `buffers`
+    to its parameters and `args` to its launch's arguments, stores `apply(value, index)`
+    or runs `apply_lanes(...)` on a vector instead of the value, and puts `source()`
+    before its kernel: the product is never stored, the out written once (the `epilogue`
+    workspace the numpy backend needs for some steps is unused)."""
 
     def __init__(self, call):
-        config = call.config
-        t = call.outs[0].ctype
-        lines, used, result = _chain_body(call, config["epilogue"], config["epilogue_wiring"],
-                                          config["epilogue_props"], product=True,
-                                          pointer=lambda k: f"e{k}")
-        self.buffers = [(f"e{k}", call.ins[k].ctype, False) for k in used]
-        self.args = [ref("in", k) for k in used]
-        declared = "".join(f", __global const {c}* {name}" for name, c, _ in self.buffers)
-        self.function = (f"{t} epilogue(const {t} v0, const long i{declared}) {{\n"
-                         + "\n".join(lines) + f"\n  return {result};\n}}\n\n")
+        self.call = call
+        ins = _chain_body(call, call.config["epilogue"], call.config["epilogue_wiring"],
+                          call.config["epilogue_props"], product=True,
+                          pointer=lambda k: f"e{k}")[1]
+        self.buffers = [(f"e{k}", call.ins[k].ctype, False) for k in ins]
+        self.args = [ref("in", k) for k in ins]
+        self.functions: dict = {}   # (lanes, stride, last) -> (name, C source)
+
+    def _function(self, lanes: int, stride: int, last) -> str:
+        key = (lanes, stride if lanes > 1 else 1, last)
+        if key not in self.functions:
+            t = self.call.outs[0].ctype
+            vt = t if lanes == 1 else f"{t}{lanes}"
+            name = f"epilogue{len(self.functions)}"
+            config = self.call.config
+            lines, _, result = _chain_body(
+                self.call, config["epilogue"], config["epilogue_wiring"],
+                config["epilogue_props"], product=True, pointer=lambda k: f"e{k}",
+                lanes=lanes, stride=stride, last=last)
+            declared = "".join(f", __global const {c}* {b}" for b, c, _ in self.buffers)
+            self.functions[key] = (name, f"{vt} {name}(const {vt} v0, const long i{declared})"
+                                         f" {{\n" + "\n".join(lines) +
+                                   f"\n  return {result};\n}}\n\n")
+        return self.functions[key][0]
+
+    def source(self) -> str:
+        """The C source of every function the kernel's stores called."""
+        return "".join(source for _, source in self.functions.values())
+
+    def _call(self, name: str, value: str, index: str) -> str:
+        return f"{name}({value}, {index}" + "".join(
+            f", {b}" for b, _, _ in self.buffers) + ")"
 
     def apply(self, value: str, index: str) -> str:
         """The C expression of the epilogue on `value`, out element `index`."""
-        return f"epilogue({value}, {index}" + "".join(
-            f", {name}" for name, _, _ in self.buffers) + ")"
+        return self._call(self._function(1, 1, None), value, index)
 
     def apply_lanes(self, var: str, lanes: int, index: str, stride: int,
                     last: int | None = None) -> str:
-        """Statements applying the epilogue to each lane of the vector variable `var`
-        (lane j: out element `index + j * stride`, clamped to `last` where lanes may
-        run past the out: their values are not stored, their loads stay inside)."""
-        def at(j: int) -> str:
-            element = f"({index}) + {j * stride}" if j else f"({index})"
-            return f"min((long)({element}), {last}L)" if last is not None else element
-
-        if lanes == 1:
-            return f"{var} = {self.apply(var, at(0))};"
-        return " ".join(f"{var}.s{j:x} = {self.apply(f'{var}.s{j:x}', at(j))};"
-                        for j in range(lanes))
+        """A statement applying the epilogue to the vector variable `var` (lane j: out
+        element `index + j * stride`, clamped to `last` where lanes may run past the
+        out: their values are not stored, their loads stay inside)."""
+        name = self._function(lanes, stride, last)
+        return f"{var} = {self._call(name, var, f'(long)({index})')};"
 
 
 def fused_epilogue(call):
@@ -163,14 +182,17 @@ def fused_epilogue(call):
     return FusedEpilogue(call) if call.config.get("epilogue") else None
 
 
-def _chain_body(call, steps, wiring, props, product: bool, pointer):
+def _chain_body(call, steps, wiring, props, product: bool, pointer, lanes: int = 1,
+                stride: int = 1, last=None):
     """The C lines computing the chain `steps` for out element `i`: values 0..n-1 are the
     ins (in k read through the pointer named `pointer(k)`); without `product` value n+i
     is step i's result (kernel.elementwise); with it, value n is `v0`, the product's
-    element, and n+1+i step i's (an epilogue). Returns (lines, the ins read, the C name of
-    the chain's result)."""
+    element, and n+1+i step i's (an epilogue). With `lanes` > 1 every value is a vector,
+    lane j computing element i + j * `stride` (clamped to `last` when given). Returns
+    (lines, the ins read, the C name of the chain's result)."""
     out = call.outs[0]
     t = out.ctype
+    vt = t if lanes == 1 else f"{t}{lanes}"
     n = len(call.ins)
     props = props or [{}] * len(steps)
     rank = len(out.shape)
@@ -178,19 +200,34 @@ def _chain_body(call, steps, wiring, props, product: bool, pointer):
     for d in out.shape[2:]:
         inner *= d
     channels = out.shape[1] if rank >= 2 else 1
-    loads: dict = {}   # (in, per channel, scalar) -> (C variable, in, index)
+    loads: dict = {}   # (in, per channel, scalar) -> (C variable, in, C type, C expression)
+
+    def element(j: int) -> str:
+        at = f"i + {j * stride}" if j else "i"
+        return at if last is None else f"min({at}, {last}L)"
 
     def load(index: int, per_channel: bool = False, scalar: bool = False) -> str:
         key = (index, per_channel, scalar)
         if key not in loads:
-            arg = call.ins[index]
-            if scalar:
-                at = "0"
-            elif per_channel:
-                at = f"((i / {inner}) % {channels})" if rank >= 2 else "0"
+            arg, p = call.ins[index], pointer(index)
+
+            def at(flat: str) -> str:
+                if scalar:
+                    return "0"
+                if per_channel:
+                    return f"((({flat}) / {inner}) % {channels})" if rank >= 2 else "0"
+                return broadcast_index(out.shape, arg.shape, f"({flat})")
+
+            if lanes == 1 or scalar:
+                kind, expr = t, f"{p}[{at(element(0))}]"
+            elif at("i") == "0":
+                kind, expr = vt, f"({vt})({p}[0])"
+            elif at("i") == "(i)" and stride == 1 and last is None:
+                kind, expr = vt, f"vload{lanes}(0, {p} + i)"
             else:
-                at = broadcast_index(out.shape, arg.shape)
-            loads[key] = (f"a{len(loads)}", index, at)
+                kind, expr = vt, f"({vt})(" + ", ".join(
+                    f"{p}[{at(element(j))}]" for j in range(lanes)) + ")"
+            loads[key] = (f"a{len(loads)}", index, kind, expr)
         return loads[key][0]
 
     first = 1 if product else 0   # v0 is the product in an epilogue
@@ -213,10 +250,9 @@ def _chain_body(call, steps, wiring, props, product: bool, pointer):
         else:
             args = [value(number) if r >= n else load(r) for r in refs]
             expr = _step(name, args, step_props, t)
-        lines.append(f"  const {t} v{number + first} = {expr};")
-    used = sorted({index for _, index, _ in loads.values()})
-    load_lines = [f"  const {t} {var} = {pointer(index)}[{at}];"
-                  for var, index, at in loads.values()]
+        lines.append(f"  const {vt} v{number + first} = {expr};")
+    used = sorted({index for _, index, _, _ in loads.values()})
+    load_lines = [f"  const {kind} {var} = {expr};" for var, _, kind, expr in loads.values()]
     return load_lines + lines, used, f"v{len(steps) + first - 1}"
 
 

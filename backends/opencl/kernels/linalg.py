@@ -116,9 +116,13 @@ class Gemm:
             self.buffers += epilogue.buffers
 
     def _head(self, name: str) -> str:
-        function = self.epilogue.function if self.epilogue is not None else ""
-        return (f"{function}__kernel void {name}({params(*self.buffers)}, const int image) "
+        return (f"__kernel void {name}({params(*self.buffers)}, const int image) "
                 f"{{\n{bind(*self.buffers)}\n  const {self.ix} z = get_global_id(2);\n")
+
+    def _program(self, lines: list) -> str:
+        """The kernel's source, after the epilogue functions its stores call."""
+        functions = self.epilogue.source() if self.epilogue is not None else ""
+        return functions + "".join(lines)
 
     def _args(self, args: list) -> list:
         """The launch's arguments: the caller's buffers, the epilogue's, then `image`."""
@@ -204,7 +208,7 @@ class Gemm:
                 lines.append("    }\n")
             lines.append("  }\n")
         lines.append("}\n")
-        return "".join(lines)
+        return self._program(lines)
 
     def vector_launch(self, args) -> Launch:
         lanes = _pow2_at_most(self.cols, LANES[self.t])
@@ -261,7 +265,7 @@ class Gemm:
                 lines.append(f"  if (row0 + {i} < {self.rows} && col0 + {j} < {self.cols}) "
                              f"{y.name}[{index}] = {value};\n")
         lines.append("}\n")
-        return "".join(lines)
+        return self._program(lines)
 
     def dot_launch(self, args) -> Launch:
         lanes = LANES[self.t]
@@ -518,8 +522,7 @@ def _depthwise(call, t: str, g: dict, has_bias: bool, epilogue) -> Launch:
 
     _, span = _row_load(t, lanes, "xr", g["sw"], None, g["wd"])
     extent = span - 1 + (kw - 1) * g["dw"]
-    source = [f"{epilogue.function if epilogue is not None else ''}"
-              f"__kernel void depthwise({params(*buffers)}) {{\n{bind(*buffers)}\n"
+    source = [f"__kernel void depthwise({params(*buffers)}) {{\n{bind(*buffers)}\n"
               f"  const {ix} ow0 = get_global_id(0) * {lanes}, oh0 = get_global_id(1) * {rows};\n"
               f"  const {ix} plane = get_global_id(2);\n"  # image * M + output channel
               f"  const {ix} m = plane % {g['m']}, image = plane / {g['m']};\n"
@@ -542,4 +545,6 @@ def _depthwise(call, t: str, g: dict, has_bias: bool, epilogue) -> Launch:
     args = [ref("in", 0), ref("in", 1)] + ([ref("in", 2)] if has_bias else []) \
         + [ref("out", 0)] + (epilogue.args if epilogue is not None else [])
     size = (-(-g["wo"] // lanes), -(-g["ho"] // rows), g["n"] * g["m"])
-    return Launch("".join(source), "depthwise", size, _local_size(size, DEPTHWISE_ITEMS), args)
+    functions = epilogue.source() if epilogue is not None else ""
+    return Launch(functions + "".join(source), "depthwise", size,
+                  _local_size(size, DEPTHWISE_ITEMS), args)
