@@ -250,32 +250,39 @@ def improve(
     lb = problem.lower_bound
     size = problem.size
     search = None
-    while hi > lb and time.perf_counter() < deadline:
-        if search is None:
-            search = Search(problem, hi - 1, deadline)
-        search.capacity = hi - 1
-        level = rng.uniform(LNS_LEVELS[0], LNS_LEVELS[1]) * lb
-        if rng.random() < LNS_DEEPEN:
-            fixed = _deepened(search, best, size, level, rng.uniform(level, lb), rng)
-        else:
-            fixed = {k: best[g] for k, g in enumerate(search.glob) if best[g] + size[g] <= level}
-        rank = search.random_rank(rng, by_size=rng.random() < 0.5)
-        try:
-            local = search.run(rank, LNS_NODES * search.m, True, fixed)
-        except (NodeLimit, Stop):
-            local = None
+    old_limit = sys.getrecursionlimit()
+    try:
+        while hi > lb and time.perf_counter() < deadline:
+            if search is None:
+                search = Search(problem, hi - 1, deadline)
+                # the hole search recurses per buffer placed, as in decide()
+                sys.setrecursionlimit(max(old_limit, 4 * search.m + 1000))
+            search.capacity = hi - 1
+            level = rng.uniform(LNS_LEVELS[0], LNS_LEVELS[1]) * lb
+            if rng.random() < LNS_DEEPEN:
+                fixed = _deepened(search, best, size, level, rng.uniform(level, lb), rng)
+            else:
+                fixed = {k: best[g] for k, g in enumerate(search.glob)
+                         if best[g] + size[g] <= level}
+            rank = search.random_rank(rng, by_size=rng.random() < 0.5)
+            try:
+                local = search.run(rank, LNS_NODES * search.m, True, fixed)
+            except (NodeLimit, Stop):
+                local = None
+                if stats is not None:
+                    stats["lns_limit"] = stats.get("lns_limit", 0) + 1
             if stats is not None:
-                stats["lns_limit"] = stats.get("lns_limit", 0) + 1
-        if stats is not None:
-            stats["lns_tries"] = stats.get("lns_tries", 0) + 1
-        if local is None:
-            continue
-        best = list(best)
-        for k, g in enumerate(search.glob):
-            best[g] = local[k]
-        hi = problem.peak_of(best)
-        if stats is not None:
-            stats["lns_wins"] = stats.get("lns_wins", 0) + 1
+                stats["lns_tries"] = stats.get("lns_tries", 0) + 1
+            if local is None:
+                continue
+            best = list(best)
+            for k, g in enumerate(search.glob):
+                best[g] = local[k]
+            hi = problem.peak_of(best)
+            if stats is not None:
+                stats["lns_wins"] = stats.get("lns_wins", 0) + 1
+    finally:
+        sys.setrecursionlimit(old_limit)
     return best
 
 

@@ -371,6 +371,28 @@ def test_large_neighbourhood_search_keeps_plans_valid_and_never_worse():
     assert stats.get("lns_tries", 0) >= 1
 
 
+def test_large_neighbourhood_search_raises_the_recursion_limit_it_needs():
+    """The hole search recurses once per buffer placed: improve() raises Python's
+    recursion limit as decide() does, and puts it back (GTCRN's ~600 buffers ran past
+    the default 1000 frames in improve(): RecursionError out of plan-memory)."""
+    import inspect
+
+    ivs, _ = perfect_packing(120, capacity=1024, horizon=100, seed=1, granule=8)
+    problem = Problem(ivs)
+    start = plan_intervals(ivs, "greedy-by-size")
+    offsets = [start.offsets[iv.id] for iv in ivs]
+    old = sys.getrecursionlimit()
+    tight = len(inspect.stack()) + 40  # too few frames for the search of 120 buffers
+    sys.setrecursionlimit(tight)
+    try:
+        out = improve(problem, offsets, time.perf_counter() + 0.3, random.Random(1), {})
+        assert sys.getrecursionlimit() == tight
+    finally:
+        sys.setrecursionlimit(old)
+    assert problem.peak_of(out) <= start.peak
+    assert check_plan(ivs, problem.offsets_dict(out)) == []
+
+
 def test_greedy_scales_to_thousands_of_intervals():
     ivs = random_program(3000, seed=2)
     for algorithm in ("greedy-by-size", "greedy-by-conflicts"):
