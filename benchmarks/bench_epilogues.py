@@ -5,7 +5,9 @@ compiled three ways in one process — `lower-to-kernels` as in the default pipe
 shapes, how many epilogues were folded and operands prepacked, and the median latency on
 the numpy backend (and on OpenCL with `--opencl`). The ways' timed runs are interleaved
 (one run of each in turn), so a load that comes and goes on the machine weighs on all
-alike.
+alike. The table gives the median CPU time of the process (all its threads: OpenBLAS's
+one, PoCL's workers), which another program's load on the machine moves far less than
+wall time; the JSON has both.
 
     python benchmarks/bench_epilogues.py [--runs 7] [--opencl] [--models a,b]
 
@@ -96,21 +98,24 @@ def run_model(name: str, entry: dict, runs: int, opencl: bool) -> dict:
                 row[way][f"{backend}_diff"] = max(row[way].get(f"{backend}_diff", 0.0),
                                                   diff / scale if scale else diff)
         times = {way: [] for way in WAYS}
+        cpu = {way: [] for way in WAYS}
         for _ in range(runs):
             for way, session in sessions.items():
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 session.run(feeds)
                 times[way].append(time.perf_counter() - start)
+                cpu[way].append(time.process_time() - start_cpu)
         for way in WAYS:
             row[way][f"{backend}_ms"] = 1e3 * statistics.median(times[way])
+            row[way][f"{backend}_cpu_ms"] = 1e3 * statistics.median(cpu[way])
     return row
 
 
 def table(rows: list, opencl: bool) -> str:
     head = ["model", "epilogues (steps)", "elementwise left", "pools KiB fused / unfused",
-            "numpy ms fused / unfused", "prepacked", "numpy ms unpacked"]
+            "numpy CPU ms fused / unfused", "prepacked", "numpy CPU ms unpacked"]
     if opencl:
-        head += ["OpenCL ms fused / unfused", "OpenCL ms unpacked"]
+        head += ["OpenCL CPU ms fused / unfused", "OpenCL CPU ms unpacked"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         if "status" in r:
@@ -120,10 +125,11 @@ def table(rows: list, opencl: bool) -> str:
         cells = [r["model"], f"{f['epilogues']} ({f['epilogue_steps']})",
                  f"{f['elementwise']} (was {u['elementwise']})",
                  f"{f['pool_bytes'] / 1024:.0f} / {u['pool_bytes'] / 1024:.0f}",
-                 f"{f['numpy_ms']:.1f} / {u['numpy_ms']:.1f}", str(f["prepacked"]),
-                 f"{p['numpy_ms']:.1f}"]
+                 f"{f['numpy_cpu_ms']:.1f} / {u['numpy_cpu_ms']:.1f}", str(f["prepacked"]),
+                 f"{p['numpy_cpu_ms']:.1f}"]
         if opencl:
-            cells += [f"{f['opencl_ms']:.1f} / {u['opencl_ms']:.1f}", f"{p['opencl_ms']:.1f}"]
+            cells += [f"{f['opencl_cpu_ms']:.1f} / {u['opencl_cpu_ms']:.1f}",
+                      f"{p['opencl_cpu_ms']:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
