@@ -497,3 +497,54 @@ def test_prepacked_weights_opencl():
     (matmul,) = [op for (op, *_), launches in session.last_plan.executor.launches.items()
                  if op.name == "kernel.matmul"]
     assert matmul.config()["transB"] == 0 and matmul.ins[1].op.name == "buffer.constant"
+
+
+# -- every step of the table, as an epilogue -----------------------------------------------------
+
+def _every_step_model():
+    """One MatMul by the identity per float step of the STEPS table (binary steps with a
+    second, per-column operand), each followed by that step alone: every product has one
+    reader, so each chain folds. Inputs within every step's domain (0.1..0.9)."""
+    from palimpsest.dialects.graph.naming import GRAPH_TO_ONNX
+    from palimpsest.dialects.kernel_elementwise import STEPS
+
+    rng = np.random.default_rng(15)
+    x = rng.uniform(0.1, 0.9, (4, 16)).astype(np.float32)
+    constants = {"k": np.eye(16, dtype=np.float32),
+                 "q": rng.uniform(0.5, 1.5, 16).astype(np.float32)}
+    nodes, outputs = [], []
+    for name, (form, kind, _) in STEPS.items():
+        if form not in ("unary", "binary", "variadic") or name.startswith("graph.bitwise"):
+            continue
+        op = GRAPH_TO_ONNX[name]
+        short = name[6:]
+        nodes.append(("MatMul", ["x", "k"], f"p_{short}", {}))
+        ins = [f"p_{short}"] + (["q"] if form != "unary" else [])
+        nodes.append((op, ins, f"y_{short}", {}))
+        outputs.append(f"y_{short}")
+    graph = helper.make_graph(
+        [helper.make_node(op, ins, [out], **attrs) for op, ins, out, attrs in nodes], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+        [numpy_helper.from_array(a, n) for n, a in constants.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+    return model, {"x": x}, len(outputs)
+
+
+def test_every_step_folds_and_runs_numpy():
+    model, feeds, count = _every_step_model()
+    module = _lowered(model)
+    folded = [op for op in _kernels(module, "kernel.matmul") if op.config()["epilogue"]]
+    assert len(folded) == count and not _kernels(module, "kernel.elementwise")
+    got = Session(import_onnx(model), poison=True).run(feeds)
+    expected = _reference(model, feeds)
+    for name, want in expected.items():
+        np.testing.assert_allclose(got[name], want, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+@requires_opencl
+def test_every_step_in_the_opencl_store():
+    """Each step's OpenCL expression computes on the GEMM's vectors (a step whose
+    expression takes no vectors fails the build), matching numpy, nothing on the host."""
+    model, feeds, _ = _every_step_model()
+    compare_backends(import_onnx(model), feeds, poison=True)
