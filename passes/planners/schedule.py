@@ -519,7 +519,12 @@ class _Threshold:
       one, so the dead sets are kept from one threshold to the next;
     - a ready node that runs below the threshold and frees at least what it allocates is
       scheduled at once, without branching (moved to the front of any order that stays
-      below, it raises no other node's live bytes);
+      below, it raises no other node's live bytes: a node frees at least as much the
+      later it runs);
+    - so is a ready node followed by a successor that waits only for it, when both run
+      below the threshold, the successor frees at least what it allocates and the two
+      together too (moved to the front, the pair, or the successor alone where the node
+      already ran, raise nothing);
     - the other ready nodes are tried freeing the most first, then the least live bytes
       while they run."""
 
@@ -601,6 +606,7 @@ class _Threshold:
         base = [w + a for w, a in zip(self.work, self.alloc)]
         persist = self.persist
         inplace = [entries or None for entries in self.inplace]
+        used_by = [frozenset(used) for used in uses]
 
         def pair_of(options, now, threshold):
             """An option `i` with a successor `j` waiting only for it such that, `i`
@@ -613,23 +619,22 @@ class _Threshold:
                 for j in succs[i]:
                     if waiting[j] != 1:
                         continue
-                    for s in uses[i]:
-                        remaining[s] -= 1
+                    consumed = used_by[i]  # (what `i` consumes loses a user first)
                     during = now + change + base[j]
                     entries = inplace[j]
                     if entries is not None:
                         for nbytes, candidates in entries:
                             for c in candidates:
-                                if remaining[c] == 1:
+                                if remaining[c] - (c in consumed) == 1:
                                     during -= nbytes
                                     break
+                    if during >= threshold:
+                        continue
                     second = persist[j]
                     for s in uses[j]:
-                        if remaining[s] == 1:
+                        if remaining[s] - (s in consumed) == 1:
                             second -= size[s]
-                    for s in uses[i]:
-                        remaining[s] += 1
-                    if during < threshold and second <= 0 and change + second <= 0:
+                    if second <= 0 and change + second <= 0:
                         return option
             return None
 
@@ -666,10 +671,11 @@ class _Threshold:
                     break
                 options.append((change, during, i))
             else:
-                options.sort()
-                pair = pair_of(options, now, threshold)
-                if pair is not None:
-                    options = [pair]
+                if len(options) > 1:
+                    options.sort()
+                    pair = pair_of(options, now, threshold)
+                    if pair is not None:
+                        options = [pair]
             for change, _, i in options:
                 child = mask | (1 << i)
                 if child in dead:
