@@ -21,6 +21,7 @@ from palimpsest.dialects.builtin import ModuleOp
 from palimpsest.dialects.func import FuncOp, ReturnOp
 from palimpsest.dialects.graph.naming import CONTRIB_TO_GRAPH, ONNX_TO_GRAPH
 from palimpsest.dialects.graph.onnx_opsets import OpsetError, adapt
+from palimpsest.dialects.graph.onnx_rewrites import REWRITTEN_CONTRIB, rewrite_model
 from palimpsest.dialects.graph.ops_base import (
     ONNX_DTYPES, Args, _ConstantOperands, refine_type,
 )
@@ -229,9 +230,11 @@ class _Importer:
         if node.domain not in ("", "ai.onnx"):
             name = CONTRIB_TO_GRAPH.get((node.domain, node.op_type))
             if name is None:
-                known = [op for domain, op in CONTRIB_TO_GRAPH if domain == node.domain]
+                known = [op for domain, op in CONTRIB_TO_GRAPH if domain == node.domain] + [
+                    what for (domain, _), what in REWRITTEN_CONTRIB.items()
+                    if domain == node.domain]
                 raise self.fail(f"this operator is not supported: of domain '{node.domain}' "
-                                f"only {', '.join(known)} is" if known else
+                                f"only {', '.join(known)} {'is' if len(known) == 1 else 'are'}" if known else
                                 f"operator domain '{node.domain}' is not supported", node)
         elif node.op_type == "Constant":
             return self.constant_node(node, block)
@@ -540,6 +543,7 @@ def import_onnx(source, *, function_name: str = "main", inline_limit: int = INLI
         name = path
     else:
         model, name = source, source.graph.name or "<model>"
+    model = rewrite_model(model)   # contrib and sequence forms with ONNX equivalents
     if shape_inference:
         try:
             model = onnx.shape_inference.infer_shapes(model, data_prop=True)

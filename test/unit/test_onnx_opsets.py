@@ -105,7 +105,7 @@ def test_unsupported_op_names_op_opset_and_node():
 
 
 def test_other_domain_is_refused_naming_it():
-    node = h.make_node("FusedConv", ["x"], ["y"], domain="com.microsoft", name="fc")
+    node = h.make_node("QOrderedMatMul", ["x"], ["y"], domain="com.microsoft", name="fc")
     graph = h.make_graph([node], "g", [h.make_tensor_value_info("x", T.FLOAT, [1])],
                          [h.make_tensor_value_info("y", T.FLOAT, [1])])
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13),
@@ -113,8 +113,8 @@ def test_other_domain_is_refused_naming_it():
     with pytest.raises(OnnxImportError) as error:
         import_onnx(model)
     message = str(error.value)
-    assert "node 'fc' (com.microsoft.FusedConv, opset 1)" in message
-    assert "of domain 'com.microsoft' only DynamicQuantizeLSTM is" in message
+    assert "node 'fc' (com.microsoft.QOrderedMatMul, opset 1)" in message
+    assert "of domain 'com.microsoft' only DynamicQuantizeLSTM, FusedConv (activation" in message
     assert "\n" not in message
 
 
