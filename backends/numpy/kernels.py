@@ -22,6 +22,7 @@ full-size temporary:
 | concat | `np.concatenate(..., out=)` |
 | gather | `np.take(..., out=, mode="wrap")` after the reference's range check |
 | expand | `np.copyto(out, np.broadcast_to(x, shape))` |
+| scatter_nd | `np.copyto(out, data)`, then one fancy-indexed assignment (reduction none) or one `ufunc.at` (add, mul, max, min); indices out of range: the reference kernel, which reports them |
 
 Every other op runs its reference kernel (`dialects/graph/reference`) and the result is
 copied into the out view with `np.copyto`. That copy is counted in `RunStats`: as
@@ -519,6 +520,50 @@ def _expand(name):
         except ValueError:
             return False
         np.copyto(out, np.broadcast_to(x, out.shape))
+        return True
+    return run
+
+
+_SCATTER_REDUCE = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+@fast("graph.scatter_nd")
+def _scatter_nd(name):
+    """ScatterND as one fancy-indexed assignment (reduction none: duplicate indices keep
+    the last update, as the reference's loop does) or one `ufunc.at` (add, mul, max,
+    min), into the out after copying `data` in; indices checked against the data's
+    shape first (the reference kernel reports what does not fit)."""
+    def run(inputs, attrs, outs):
+        out = outs[0]
+        if len(inputs) != 3 or len(outs) != 1:
+            return False
+        data, indices, updates = inputs
+        reduction = attrs.get("reduction", "none")
+        reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+        if reduction != "none" and reduction not in _SCATTER_REDUCE:
+            return False
+        if not _same_dtype(out, data, updates) or indices.dtype.kind not in "iu" \
+                or data.shape != out.shape or indices.ndim < 1 or _overlaps(out, indices, updates):
+            return False
+        depth = indices.shape[-1]
+        if not 1 <= depth <= data.ndim:
+            return False
+        flat = indices.reshape(-1, depth).astype(np.intp, copy=False)
+        if updates.shape != indices.shape[:-1] + data.shape[depth:]:
+            return False
+        limits = np.asarray(data.shape[:depth], np.intp)
+        if flat.size and (np.any(flat < -limits) or np.any(flat >= limits)):
+            return False
+        rows = updates.reshape((flat.shape[0],) + data.shape[depth:])
+        if not _same_view(out, data):
+            if _overlaps(out, data):
+                return False
+            np.copyto(out, data)
+        at = tuple(flat.T)
+        if reduction == "none":
+            out[at] = rows
+        else:
+            _SCATTER_REDUCE[reduction].at(out, at, rows)
         return True
     return run
 

@@ -183,3 +183,42 @@ def test_pool_arenas_reused_only_when_no_result_is_held():
     assert executor.kept["io"] is not before
     np.testing.assert_array_equal(row, x[1] + 12)   # a view of a result keeps it too
     np.testing.assert_array_equal(session.run({"x": x})["y"], x + 10)
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_scatter_nd_fast_path(reduction, depth):
+    """ScatterND's fast path (kernels.py: one fancy assignment or ufunc.at) against the
+    reference kernel's loop: negative indices, duplicates (reduced in order; with none,
+    the last update stays), and no temporary."""
+    from palimpsest.backends.numpy import run_with_stats
+    from test_kernels import lower
+
+    rng = np.random.default_rng(depth)
+    data = rng.standard_normal((4, 3, 5)).astype(np.float32)
+    count = 6
+    index = np.stack([rng.integers(-s, s, count) for s in data.shape[:depth]], axis=-1)
+    if reduction != "none":
+        index[1] = index[0]   # a duplicate, reduced in order
+    updates = rng.standard_normal((count,) + data.shape[depth:]).astype(np.float32)
+    if reduction == "none":   # a duplicate: same update (ONNX leaves the order open)
+        index[1] = index[0]
+        updates[1] = updates[0]
+    attrs = {} if reduction == "none" else {"reduction": reduction}
+    model = model_of([node("ScatterND", ["x", "i", "u"], attrs)], {"x": data},
+                     {"i": index.astype(np.int64), "u": updates}, opset=18)
+    want = _graph_result(model, {"x": data})
+    module = lower(import_onnx(model))
+    got, stats = run_with_stats(find_function(module, None), {"x": data}, poison=True)
+    np.testing.assert_allclose(got["y"], want["y"], rtol=1e-6)
+    assert "graph.scatter_nd" not in stats.temporary_ops
+
+
+def test_scatter_nd_out_of_range_still_an_error():
+    from palimpsest.ir.diagnostics import DiagnosticError
+
+    data = np.zeros((3, 2), np.float32)
+    model = model_of([node("ScatterND", ["x", "i", "u"])], {"x": data},
+                     {"i": np.array([[3]], np.int64), "u": np.ones((1, 2), np.float32)})
+    with pytest.raises(DiagnosticError):
+        Session(import_onnx(model)).run({"x": data})
