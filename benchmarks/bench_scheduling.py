@@ -328,21 +328,21 @@ def _arena(module) -> int:
     return 0
 
 
-def compile_time(ops=1000, repeat=3):
+def compile_time(ops=1000, repeat=7):
+    """Median seconds of the default pipeline on a ~`ops`-op model without and with the
+    pass, the two taking turns (load drifts hit both alike)."""
     from palimpsest.passes.pass_manager import PassManager, parse_pipeline
 
     module = _text_module(chain_model(ops))
     count = sum(1 for _ in module.walk()) - 2
-    times = {}
-    for label, pipeline in (("without", "default{schedule=false}"), ("with", "default")):
-        runs = []
-        for _ in range(repeat):
+    runs = {"without": [], "with": []}
+    for _ in range(repeat):
+        for label, pipeline in (("without", "default{schedule=false}"), ("with", "default")):
             work = _clone(module)
             started = time.perf_counter()
             PassManager(parse_pipeline(pipeline), verify_each=False).run(work)
-            runs.append(time.perf_counter() - started)
-        times[label] = statistics.median(runs)
-    return count, times
+            runs[label].append(time.perf_counter() - started)
+    return count, {label: statistics.median(values) for label, values in runs.items()}
 
 
 def replan_time(shapes=15):

@@ -99,13 +99,22 @@ def report_lines(func: Operation) -> list[str]:
 _GRAPH_ALIASES = ("graph.reshape", "graph.flatten", "graph.squeeze", "graph.unsqueeze")
 
 
-def _tensor_bytes(type_) -> int:
+def _tensor_bytes(type_, _known: dict = {}) -> int:  # noqa: B006 (a cache by type)
     if not isinstance(type_, TensorType) or type_.shape is None:
         return 0
+    try:
+        return _known[type_]
+    except (KeyError, TypeError):
+        pass
     from palimpsest.dialects.buffer import buffer_of
 
-    size = buffer_of(type_).upper_nbytes()
-    return size or 0
+    size = buffer_of(type_).upper_nbytes() or 0
+    try:
+        if len(_known) < 4096:
+            _known[type_] = size
+    except TypeError:  # (an unhashable type: not cached)
+        pass
+    return size
 
 
 def _buffer_bytes(type_) -> int:

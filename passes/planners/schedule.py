@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 __all__ = [
     "ScheduleProblem", "Schedule", "SCHEDULERS", "schedule", "peak_of", "is_valid_order",
     "file_order", "list_schedule", "dfs_schedule", "post_order", "exact_schedule",
-    "lower_bound", "cut_points",
+    "lower_bound", "cut_points", "only_order",
 ]
 
 
@@ -172,6 +172,11 @@ def peak_of(problem: ScheduleProblem, order) -> int:
         peak = max(peak, state.during(v))
         state.apply(v)
     return peak
+
+
+def only_order(problem: ScheduleProblem) -> bool:
+    """Whether file order is the only valid order (each node needs the one before it)."""
+    return all(v - 1 in ps for v, ps in enumerate(problem.preds) if v)
 
 
 def is_valid_order(problem: ScheduleProblem, order) -> bool:
@@ -735,6 +740,9 @@ def schedule(problem: ScheduleProblem, algorithm: str = "auto",
     started = time.perf_counter()
     base = file_order(problem)
     found = {"file-order": base}
+    if only_order(problem):  # a chain: nothing to choose, and it is minimal
+        return Schedule(base.order, base.peak, "file-order", True,
+                        time.perf_counter() - started, {"file-order": base.peak})
     if algorithm in ("auto", "exact"):
         for name in ("list", "dfs", "post-order"):
             found[name] = SCHEDULERS[name](problem)

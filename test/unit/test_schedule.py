@@ -100,6 +100,24 @@ def test_chain_is_cut_everywhere_and_proven():
     assert found.proven and found.peak == 16 and found.order == list(range(n))
 
 
+def test_a_chain_is_answered_without_searching():
+    # the only valid order: schedule() returns it, proven, without running the others
+    n = 1000
+    chain = ScheduleProblem([{v - 1} if v else set() for v in range(n)],
+                            [[v] for v in range(n)], [{v - 1} if v else set() for v in range(n)],
+                            {v: 8 for v in range(n)})
+    found = schedule(chain)
+    assert found.order == list(range(n)) and found.proven and found.peak == 16
+    assert found.candidates == {"file-order": 16}
+    # one node off the chain: the heuristics and the search run
+    preds = [set(p) for p in chain.preds]
+    uses = [set(u) for u in chain.uses]
+    preds[5], uses[5] = {3}, {3}
+    branched = ScheduleProblem(preds, chain.allocs, uses, chain.sizes)
+    assert set(schedule(branched).candidates) == {"file-order", "list", "dfs", "post-order",
+                                                  "exact"}
+
+
 def test_exact_beats_file_order_on_two_branches():
     # 0 -> (1 -> 3), (2 -> 4): 1 and 2 are big, 3 and 4 small
     problem = ScheduleProblem([set(), {0}, {0}, {1}, {2}], [[0], [1], [2], [3], [4]],
