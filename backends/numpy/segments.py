@@ -75,7 +75,11 @@ class Segment:
 
         if self.session is None:
             self.session = Session(self.module, **self.options)
-        results = self.session.run({name: scope[v] for name, v in self._ins})
+        arrays = {name: scope[v] for name, v in self._ins}
+        if all(type(a) is np.ndarray for a in arrays.values()):
+            results = self.session.run_checked(arrays)   # (the executor checks them)
+        else:
+            results = self.session.run(arrays)
         own = scope.own
         for name, value in self._outs:
             own[value] = results[name]

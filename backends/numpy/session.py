@@ -439,6 +439,24 @@ class Session:
         return results
 
 
+    def run_checked(self, arrays: dict) -> dict:
+        """`run` for a caller that hands over numpy arrays already of the inputs' dtypes
+        (a control-flow segment's, segments.py): the plan looked up or compiled as `run`
+        does, the executor's own binding checks the arrays (shape, dtype: the same errors),
+        no RunReport (`last_stats` is left as it was); stats and `last_plan` kept."""
+        if self.specialize:
+            plan, _ = self._lookup(tuple(a.shape for a in arrays.values())
+                                   if list(arrays) == self.input_names else
+                                   tuple(arrays[n].shape for n in self.input_names))
+        else:
+            plan = self._dynamic_plan()
+        results, _ = plan.run(arrays, None, self.profiler)
+        self.last_plan = plan
+        self.stats.runs += 1
+        self.prepared = True
+        return results
+
+
 def _input_checks(names, types, shapes: dict) -> list:
     """Per input, (dtype, dims) when an array of that dtype whose shape fits dims (None:
     any size) passes `check_input` as it is and `run`'s set-shape check (a tensor with no
