@@ -344,69 +344,149 @@ def _epilogue_fold(c: _Compute, chain: list):
     return cls, ins, props, out, fit
 
 
-def _silu_as_swish(computes: list) -> list:
-    """SiLU as exporters write it, S = sigmoid(T); Y = T * S (YOLO's convs, EfficientNet's
-    blocks), with S read by the mul alone: one `graph.swish` T -> Y in the sigmoid's
-    place (Y's alloc moved up to it; nothing between may use Y), so the chain reads T
-    once and folds into T's conv as its epilogue (two readers of T stopped both). S's
-    buffer goes unless the mul wrote in place into it. Returns the computes, rewritten."""
+# Activations that exporters write as several elementwise ops reading the activation's
+# input T twice — which stops a chain, and so the fold into the conv/matmul before it —
+# and the one step (of kernel.STEPS) each is. A pattern: its ops in order, each op's
+# operands: "T", "prev" (the op before's result) or a number (a one-element constant);
+# add and mul match either operand order.
+ACTIVATION_PATTERNS = {
+    "graph.swish": [                 # SiLU: T * sigmoid(T) (YOLO, EfficientNet)
+        [("graph.sigmoid", ["T"]), ("graph.mul", ["T", "prev"])],
+    ],
+    "graph.hard_swish": [            # T * relu6(T + 3) / 6 (PicoDet, MobileNetV3 exports)
+        [("graph.add", ["T", 3.0]), ("graph.clip", ["prev", 0.0, 6.0]),
+         ("graph.mul", ["T", "prev"]), ("graph.div", ["prev", 6.0])],
+        [("graph.add", ["T", 3.0]), ("graph.clip", ["prev", 0.0, 6.0]),
+         ("graph.mul", ["T", "prev"]), ("graph.mul", ["prev", 1 / 6])],
+    ],
+}
+_COMMUTATIVE = ("graph.add", "graph.mul")
+_PLAIN_PROPS = ("op", "operandSegmentSizes", "graphSegmentSizes")
+
+
+def _constant_is(value, number: float) -> bool:
+    owner = getattr(value, "op", None)
+    if owner is None or owner.name != "buffer.constant":
+        return False
+    array = owner.properties["value"].to_numpy()
+    return array.size == 1 and abs(float(array.reshape(-1)[0]) - number) <= 1e-6 * abs(number)
+
+
+def _match_operands(ins: list, spec: list, t, prev, commutative: bool) -> bool:
+    def one(value, want) -> bool:
+        if want == "T":
+            return value is t
+        if want == "prev":
+            return value is prev
+        return _constant_is(value, want)
+
+    if len(ins) != len(spec):
+        return False
+    if all(one(v, w) for v, w in zip(ins, spec)):
+        return True
+    return commutative and len(ins) == 2 and one(ins[0], spec[1]) and one(ins[1], spec[0])
+
+
+def _match_pattern(head, pattern: list, order: dict, by_op: dict):
+    """(T, the member computes, Y) when `pattern` starts at compute `head`, else None."""
+    name, spec = pattern[0]
+    if head.properties["op"].value != name:
+        return None
+    ins, outs = head.operands[:-1], head.operands[-1:]
+    if len(outs) != 1:
+        return None
+    t = ins[spec.index("T")] if "T" in spec and len(ins) == len(spec) else None
+    if t is None or not _match_operands(ins, spec, t, None, name in _COMMUTATIVE):
+        return None
+    members = [head]
+    for name, spec in pattern[1:]:
+        prev = members[-1].operands[-1]
+        after = sorted((u for u in prev.users() if u in by_op and u in order
+                        and order[u] > order[members[-1]]), key=order.get)
+        if not after:
+            return None
+        member = after[0]   # the next op reading the previous result: the pattern's
+        if member.properties["op"].value != name or len(member.operands) != len(spec) + 1 \
+                or not _match_operands(member.operands[:-1], spec, t, prev,
+                                       name in _COMMUTATIVE):
+            return None
+        members.append(member)
+    for member in members:
+        if member.attributes or any(k not in _PLAIN_PROPS for k in member.properties):
+            return None
+        segments = member.properties.get("graphSegmentSizes")
+        if segments is not None and any(v != 1 for v in segments.values):
+            return None
+    y = members[-1].operands[-1]
+    if not all(m.operands[-1].type == t.type for m in members):
+        return None
+    return t, members, y
+
+
+def _activations_as_steps(computes: list) -> list:
+    """Each ACTIVATION_PATTERNS match T -> ... -> Y becomes one compute of its step,
+    T -> Y, where the pattern's first op was (right after T's producer, where a fold
+    looks for its chain), so the product T has one reader and folds with it into its
+    conv or matmul as the epilogue. Only where nothing else sees the difference: every
+    buffer a member writes is read by no other op between the first member and the
+    last (nor after, but Y), and Y's alloc can move up to the first member. The
+    intermediates' buffers go. Returns the computes, rewritten."""
+    by_op = {op: index for index, op in enumerate(computes)}
+    order = None   # op positions in the current block
+    for head in list(computes):
+        if head.parent is None or head not in by_op:
+            continue
+        if order is None or head not in order:
+            order = {op: i for i, op in enumerate(head.parent.ops)}
+        for step, patterns in ACTIVATION_PATTERNS.items():
+            match = next((m for m in (_match_pattern(head, p, order, by_op) for p in patterns)
+                          if m is not None), None)
+            if match is not None and _replace_with_step(step, *match, order, computes, by_op):
+                order = None
+                break
+    return [op for op in computes if op.parent is not None]
+
+
+def _replace_with_step(step: str, t, members: list, y, order: dict, computes: list,
+                       by_op: dict) -> bool:
     from palimpsest.dialects.buffer import ComputeOp
     from palimpsest.ir.types import i32
 
-    by_op = {op: index for index, op in enumerate(computes)}
-    erased = set()
-    block = order = None   # (op positions in the block, for what lies between two ops)
-    for sigmoid in computes:
-        if sigmoid in erased or sigmoid.properties["op"].value != "graph.sigmoid" \
-                or len(sigmoid.operands) != 2:
-            continue
-        t, s = sigmoid.operands
-        owner = getattr(s, "op", None)
-        muls = [u for u in s.users() if u in by_op and u.properties["op"].value == "graph.mul"
-                and len(u.operands) == 3 and {id(v) for v in u.operands[:2]} == {id(t), id(s)}]
-        if owner is None or owner.name != "buffer.alloc" or len(muls) != 1 or t is s:
-            continue
-        mul = muls[0]
-        y = mul.operands[2]
-        if mul.attributes or any(k not in ("op", "operandSegmentSizes") for k in mul.properties) \
-                or not t.type == s.type == y.type:
-            continue
-        # the swish goes where the sigmoid was (right after T's producer, where a fold
-        # looks for its chain): Y must exist there and nothing in between may use it; S
-        # may have no other reader (but Y's, after the mul, where the mul wrote S)
-        if order is None or sigmoid.parent is not block:
-            block = sigmoid.parent
-            order = {op: i for i, op in enumerate(block.ops)}
-        if mul not in order:
-            continue
-        between = lambda u: order[sigmoid] < order.get(u, -1) < order[mul]  # noqa: E731
-        others = [u for u in s.users() if u not in (sigmoid, mul) and u.name != "buffer.dealloc"]
-        if others and (y is not s or any(order.get(u, -1) < order[mul] for u in others)):
-            continue
-        y_owner = getattr(y, "op", None)
-        if y is not s and (any(between(u) for u in y.users()) or y is not t and (
-                y_owner is None or y_owner.name != "buffer.alloc" or y_owner.operands
-                or y_owner.parent is not block)):
-            continue
-        if y is not s and y is not t:
-            y_owner.detach()
-            sigmoid.parent.insert_before(sigmoid, y_owner)
-        swish = ComputeOp([t, y], [], {"op": A.StringAttr("graph.swish"),
-                                       "operandSegmentSizes": A.DenseArrayAttr(i32, (1, 1))})
-        swish.location, swish.source_loc = mul.location, mul.source_loc
-        sigmoid.parent.insert_before(sigmoid, swish)
-        computes[by_op[sigmoid]] = swish
-        by_op[swish] = by_op[sigmoid]
-        del by_op[mul]
-        mul.erase()
-        sigmoid.erase()
-        erased.add(sigmoid)
-        order = None
-        if y is not s:
-            for user in list(s.users()):
-                user.erase()
-            owner.erase()
-    return [op for op in computes if op not in erased and op.parent is not None]
+    head, last = members[0], members[-1]
+    first, end = order[head], order[last]
+    written = _unique([m.operands[-1] for m in members])
+    for value in written:
+        for user in value.users():
+            if user in members or user.name == "buffer.dealloc" or value is y and (
+                    order.get(user, end + 1) > end):
+                continue
+            if order.get(user, first) >= first:   # (another block's op: unknown)
+                return False
+    y_owner = getattr(y, "op", None)
+    move = y_owner is not None and y_owner.name == "buffer.alloc" \
+        and order.get(y_owner, -1) > first
+    if move and (y_owner.operands or y_owner.parent is not head.parent):
+        return False
+    dropped = [v for v in written if v is not y and v is not t
+               and getattr(v, "op", None) is not None and v.op.name == "buffer.alloc"
+               and all(u in members or u.name == "buffer.dealloc" for u in v.users())]
+    if move:
+        y_owner.detach()
+        head.parent.insert_before(head, y_owner)
+    new = ComputeOp([t, y], [], {"op": A.StringAttr(step),
+                                 "operandSegmentSizes": A.DenseArrayAttr(i32, (1, 1))})
+    new.location, new.source_loc = last.location, last.source_loc
+    head.parent.insert_before(head, new)
+    computes[by_op[head]] = new
+    by_op[new] = by_op[head]
+    for member in members:
+        by_op.pop(member, None)
+        member.erase()
+    for value in dropped:
+        for user in list(value.users()):
+            user.erase()
+        value.op.erase()
+    return True
 
 
 def lower_to_kernels(module: Operation, fuse_elementwise: bool = True,
@@ -421,7 +501,7 @@ def lower_to_kernels(module: Operation, fuse_elementwise: bool = True,
             blocks.setdefault(op.parent, []).append(op)
     for block, computes in blocks.items():
         if fuse_elementwise:
-            computes = _silu_as_swish(computes)
+            computes = _activations_as_steps(computes)
         records = [_Compute(op) for op in computes]
         steps = {}
         for record in records:

@@ -277,30 +277,54 @@ def test_gemm_forms_opencl(form):
     _check_opencl(model, feeds, "kernel.matmul")
 
 
-def silu_model(swapped: bool, group: int = 1):
-    """YOLO's conv block as exported: Conv -> Sigmoid -> Mul(conv, sigmoid) (or the
-    Mul's operands the other way round), then + X."""
+def pattern_model(pattern: str, group: int = 1):
+    """Conv, then an activation written as several ops reading the conv's result twice
+    (as exporters write them), then + X. SiLU: Sigmoid then Mul(c, s) (`silu`) or
+    Mul(s, c) (`silu_swapped`); hard-swish: Add 3, Clip 0..6, Mul by c, Div 6 (`hswish`)
+    or Mul 1/6 (`hswish_mul`); `hswish_off` adds 2, not 3: no activation."""
     rng = np.random.default_rng(14)
-    x = rng.standard_normal((1, 8, 10, 10)).astype(np.float32)
+    x = rng.standard_normal((1, 8, 10, 10)).astype(np.float32) * 3
     constants = {"w": rng.standard_normal((8, 8 // group, 3, 3)).astype(np.float32) * 0.3,
-                 "b": rng.standard_normal(8).astype(np.float32)}
-    nodes = [("Conv", ["x", "w", "b"], "c", {"pads": [1] * 4, "group": group}),
-             ("Sigmoid", ["c"], "s", {}),
-             ("Mul", ["s", "c"] if swapped else ["c", "s"], "m", {}),
-             ("Add", ["m", "x"], "y", {})]
+                 "b": rng.standard_normal(8).astype(np.float32),
+                 "three": np.float32(2 if pattern == "hswish_off" else 3),
+                 "zero": np.float32(0), "six": np.float32(6), "sixth": np.float32(1 / 6)}
+    nodes = [("Conv", ["x", "w", "b"], "c", {"pads": [1] * 4, "group": group})]
+    if pattern.startswith("silu"):
+        nodes += [("Sigmoid", ["c"], "s", {}),
+                  ("Mul", ["s", "c"] if pattern == "silu_swapped" else ["c", "s"], "m", {})]
+    else:
+        nodes += [("Add", ["c", "three"], "t", {}), ("Clip", ["t", "zero", "six"], "r", {}),
+                  ("Mul", ["r", "c"], "p", {}),
+                  ("Mul", ["p", "sixth"], "m", {}) if pattern == "hswish_mul"
+                  else ("Div", ["p", "six"], "m", {})]
+    nodes.append(("Add", ["m", "x"], "y", {}))
     return _model(nodes, {"x": x}, constants), {"x": x}
 
 
-@pytest.mark.parametrize("swapped,group", [(False, 1), (True, 1), (False, 8)])
-def test_silu_folds_as_swish(swapped, group):
-    """Sigmoid(T) * T reads the conv's product twice, which stopped any fold: lowered as
-    one swish step, it folds (with the residual add) into the conv, and the sigmoid's
-    buffer is gone. Both backends, poisoned, against the reference and onnxruntime."""
-    model, feeds = silu_model(swapped, group)
-    _check_fold(model, "kernel.conv2d", ["graph.swish", "graph.add"])
+@pytest.mark.parametrize("pattern,group", [
+    ("silu", 1), ("silu_swapped", 1), ("silu", 8), ("hswish", 1), ("hswish_mul", 1),
+    ("hswish", 8)])
+def test_activation_patterns_fold(pattern, group):
+    """SiLU and hard-swish written out read the conv's product twice, which stopped any
+    fold: lowered as one swish / hard_swish step (ACTIVATION_PATTERNS), they fold (with
+    the residual add) into the conv, and the buffers between them are gone. Both
+    backends, poisoned, against the reference and onnxruntime."""
+    model, feeds = pattern_model(pattern, group)
+    step = "graph.swish" if pattern.startswith("silu") else "graph.hard_swish"
+    _check_fold(model, "kernel.conv2d", [step, "graph.add"])
     _check_numpy(model, feeds)
     if UNAVAILABLE is None:
         _check_opencl(model, feeds, "kernel.conv2d")
+
+
+def test_activation_pattern_needs_its_constants():
+    """x * relu6(x + 2) / 6 is no hard-swish: left as it is, and right."""
+    model, feeds = pattern_model("hswish_off")
+    module = _lowered(model)
+    assert not any(op.config().get("epilogue") == ["graph.hard_swish", "graph.add"]
+                   for op in _kernels(module, "kernel.conv2d"))
+    assert _kernels(module, "kernel.elementwise")
+    _check_numpy(model, feeds)
 
 
 @pytest.mark.parametrize("scratch", [1, 7, 96, 97, 1000, 8 * 9 * 10 - 1])
