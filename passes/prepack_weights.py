@@ -12,11 +12,12 @@ matmuls is packed once; the original constant goes when nothing else reads it.
 
 Only where the product has at least `MIN_ROWS` rows (all batches together; a dynamic
 count counts as many): with fewer, OpenCL's dot-product form, which reads the
-transposed B as it is, runs faster than the vector form on the packed B (one thread,
-PoCL: 1 x 1280 by 1000: 0.36 ms transposed, 0.44 ms packed; 26 x 512 by 512: 0.37 / 0.51
-ms), and numpy's BLAS takes either layout at about the same speed; from 80 rows on the
-packed B wins on both (80 x 96 by 6625: OpenCL 16.0 -> 8.3 ms, numpy 1.56 -> 1.50 ms;
-128 x 384 by 1536: OpenCL 18.3 -> 4.0 ms, numpy 1.50 -> 1.60 ms, within its noise).
+transposed B as it is, beats the vector form on the packed B (PoCL, median CPU time of
+a session run: 26 x 512 by 512ᵀ 0.31 ms transposed, 0.34 ms packed; wall time 0.37 /
+0.51 ms), and on numpy it makes no difference that matters (1 x 1280 by 1000ᵀ: 0.25 ms
+either way). With more rows packing wins on both (80 x 96 by 6625ᵀ: numpy 1.38 -> 1.24
+ms, OpenCL 3.34 -> 2.77 ms; 128 x 384 by 1536ᵀ: numpy 1.54 -> 1.50 ms, OpenCL 3.49 ->
+2.40 ms, wall 18.3 -> 4.0 ms).
 
 Conv weights need no packing here: `kernel.conv2d`'s W (M x C/group x kh x kw) is, as
 stored, the row-major (group, M/group, C/group*kh*kw) matrix both backends' im2col GEMM
