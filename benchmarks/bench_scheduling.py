@@ -12,8 +12,9 @@ pipeline with and without `schedule-for-memory`, and the scheduling time. Models
   random irregularly wired DAGs of 50-500 ops.
 
 Then the default pipeline's compile time on a 1,000-op model with and without the pass,
-and a session's re-plans (new batch sizes) of a ~500-op irregularly wired model whose
-first plan the pass reorders: the re-plans reuse that order and schedule nothing.
+and a session's re-plans (new batch sizes) of the session benchmark's ~500-op model and
+of a ~500-op irregularly wired model whose first plan the pass reorders: re-plans reuse
+the first plan's order and schedule nothing.
 
     python benchmarks/bench_scheduling.py [--budget 10] [--models a,b] [--no-corpus]
         [--no-generated] [--markdown out.md]
