@@ -22,6 +22,7 @@ full-size temporary:
 | concat | `np.concatenate(..., out=)` |
 | gather | `np.take(..., out=, mode="wrap")` after the reference's range check |
 | expand | `np.copyto(out, np.broadcast_to(x, shape))` |
+| matmul_integer (8-bit, per-tensor A zero point, per-tensor/column B's) | one BLAS GEMM of the centred operands, float32 where every partial sum is an integer below 2^24, else float64; a constant B centred once and kept |
 | scatter_nd | `np.copyto(out, data)`, then one fancy-indexed assignment (reduction none) or one `ufunc.at` (add, mul, max, min); indices out of range: the reference kernel, which reports them |
 
 Every other op runs its reference kernel (`dialects/graph/reference`) and the result is
@@ -37,6 +38,7 @@ dropout data when they are not aliases): a copy, but no temporary.
 
 from __future__ import annotations
 
+import weakref
 from types import SimpleNamespace
 
 import numpy as np
@@ -564,6 +566,90 @@ def _scatter_nd(name):
             out[at] = rows
         else:
             _SCATTER_REDUCE[reduction].at(out, at, rows)
+        return True
+    return run
+
+
+# B operands of MatMulInteger, centred (zero point subtracted), per read-only array (a
+# constant: the same object every run, so it is converted once instead of on every run):
+# id -> _Centred, dropped with the array
+_CENTRED: dict = {}
+
+
+class _Centred:
+    """B - b0 in float64 and float32 (each made when first asked), and max |B - b0|."""
+
+    __slots__ = ("ref", "zero", "b", "b_zero", "largest", "_wide", "_narrow", "__weakref__")
+
+    def __init__(self, b, b_zero):
+        self.b, self.b_zero = b, b_zero
+        self._wide = self._narrow = None
+        self.largest = float(np.abs(self.wide).max()) if b.size else 0.0
+
+    @property
+    def wide(self):
+        if self._wide is None:
+            wide = self.b.astype(np.float64)
+            if self.b_zero is not None:
+                zero = self.b_zero.astype(np.float64)
+                wide -= zero.reshape((1,) * (wide.ndim - 1) + (-1,)) if zero.size > 1 \
+                    else float(zero.reshape(-1)[0])
+            self._wide = wide
+        return self._wide
+
+    @property
+    def narrow(self):
+        if self._narrow is None:
+            self._narrow = self.wide.astype(np.float32)
+        return self._narrow
+
+
+def _centred_b(b, b_zero) -> _Centred:
+    constant = not b.flags.writeable and (b_zero is None or not b_zero.flags.writeable)
+    if not constant:
+        return _Centred(b, b_zero)
+    entry = _CENTRED.get(id(b))
+    if entry is not None and entry.ref() is b and entry.zero is b_zero:
+        return entry
+    entry = _Centred(b, b_zero)
+    key = id(b)
+    entry.ref = weakref.ref(b, lambda _, key=key: _CENTRED.pop(key, None))
+    entry.zero = b_zero
+    entry.b = None   # (kept through the weak reference only)
+    _CENTRED[key] = entry
+    return entry
+
+
+@fast("graph.matmul_integer")
+def _matmul_integer(name):
+    """MatMulInteger through BLAS, exactly: the centred operands' products summed in
+    float32 when K * max|A - a0| * max|B - b0| < 2^24 (every partial sum an integer
+    float32 holds exactly), else in float64 (below 2^53 for any K under 10^11); a
+    read-only B (a constant) centred once and kept. Per-tensor A zero point, per-tensor
+    or per-column B zero point; anything else: the reference kernel."""
+    def run(inputs, attrs, outs):
+        out = outs[0]
+        if not 2 <= len(inputs) <= 4 or out.dtype != np.int32:
+            return False
+        a, b = inputs[0], inputs[1]
+        a_zero = inputs[2] if len(inputs) > 2 else None
+        b_zero = inputs[3] if len(inputs) > 3 else None
+        if a.dtype.kind not in "iu" or b.dtype.kind not in "iu" or a.dtype.itemsize != 1 \
+                or b.dtype.itemsize != 1 or a.ndim < 2 or b.ndim != 2 \
+                or (a_zero is not None and a_zero.size != 1) \
+                or (b_zero is not None and b_zero.size not in (1, b.shape[-1])) \
+                or a.shape[-1] != b.shape[0] or out.shape != a.shape[:-1] + b.shape[-1:]:
+            return False
+        centred = _centred_b(b, b_zero)
+        left = a.astype(np.float64)
+        if a_zero is not None:
+            left -= float(a_zero.reshape(-1)[0])
+        largest_a = float(np.abs(left).max()) if left.size else 0.0
+        if a.shape[-1] * largest_a * centred.largest < 2.0 ** 24:
+            product = np.matmul(left.astype(np.float32), centred.narrow)
+        else:
+            product = np.matmul(left, centred.wide)
+        np.copyto(out, product, casting="unsafe")
         return True
     return run
 

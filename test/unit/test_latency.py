@@ -222,3 +222,35 @@ def test_scatter_nd_out_of_range_still_an_error():
                      {"i": np.array([[3]], np.int64), "u": np.ones((1, 2), np.float32)})
     with pytest.raises(DiagnosticError):
         Session(import_onnx(model)).run({"x": data})
+
+
+@pytest.mark.parametrize("a_type,b_type", [(np.uint8, np.int8), (np.uint8, np.uint8),
+                                           (np.int8, np.int8)])
+@pytest.mark.parametrize("k", [16, 1024])
+@pytest.mark.parametrize("b_zero", ["none", "tensor", "column"])
+def test_matmul_integer_fast_path(a_type, b_type, k, b_zero):
+    """MatMulInteger's fast path (float32 GEMM where exact, else float64; a constant B
+    centred once) against the reference kernel, bit for bit, run twice (the kept B)."""
+    from palimpsest.backends.numpy import run_with_stats
+    from test_kernels import lower
+
+    rng = np.random.default_rng(k)
+    info = np.iinfo
+
+    def ints(dtype, shape):
+        return rng.integers(info(dtype).min, info(dtype).max + 1, shape).astype(dtype)
+
+    a = ints(a_type, (2, 3, k))
+    consts = {"b": ints(b_type, (k, 5)), "az": np.array(ints(a_type, ()), a_type)}
+    ins = ["a", "b", "az"]
+    if b_zero != "none":
+        consts["bz"] = ints(b_type, () if b_zero == "tensor" else (5,))
+        ins.append("bz")
+    model = model_of([node("MatMulInteger", ins)], {"a": a}, consts)
+    want = _graph_result(model, {"a": a})
+    module = lower(import_onnx(model))
+    func = find_function(module, None)
+    for _ in range(2):
+        got, stats = run_with_stats(func, {"a": a}, poison=True)
+        np.testing.assert_array_equal(got["y"], want["y"])
+        assert "graph.matmul_integer" not in stats.temporary_ops
