@@ -23,6 +23,7 @@ full-size temporary:
 | gather | `np.take(..., out=, mode="wrap")` after the reference's range check |
 | expand | `np.copyto(out, np.broadcast_to(x, shape))` |
 | matmul_integer (8-bit, per-tensor A zero point, per-tensor/column B's) | one BLAS GEMM of the centred operands, float32 where every partial sum is an integer below 2^24, else float64; a constant B centred once and kept |
+| conv_integer (2-D, 8-bit, per-tensor x zero point, per-tensor/channel W's) | im2col of the centred input (a strided window view, copied once) and one grouped BLAS GEMM, exact as matmul_integer's; a constant W centred once and kept |
 | scatter_nd | `np.copyto(out, data)`, then one fancy-indexed assignment (reduction none) or one `ufunc.at` (add, mul, max, min); indices out of range: the reference kernel, which reports them |
 
 Every other op runs its reference kernel (`dialects/graph/reference`) and the result is
@@ -577,12 +578,14 @@ _CENTRED: dict = {}
 
 
 class _Centred:
-    """B - b0 in float64 and float32 (each made when first asked), and max |B - b0|."""
+    """B - b0 in float64 and float32 (the float32 one made when first asked), and
+    max |B - b0|; a zero point per tensor, or per index along `axis`."""
 
-    __slots__ = ("ref", "zero", "b", "b_zero", "largest", "_wide", "_narrow", "__weakref__")
+    __slots__ = ("ref", "zero", "b", "b_zero", "axis", "largest", "_wide", "_narrow",
+                 "__weakref__")
 
-    def __init__(self, b, b_zero):
-        self.b, self.b_zero = b, b_zero
+    def __init__(self, b, b_zero, axis: int = -1):
+        self.b, self.b_zero, self.axis = b, b_zero, axis
         self._wide = self._narrow = None
         self.largest = float(np.abs(self.wide).max()) if b.size else 0.0
 
@@ -592,8 +595,12 @@ class _Centred:
             wide = self.b.astype(np.float64)
             if self.b_zero is not None:
                 zero = self.b_zero.astype(np.float64)
-                wide -= zero.reshape((1,) * (wide.ndim - 1) + (-1,)) if zero.size > 1 \
-                    else float(zero.reshape(-1)[0])
+                if zero.size > 1:
+                    shape = [1] * wide.ndim
+                    shape[self.axis] = -1
+                    wide -= zero.reshape(shape)
+                else:
+                    wide -= float(zero.reshape(-1)[0])
             self._wide = wide
         return self._wide
 
@@ -604,14 +611,15 @@ class _Centred:
         return self._narrow
 
 
-def _centred_b(b, b_zero) -> _Centred:
+def _centred_b(b, b_zero, axis: int = -1) -> _Centred:
     constant = not b.flags.writeable and (b_zero is None or not b_zero.flags.writeable)
     if not constant:
-        return _Centred(b, b_zero)
+        return _Centred(b, b_zero, axis)
     entry = _CENTRED.get(id(b))
-    if entry is not None and entry.ref() is b and entry.zero is b_zero:
+    if entry is not None and entry.ref() is b and entry.zero is b_zero \
+            and entry.axis == axis:
         return entry
-    entry = _Centred(b, b_zero)
+    entry = _Centred(b, b_zero, axis)
     key = id(b)
     entry.ref = weakref.ref(b, lambda _, key=key: _CENTRED.pop(key, None))
     entry.zero = b_zero
@@ -650,6 +658,64 @@ def _matmul_integer(name):
         else:
             product = np.matmul(left, centred.wide)
         np.copyto(out, product, casting="unsafe")
+        return True
+    return run
+
+
+@fast("graph.conv_integer")
+def _conv_integer(name):
+    """2-D ConvInteger as im2col (a strided window view of the centred, padded input,
+    copied once) and one grouped BLAS GEMM per image batch, exact as MatMulInteger's
+    (float32 where every partial sum is an integer below 2^24, else float64), a constant
+    W centred once and kept; per-tensor x zero point, per-tensor or per-output-channel
+    W's. Anything else (other ranks, auto_pad the reference rejects): the reference."""
+    def run(inputs, attrs, outs):
+        from numpy.lib.stride_tricks import as_strided
+
+        from palimpsest.dialects.graph.reference.nn import _window_geometry
+
+        out = outs[0]
+        if not 2 <= len(inputs) <= 4 or out.dtype != np.int32:
+            return False
+        x, w = inputs[0], inputs[1]
+        x_zero = inputs[2] if len(inputs) > 2 else None
+        w_zero = inputs[3] if len(inputs) > 3 else None
+        if x.ndim != 4 or w.ndim != 4 or x.dtype.kind not in "iu" or w.dtype.kind not in "iu" \
+                or x.dtype.itemsize != 1 or w.dtype.itemsize != 1 \
+                or (x_zero is not None and x_zero.size != 1) \
+                or (w_zero is not None and w_zero.size not in (1, w.shape[0])):
+            return False
+        n, c, h, width = x.shape
+        m, cg, kh, kw = w.shape
+        group = int(attrs.get("group", 1))
+        kernel_shape = attrs.get("kernel_shape")
+        if group < 1 or c != cg * group or m % group or (
+                kernel_shape is not None and [int(k) for k in kernel_shape] != [kh, kw]):
+            return False
+        try:
+            strides, dilations, _, begin, end, size = _window_geometry(
+                "ConvInteger", attrs, [h, width], [kh, kw])
+        except Exception:  # noqa: BLE001 - the reference kernel reports it
+            return False
+        if min(begin + end) < 0 or out.shape != (n, m, size[0], size[1]):
+            return False
+        centred = _centred_b(w, w_zero, axis=0)
+        padded = np.zeros((n, c, h + begin[0] + end[0], width + begin[1] + end[1]))
+        inner = padded[:, :, begin[0]:begin[0] + h, begin[1]:begin[1] + width]
+        np.copyto(inner, x, casting="unsafe")
+        if x_zero is not None:
+            inner -= float(x_zero.reshape(-1)[0])   # pads read as the zero point: 0
+        largest_x = float(np.abs(inner).max()) if inner.size else 0.0
+        sn, sc, sh, sw = padded.strides
+        windows = as_strided(padded, (n, c, kh, kw, size[0], size[1]),
+                             (sn, sc, sh * dilations[0], sw * dilations[1],
+                              sh * strides[0], sw * strides[1]), writeable=False)
+        depth = cg * kh * kw
+        narrow = depth * largest_x * centred.largest < 2.0 ** 24
+        cols = windows.reshape(n, group, depth, size[0] * size[1])
+        weights = (centred.narrow if narrow else centred.wide).reshape(group, m // group, depth)
+        product = np.matmul(weights, cols.astype(np.float32) if narrow else cols)
+        np.copyto(out, product.reshape(out.shape), casting="unsafe")
         return True
     return run
 

@@ -254,3 +254,57 @@ def test_matmul_integer_fast_path(a_type, b_type, k, b_zero):
         got, stats = run_with_stats(func, {"a": a}, poison=True)
         np.testing.assert_array_equal(got["y"], want["y"])
         assert "graph.matmul_integer" not in stats.temporary_ops
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_conv_integer_fast_path(seed):
+    """ConvInteger's fast path against the reference, bit for bit: groups, strides,
+    dilations, pads, u8/i8, per-tensor and per-channel W zero points, run twice."""
+    from palimpsest.backends.numpy import run_with_stats
+    from test_kernels import lower
+
+    rng = np.random.default_rng(seed)
+    group = int(rng.choice([1, 2, 3]))
+    cg, mg = int(rng.integers(1, 4)), int(rng.integers(1, 3))
+    k = [int(rng.integers(1, 4)), int(rng.integers(1, 4))]
+    w_type = np.int8 if seed % 2 else np.uint8
+    x = rng.integers(0, 256, (int(rng.integers(1, 3)), group * cg, 9, 8)).astype(np.uint8)
+    info = np.iinfo(w_type)
+    consts = {"w": rng.integers(info.min, info.max + 1, (group * mg, cg) + tuple(k)
+                                ).astype(w_type),
+              "xz": np.array(rng.integers(0, 256), np.uint8)}
+    ins = ["x", "w", "xz"]
+    if seed % 3:
+        consts["wz"] = rng.integers(info.min, info.max + 1, () if seed % 3 == 1 else (
+            group * mg,)).astype(w_type)
+        ins.append("wz")
+    attrs = {"group": group, "kernel_shape": k,
+             "strides": [int(rng.integers(1, 3)), int(rng.integers(1, 3))],
+             "dilations": [int(rng.integers(1, 3)), 1],
+             "pads": [int(rng.integers(0, 2)) for _ in range(4)]}
+    model = model_of([node("ConvInteger", ins, attrs)], {"x": x}, consts)
+    want = _graph_result(model, {"x": x})
+    func = find_function(lower(import_onnx(model)), None)
+    for _ in range(2):
+        got, stats = run_with_stats(func, {"x": x}, poison=True)
+        np.testing.assert_array_equal(got["y"], want["y"])
+        assert "graph.conv_integer" not in stats.temporary_ops
+
+
+def test_conv_integer_fast_path_float64():
+    """A reduction too long for exact float32 sums (288 * 255 * 255 > 2^24): float64."""
+    from palimpsest.backends.numpy import run_with_stats
+    from test_kernels import lower
+
+    rng = np.random.default_rng(9)
+    x = rng.integers(0, 256, (1, 32, 6, 6)).astype(np.uint8)
+    w = rng.integers(0, 256, (4, 32, 3, 3)).astype(np.uint8)
+    w[0, 0, 0, 0] = 255
+    x[0, 0, 0, 0] = 255
+    model = model_of([node("ConvInteger", ["x", "w"], {"kernel_shape": [3, 3]})],
+                     {"x": x}, {"w": w})
+    want = _graph_result(model, {"x": x})
+    got, stats = run_with_stats(find_function(lower(import_onnx(model)), None), {"x": x},
+                                poison=True)
+    np.testing.assert_array_equal(got["y"], want["y"])
+    assert "graph.conv_integer" not in stats.temporary_ops
