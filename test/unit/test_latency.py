@@ -6,7 +6,11 @@
    graph level with poisoning on, at the kernel level and planned, and followed by an
    activation (the epilogue fold declines the reshaped out and the conv still lowers).
 2. The executor loop's per-function programs (backends/loop.py) keep a run's results its
-   own: a result held across later runs keeps its values, constants bound once.
+   own: a result held across later runs keeps its values, constants bound once; inputs
+   bound without the full check only when they fit exactly.
+3. The numpy pools reused across runs only when no result (nor view of one) is held.
+4. numpy fast paths (backends/numpy/kernels.py) bit-exact against the reference kernels:
+   ScatterND, MatMulInteger, ConvInteger.
 """
 
 from __future__ import annotations
