@@ -365,10 +365,16 @@ _PLAIN_PROPS = ("op", "operandSegmentSizes", "graphSegmentSizes")
 
 
 def _constant_is(value, number: float) -> bool:
+    """Whether `value` is a one-element constant equal to `number` (a constant that
+    cannot be read, a side file gone, is not: the run reports it)."""
     owner = getattr(value, "op", None)
-    if owner is None or owner.name != "buffer.constant":
+    if owner is None or owner.name != "buffer.constant" or any(
+            d != 1 for d in value.type.shape):
         return False
-    array = owner.properties["value"].to_numpy()
+    try:
+        array = owner.properties["value"].to_numpy()
+    except (ValueError, OSError):
+        return False
     return array.size == 1 and abs(float(array.reshape(-1)[0]) - number) <= 1e-6 * abs(number)
 
 

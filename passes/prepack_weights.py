@@ -98,7 +98,10 @@ def prepack_weights(module: Operation) -> int:
                 continue  # (the same constant as another operand: leave it)
             new = packed.get(owner)
             if new is None:
-                array = owner.properties["value"].to_numpy()
+                try:
+                    array = owner.properties["value"].to_numpy()
+                except (ValueError, OSError):
+                    continue   # (unreadable, a side file gone: the run reports it)
                 flipped = np.ascontiguousarray(np.swapaxes(array, -1, -2))
                 shape = tuple(value.type.shape)
                 type_ = BufferType(shape[:-2] + (shape[-1], shape[-2]),
