@@ -45,7 +45,20 @@ where B reads A's out T exactly once become one `kernel.elementwise` at B's plac
 
 Deallocs lying between the fused computes that free something the chain reads move to
 right after the fused op. `fuse-elementwise=false` makes every elementwise compute its
-own one-step `kernel.elementwise`.
+own one-step `kernel.elementwise`. Before chains form, an activation written out as
+several ops that read its input twice (`ACTIVATION_PATTERNS`: SiLU, hard-swish) becomes
+the one step it is.
+
+**Epilogues** (`fuse-epilogues`, default true): a chain right after a conv, matmul or
+gemm (only the ops above between them), whose first step reads the product T once,
+folds into that kernel as its epilogue (dialects/kernel_elementwise.py, `Epilogue`), one
+kernel op at the chain's place writing the chain's out, when T feeds only the chain (an
+`activation` alloc, or written in place by the chain), no chain in and no kernel in
+shares storage with the out, and the kernel op verifies. T's buffer and the chain's
+intermediates go.
+
+**Prepacked weights** (`prepack-weights`, default true): then passes/prepack_weights.py
+stores a transposed matmul's constant operand transposed, once.
 """
 
 from __future__ import annotations
