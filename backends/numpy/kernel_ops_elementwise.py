@@ -342,7 +342,7 @@ def run_epilogue(config: dict, inputs: list, y: np.ndarray, scratch) -> None:
     workspace holds at most EPILOGUE_CHUNK elements), the chain runs a block of Y at a
     time: the trailing dims whole, a range of the axis before them, each in read at the
     block of its broadcast to Y's shape (a batch_norm step's per-channel ins at the
-    block's channels)."""
+    block's channels, a clip's scalar bounds as they are)."""
     from palimpsest.dialects.kernel_elementwise import STEPS
 
     steps = config.get("epilogue")
@@ -367,8 +367,10 @@ def run_epilogue(config: dict, inputs: list, y: np.ndarray, scratch) -> None:
         inner *= shape[axis]
     axis -= 1                     # (>= 0: Y is larger than the scratch)
     rows = max(1, scratch.size // inner)
+    # (a clip's bounds are scalars, a batch_norm's ins per channel: read as they are)
+    whole = {"graph.clip", "graph.batch_norm"}
     wide = {r: np.broadcast_to(inputs[r], shape) for name, refs in zip(steps, wiring)
-            if name != "graph.batch_norm" for r in refs if r < n}
+            for position, r in enumerate(refs) if r < n and not (position and name in whole)}
     flat = scratch.reshape(-1)
     for outer in np.ndindex(*shape[:axis]):
         for start in range(0, shape[axis], rows):
@@ -382,6 +384,9 @@ def run_epilogue(config: dict, inputs: list, y: np.ndarray, scratch) -> None:
                     channels = at[1] if len(at) > 1 else slice(None)
                     args = [block if r >= n else inputs[r] if not position
                             else inputs[r][channels] for position, r in enumerate(refs)]
+                elif name == "graph.clip":
+                    args = [block if r >= n else inputs[r] if position else wide[r][at]
+                            for position, r in enumerate(refs)]
                 else:
                     args = [block if r >= n else wide[r][at] for r in refs]
                 STEP_IMPLS[name](name, args, block, step_props, room)

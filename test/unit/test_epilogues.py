@@ -368,6 +368,17 @@ def test_numpy_epilogue_in_blocks(scratch):
     scale, bias, mean, var = (a.reshape(8, 1, 1) for a in stats)
     x = (product - mean) / np.sqrt(var + 1e-3) * scale + bias
     np.testing.assert_allclose(whole, np.where(x < 0, 0.1 * x, x), rtol=1e-5, atol=1e-6)
+    # a clip (scalar bounds), then leaky_relu (needs scratch)
+    config = {"epilogue": ["graph.clip", "graph.leaky_relu"],
+              "epilogue_wiring": [[4, 2, 3], [5]],
+              "epilogue_props": [{}, {"alpha": 0.1}]}
+    inputs = [None, None, np.array(-0.5, np.float32), np.array(6, np.float32)]
+    whole, blocks = product.copy(), product.copy()
+    run_epilogue(config, inputs, whole, np.empty(whole.size, np.float32))
+    run_epilogue(config, inputs, blocks, np.full(scratch, np.nan, np.float32))
+    np.testing.assert_array_equal(blocks, whole)
+    x = np.clip(product, -0.5, 6)
+    np.testing.assert_allclose(whole, np.where(x < 0, 0.1 * x, x), rtol=1e-6)
 
 
 @pytest.mark.parametrize("kernel", [1, 3])
