@@ -24,6 +24,7 @@ full-size temporary:
 | expand | `np.copyto(out, np.broadcast_to(x, shape))` |
 | matmul_integer (8-bit, per-tensor A zero point, per-tensor/column B's) | one BLAS GEMM of the centred operands, float32 where every partial sum is an integer below 2^24, else float64; a constant B centred once and kept |
 | conv_integer (2-D, 8-bit, per-tensor x zero point, per-tensor/channel W's) | im2col of the centred input (a strided window view, copied once) and one grouped BLAS GEMM, exact as matmul_integer's; a constant W centred once and kept |
+| dynamic_quantize_linear (f32) | min/max, then divide, rint, add the zero point and clip in one float32 temporary, copied into the uint8 out (as exact as the reference: rint(x / scale) is within ±255) |
 | scatter_nd | `np.copyto(out, data)`, then one fancy-indexed assignment (reduction none) or one `ufunc.at` (add, mul, max, min); indices out of range: the reference kernel, which reports them |
 
 Every other op runs its reference kernel (`dialects/graph/reference`) and the result is
@@ -716,6 +717,46 @@ def _conv_integer(name):
         weights = (centred.narrow if narrow else centred.wide).reshape(group, m // group, depth)
         product = np.matmul(weights, cols.astype(np.float32) if narrow else cols)
         np.copyto(out, product.reshape(out.shape), casting="unsafe")
+        return True
+    return run
+
+
+@fast("graph.dynamic_quantize_linear")
+def _dynamic_quantize_linear(name):
+    """DynamicQuantizeLinear as the reference computes it (float32 scale and zero point
+    from min(0, min x) and max(0, max x); y = saturate(rint(x / scale) + zero)), with one
+    float32 temporary and the result written into the out: rint(x / scale) lies within
+    [-255, 255], so adding the zero point in float32 is as exact as the reference's
+    float64. Non-float32 x, or a scale that is not finite: the reference kernel."""
+    def run(inputs, attrs, outs):
+        if len(inputs) != 1 or not 1 <= len(outs) <= 3:
+            return False
+        x, y = inputs[0], outs[0]
+        if x.dtype != np.float32 or y.dtype != np.uint8 or y.shape != x.shape \
+                or (len(outs) > 1 and (outs[1].dtype != np.float32 or outs[1].size != 1)) \
+                or (len(outs) > 2 and (outs[2].dtype != np.uint8 or outs[2].size != 1)) \
+                or _overlaps(y, x):
+            return False
+        zero32 = np.float32(0)
+        low = np.minimum(zero32, x.min()) if x.size else zero32
+        high = np.maximum(zero32, x.max()) if x.size else zero32
+        scale = (high - low) / np.float32(255)
+        if not np.isfinite(scale):
+            return False
+        if scale:
+            zero = np.uint8(np.clip(np.rint(zero32 - low / scale), 0, 255))
+            scaled = np.divide(x, scale)
+            np.rint(scaled, out=scaled)
+            np.add(scaled, np.float32(zero), out=scaled)
+            np.clip(scaled, 0, 255, out=scaled)
+            np.copyto(y, scaled, casting="unsafe")
+        else:
+            zero = np.uint8(0)
+            y.fill(0)
+        if len(outs) > 1:
+            outs[1].reshape(-1)[0] = scale
+        if len(outs) > 2:
+            outs[2].reshape(-1)[0] = zero
         return True
     return run
 

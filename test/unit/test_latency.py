@@ -312,3 +312,29 @@ def test_conv_integer_fast_path_float64():
                                 poison=True)
     np.testing.assert_array_equal(got["y"], want["y"])
     assert "graph.conv_integer" not in stats.temporary_ops
+
+
+@pytest.mark.parametrize("case", ["normal", "positive", "negative", "zeros", "ties", "one"])
+def test_dynamic_quantize_linear_fast_path(case):
+    """DynamicQuantizeLinear's fast path against the reference, bit for bit (all three
+    results), including all-positive and all-negative inputs, zeros (scale 0) and
+    values at exact .5 steps."""
+    from palimpsest.backends.numpy import run_with_stats
+    from test_kernels import lower
+
+    rng = np.random.default_rng(3)
+    x = {"normal": rng.standard_normal((4, 33)),
+         "positive": rng.random((4, 33)) + 0.5,
+         "negative": -rng.random((4, 33)) - 0.5,
+         "zeros": np.zeros((4, 33)),
+         "ties": np.linspace(-2.55, 2.55, 132).reshape(4, 33),
+         "one": np.full((1, 1), 3.0)}[case].astype(np.float32)
+    model = model_of([node("DynamicQuantizeLinear", ["x"], outs=("y", "s", "z"))],
+                     {"x": x}, outputs=("y", "s", "z"))
+    want = _graph_result(model, {"x": x})
+    got, stats = run_with_stats(find_function(lower(import_onnx(model)), None), {"x": x},
+                                poison=True)
+    for name in ("y", "s", "z"):
+        assert got[name].dtype == want[name].dtype
+        np.testing.assert_array_equal(got[name], want[name])
+    assert "graph.dynamic_quantize_linear" not in stats.temporary_ops
