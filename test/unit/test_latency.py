@@ -10,7 +10,7 @@
    bound without the full check only when they fit exactly.
 3. The numpy pools reused across runs only when no result (nor view of one) is held.
 4. numpy fast paths (backends/numpy/kernels.py) bit-exact against the reference kernels:
-   ScatterND, MatMulInteger, ConvInteger.
+   ScatterND, MatMulInteger, ConvInteger, DynamicQuantizeLinear.
 """
 
 from __future__ import annotations
