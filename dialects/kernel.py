@@ -31,7 +31,7 @@ config)` sizes a workspace whose type has `?` dims. The rules:
 | `kernel.elementwise` | `scratch` (the out's shape and type) when a step needs one (leaky_relu, hard_swish, softsign, elu, selu) |
 | `kernel.resize` | `stage<i>`: the result after each resized axis but the last; `taps` (linear/cubic): one tap, flat, sized for the largest stage |
 | `kernel.attention` | `scores` B x Hq x Sq x Skv, `stats` B x Hq x Sq x 1, `context` (3-D) B x Hq x Sq x Dv (kernel_attention.py) |
-| `kernel.lstm`, `kernel.gru`, `kernel.rnn` | `projected` G x seq x batch x H (X·Wᵀ for every step), `recurrence` G x H x H (Rᵀ), `state` rows x batch x H (gates, hidden and cell states, scratch, broadcast biases and peepholes), `valid` seq x batch i1 with sequence_lens (kernel_recurrent.py) |
+| `kernel.lstm`, `kernel.gru`, `kernel.rnn` | `projected` G x seq x batch x H (X·Wᵀ for every step), `recurrence` G x H x H (Rᵀ; none when prepack-weights stored R so, `packed_r`), `state` rows x batch x H (gates, hidden and cell states, scratch, broadcast biases and peepholes), `valid` seq x batch i1 with sequence_lens (kernel_recurrent.py) |
 | `kernel.transpose`, `kernel.concat`, `kernel.gather`, `kernel.pad` | none |
 | `kernel.split`, `kernel.slice` | none (kernel_slicing.py) |
 | `kernel.generic` | none: any other graph op, by name (`op`), run with its reference kernel |

@@ -19,9 +19,12 @@ a strided or broadcast operand):
 | role | shape | holds |
 |---|---|---|
 | `projected` | G x seq x batch x H | X·Wᵀ (one matmul for every step) plus the biases |
-| `recurrence` | G x H x H | Rᵀ per gate, contiguous (BLAS is 1.3-1.8x slower on R's transpose) |
+| `recurrence` | G x H x H | Rᵀ per gate, contiguous (BLAS is 1.3-1.8x slower on R's transpose); none with `packed_r` |
 | `state` | rows x batch x H | what the steps read and write, below |
 | `valid` (given sequence_lens) | seq x batch, i1 | which entries a step updates |
+
+With `packed_r = 1` (prepack-weights, for a constant R), R is already that layout, dirs x
+G x H x H, Rᵀ per direction and gate: no `recurrence` workspace, no copy per run.
 
 The rows of `state` (`state_rows`; one workspace rather than six, since a planner pads
 each buffer to its alignment and searches more orders the more buffers there are):
@@ -62,6 +65,7 @@ class _RecurrentKernel(KernelOp):
     clip = PropDef(A.FloatAttr, optional=True, description="an f32 float")
     optional_ins = _strings(("B", "sequence_lens", "initial_h", "initial_c", "P"),
                             optional=True)
+    packed_r = _int(0, (0, 1))   # R given as dirs x G x H x H, Rᵀ per gate (module doc)
 
     gates = 1                                           # G
     OPTIONAL_INS = ("B", "sequence_lens", "initial_h")  # in ONNX order
@@ -115,8 +119,9 @@ class _RecurrentKernel(KernelOp):
                     return f"takes 1-D i32 or i64 sequence_lens, got '{t}'"
             elif t.element_type != x.element_type or not is_float(x.element_type):
                 return "computes f32 or f64, with X, W, R, B, the states and P alike"
+        packed = {"R": 4 if config["packed_r"] else 3}
         for role, t in zip(roles, in_types):
-            rank = {"B": 2, "P": 2, "sequence_lens": 1}.get(role, 3)
+            rank = packed.get(role, {"B": 2, "P": 2, "sequence_lens": 1}.get(role, 3))
             if len(t.shape) != rank:
                 return f"takes a {rank}-D {role}, got '{t}'"
         dirs = 2 if config["direction"] == "bidirectional" else 1
@@ -127,14 +132,22 @@ class _RecurrentKernel(KernelOp):
         w = in_types[1].shape
         if w[0] is not None and w[0] != dirs:
             return f"W has {w[0]} directions, '{config['direction']}' needs {dirs}"
+        r = in_types[2].shape
+        if config["packed_r"] and r[1] is not None and r[1] != cls.gates:
+            return f"a packed R has {cls.gates} gates in dim 1, got '{in_types[2]}'"
         return None
+
+    @staticmethod
+    def hidden_size(r_shape, config):
+        """H, from R's shape (dirs x G·H x H, or packed dirs x G x H x H)."""
+        return r_shape[3] if config.get("packed_r") else r_shape[2]
 
     @classmethod
     def result_shapes(cls, in_shapes, config):
         x, r = in_shapes[0], in_shapes[2]
         seq, batch = (x[1], x[0]) if config["layout"] else (x[0], x[1])
         dirs = 2 if config["direction"] == "bidirectional" else 1
-        hidden = r[2]
+        hidden = cls.hidden_size(r, config)
         if config["layout"]:
             y, state = (batch, seq, dirs, hidden), (batch, dirs, hidden)
         else:
@@ -169,13 +182,13 @@ class _RecurrentKernel(KernelOp):
     @classmethod
     def workspace_roles(cls, in_types, config):
         given = config["optional_ins"] or []
-        return ["projected", "recurrence", "state"] + (
+        return ["projected"] + ([] if config["packed_r"] else ["recurrence"]) + ["state"] + (
             ["valid"] if "sequence_lens" in given else [])
 
     @classmethod
     def workspace_shape(cls, role, in_shapes, config):
         x, r = in_shapes[0], in_shapes[2]
-        hidden = r[2]
+        hidden = cls.hidden_size(r, config)
         seq, batch = (x[1], x[0]) if config["layout"] else (x[0], x[1])
         if role == "projected":
             return (cls.gates, seq, batch, hidden)

@@ -19,6 +19,11 @@ either way). With more rows packing wins on both (80 x 96 by 6625ᵀ: numpy 1.38
 ms, OpenCL 3.34 -> 2.77 ms; 128 x 384 by 1536ᵀ: numpy 1.54 -> 1.50 ms, OpenCL 3.49 ->
 2.40 ms, wall 18.3 -> 4.0 ms).
 
+`kernel.lstm`, `kernel.gru` and `kernel.rnn` whose R is a constant: R (dirs x G·H x H)
+is stored as Rᵀ per direction and gate (dirs x G x H x H), `packed_r = 1`, and the
+`recurrence` workspace that held that copy each run leaves the plan (captcha_ocr's
+arena 5063 -> 3543 KiB, silero_vad_sequence's 277 -> 39 KiB).
+
 Conv weights need no packing here: `kernel.conv2d`'s W (M x C/group x kh x kw) is, as
 stored, the row-major (group, M/group, C/group*kh*kw) matrix both backends' im2col GEMM
 multiplies by (numpy: a reshape, a view; OpenCL: read in place)."""
@@ -117,10 +122,71 @@ def prepack_weights(module: Operation) -> int:
             op.set_operand(index, new)  # (the ins come first among the operands)
             op.properties[flag] = A.IntegerAttr(0)
             count += 1
-    for owner in packed:
+    recurrences: dict = {}  # (R's constant op) -> its packed value
+    for op in list(module.walk()):
+        if op.name in RECURRENT and _pack_recurrence(op, top, recurrences):
+            count += 1
+    for owner in list(packed) + list(recurrences):
         if not owner.results[0].users():
             owner.erase()
     return count
+
+
+RECURRENT = ("kernel.lstm", "kernel.gru", "kernel.rnn")
+
+
+def _pack_recurrence(op: Operation, top: Operation, packed: dict) -> bool:
+    """A recurrent kernel whose R is a constant reads Rᵀ per gate from a packed constant
+    (dirs x G x H x H, `packed_r = 1`), and its `recurrence` workspace, which held that
+    copy each run, goes (its alloc and dealloc with it)."""
+    import numpy as np
+
+    from palimpsest.dialects.graph.evaluate import dense_attr
+    from palimpsest.dialects.kernel_base import segment_sizes_attr
+
+    config = op.config()
+    value = op.ins[2]
+    owner = getattr(value, "op", None)
+    if config["packed_r"] or not isinstance(owner, ConstantOp) \
+            or not value.type.has_static_shape or any(v is value for v in op.ins[:2]):
+        return False
+    roles = type(op).workspace_roles([v.type for v in op.ins], config)
+    workspaces = list(op.operands[len(op.ins) + len(op.outs):])
+    if "recurrence" not in roles or len(workspaces) != len(roles):
+        return False
+    dirs, rows, hidden = value.type.shape
+    gates = type(op).gates
+    new = packed.get(owner)
+    if new is None:
+        try:
+            array = owner.properties["value"].to_numpy()
+        except (ValueError, OSError):
+            return False   # (unreadable, a side file gone: the run reports it)
+        flipped = np.ascontiguousarray(
+            array.reshape(dirs, gates, hidden, hidden).transpose(0, 1, 3, 2))
+        type_ = BufferType((dirs, gates, hidden, hidden), value.type.element_type)
+        hint = f"{value.name_hint or 'R'}_packed"
+        attr = dense_attr(flipped, tensor_of(type_), _unique_key(top), hint)
+        constant = ConstantOp([], [type_], {"value": attr}, result_names=[hint])
+        constant.location, constant.source_loc = owner.location, owner.source_loc
+        owner.parent.insert_after(owner, constant)
+        new = packed[owner] = constant.results[0]
+    scratch = workspaces.pop(roles.index("recurrence"))
+    properties = dict(op.properties)
+    properties["packed_r"] = A.IntegerAttr(1)
+    properties["operandSegmentSizes"] = segment_sizes_attr(len(op.ins), len(op.outs),
+                                                           len(workspaces))
+    ins = list(op.ins)
+    ins[2] = new
+    kernel = type(op)(ins + list(op.outs) + workspaces, [], properties)
+    kernel.location, kernel.source_loc = op.location, op.source_loc
+    op.parent.insert_before(op, kernel)
+    op.erase()
+    alloc = scratch.op
+    for user in list(scratch.users()):
+        user.erase()
+    alloc.erase()
+    return True
 
 
 @register_pass

@@ -4,7 +4,7 @@ Registered in `KERNEL_IMPLS` (kernel_ops.py, which imports this module).
 Per direction: X·Wᵀ for every step is one `np.matmul` into the `projected` workspace
 (gate-major: G x seq x batch x H), and the biases that do not depend on the state are
 added to it once; Rᵀ is copied contiguous into the `recurrence` workspace (BLAS is
-1.3-1.8x slower on a transposed view). Then one step per time index (backwards for
+1.3-1.8x slower on a transposed view), unless prepack-weights stored R so (`packed_r`). Then one step per time index (backwards for
 `reverse` and the second direction): a batched `np.matmul` of the hidden state by Rᵀ
 into the `gates` rows of the `state` workspace, and in-place ufuncs on whole gates. A
 step writes the next state into the other half of the `hidden` (`cell`) rows; with
@@ -248,8 +248,11 @@ def recurrent(op, inputs, outputs, workspaces):
                     state[0].fill(0)
                 else:
                     np.copyto(state[0], start[d])
-        r_t = ws["recurrence"]
-        np.copyto(r_t, r[d].reshape(gate_count, size, size).transpose(0, 2, 1))
+        if config["packed_r"]:   # Rᵀ per gate already (prepack-weights)
+            r_t = r[d]
+        else:
+            r_t = ws["recurrence"]
+            np.copyto(r_t, r[d].reshape(gate_count, size, size).transpose(0, 2, 1))
         step = _CELLS[op.name](config, r_t, projected, rows,
                                _bound(config, d, cls.PER_DIRECTION)).step
         reverse = config["direction"] == "reverse" or d == 1

@@ -250,7 +250,8 @@ def test_sequence_lengths_out_of_range_are_refused_at_run_time():
 
 # -- the kernel level ----------------------------------------------------------------------------
 
-ROLES = ("projected", "recurrence", "state", "valid")
+# R is a constant here: prepack-weights stores Rᵀ per gate, so no `recurrence` workspace
+ROLES = ("projected", "state", "valid")
 
 
 def _dynamic(model):
@@ -277,6 +278,7 @@ def test_workspaces_are_allocated_around_the_kernel_op(tmp_path, op):
     model = _dynamic(_model(op, "bidirectional", lengths=True, initial=True)[0])
     lines = _opt(tmp_path, model, "to-kernels")
     at = next(i for i, line in enumerate(lines) if f"kernel.{op.lower()} " in line)
+    assert "packed_r = 1" in lines[at] and "recurrence" not in "".join(lines), lines[at]
     roles = ROLES
     before = lines[at - len(roles):at]
     for role, line in zip(roles, before):
@@ -335,7 +337,14 @@ def test_the_kernel_allocates_nothing(op):
     kernel = _lowered_kernel(model)
     values = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     values["X"] = x
-    ins = [values[v.name_hint] if v.name_hint in values else values["X"] for v in kernel.ins]
+    # constants as the IR holds them (R prepacked: Rᵀ per gate), X as given
+    def value_of(v):
+        owner = getattr(v, "op", None)
+        if owner is not None and owner.name == "buffer.constant":
+            return owner.properties["value"].to_numpy()
+        return values[v.name_hint] if v.name_hint in values else values["X"]
+
+    ins = [value_of(v) for v in kernel.ins]
     buffers = [np.zeros(v.type.shape, dtype_of(v.type.element_type))
                for v in list(kernel.outs) + list(kernel.workspaces)]
     outs, workspaces = buffers[:len(kernel.outs)], buffers[len(kernel.outs):]
