@@ -611,16 +611,32 @@ def _reorder_by_priority(block, priority: dict) -> None:
         block.append(terminator)
 
 
+# plan-memory's search budget on a re-plan (seconds): the greedy planners always run,
+# and reach the bound on every corpus model; a reordered order's tighter bound can leave
+# them short, and the whole default 1 s search would then be the re-plan's cost
+REPLAN_BUDGET = 0.01
+
+
+def _replan_budget(pass_):
+    """`pass_`, with plan-memory's search capped at REPLAN_BUDGET."""
+    from dataclasses import replace
+
+    if pass_.name == "plan-memory" and pass_.time_budget > REPLAN_BUDGET:
+        return replace(pass_, time_budget=REPLAN_BUDGET)
+    return pass_
+
+
 def reuse_order(owner, original_module: Operation, clone_module: Operation, function,
                 pipeline: list):
     """For a compile of `clone_module` (a fresh clone of `original_module`) by `owner`
     (a session): (the pipeline to run, the PassManager's `after_pass`). The first
     compile schedules and carries its graph-level order back to the original; later
-    ones start from that order and run no scheduling (a re-plan stays cheap)."""
+    ones start from that order, run no scheduling and cap plan-memory's search at
+    REPLAN_BUDGET (a re-plan stays cheap; its arena may then sit above the bound)."""
     if not any(p.name == "schedule-for-memory" for p in pipeline):
         return pipeline, None
     if getattr(owner, "_schedule_reused", False):
-        return [p for p in pipeline if p.name != "schedule-for-memory"], None
+        return [_replan_budget(p) for p in pipeline if p.name != "schedule-for-memory"], None
     from palimpsest.backends.binding import find_function
 
     owner._schedule_reused = True

@@ -373,6 +373,29 @@ def test_session_replans_reuse_the_first_order():
         np.testing.assert_allclose(second[name], want, rtol=1e-5, atol=1e-6)
 
 
+
+def test_replans_cap_plan_memory_search():
+    """The first compile plans with plan-memory's own budget; re-plans skip scheduling and
+    cap the search at REPLAN_BUDGET (the greedy planners still run)."""
+    from types import SimpleNamespace
+
+    from palimpsest.passes.pass_manager import parse_pipeline
+    from palimpsest.passes.schedule_for_memory import REPLAN_BUDGET, reuse_order
+
+    bench = _bench()
+    module = bench._text_module(bench.random_dag(20, 0))
+    owner = SimpleNamespace()
+    first, keep = reuse_order(owner, module, module.clone(), None, parse_pipeline("default"))
+    assert keep is not None and [p.time_budget for p in first if p.name == "plan-memory"] \
+        == [1.0]
+    again, keep = reuse_order(owner, module, module.clone(), None, parse_pipeline("default"))
+    assert keep is None and not any(p.name == "schedule-for-memory" for p in again)
+    assert [p.time_budget for p in again if p.name == "plan-memory"] == [REPLAN_BUDGET]
+    tight = parse_pipeline("default,plan-memory{time-budget=0.001}")
+    again, _ = reuse_order(owner, module, module.clone(), None, tight)
+    assert [p.time_budget for p in again if p.name == "plan-memory"] == [REPLAN_BUDGET, 0.001]
+
+
 BRANCHES = """
 func.func @main(%x: tensor<4x64xf32>) -> tensor<4x1xf32> {
   %a = graph.relu %x : tensor<4x64xf32>
