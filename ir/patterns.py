@@ -358,13 +358,9 @@ class PatternRewriter:
 
             self._keys = set(collect_blobs(scope).keys()) if scope is not None else set()
             self._key_scope = scope
-        base = "".join(c if c.isalnum() or c == "_" else "_" for c in hint) or "blob"
-        key, suffix = base, 1
-        while key in self._keys:
-            key = f"{base}_{suffix}"
-            suffix += 1
-        self._keys.add(key)
-        return key
+        from palimpsest.ir.resources import blob_key_base, unique_name
+
+        return unique_name(blob_key_base(hint), self._keys)
 
 
 __all__ = [

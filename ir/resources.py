@@ -6,6 +6,23 @@ from palimpsest.ir.attributes import ArrayAttr, DenseResourceAttr, DictionaryAtt
 from palimpsest.ir.core import Operation
 
 
+def unique_name(base: str, taken: set, first_suffix: int = 1) -> str:
+    """`base`, or `base_N` for the first N from `first_suffix` that `taken` lacks; the
+    name returned is added to `taken`. (Blob keys, SSA names, C identifiers.)"""
+    name, suffix = base, first_suffix
+    while name in taken:
+        name = f"{base}_{suffix}"
+        suffix += 1
+    taken.add(name)
+    return name
+
+
+def blob_key_base(hint: str) -> str:
+    """`hint` as a `dense_resource` key: letters, digits and `_` (anything else becomes
+    `_`); "blob" for an empty hint."""
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in hint) or "blob"
+
+
 def collect_blobs(root: Operation) -> dict[str, ResourceBlob]:
     """Every resource blob referenced under `root`, by key, in first-use order."""
     found: dict[str, ResourceBlob] = {}

@@ -188,12 +188,9 @@ def _c_ident(text: str) -> str:
 
 
 def _unique(ident: str, used: set) -> str:
-    name, n = ident, 2
-    while name in used:
-        name = f"{ident}_{n}"
-        n += 1
-    used.add(name)
-    return name
+    from palimpsest.ir.resources import unique_name
+
+    return unique_name(ident, used, first_suffix=2)
 
 
 def to_c_header(report: PlanReport, source: str | None = None, prefix: str = "PAL") -> str:

@@ -39,20 +39,11 @@ from palimpsest.passes.pass_manager import ModulePass, register_pass
 
 
 def _unique_key(module: Operation):
-    from palimpsest.ir.resources import collect_blobs
+    """A function giving blob keys that no blob under `module` (nor an earlier call) uses."""
+    from palimpsest.ir.resources import blob_key_base, collect_blobs, unique_name
 
     taken = set(collect_blobs(module).keys())
-
-    def key(hint: str) -> str:
-        base = "".join(c if c.isalnum() or c == "_" else "_" for c in hint) or "blob"
-        candidate, suffix = base, 1
-        while candidate in taken:
-            candidate = f"{base}_{suffix}"
-            suffix += 1
-        taken.add(candidate)
-        return candidate
-
-    return key
+    return lambda hint: unique_name(blob_key_base(hint), taken)
 
 
 MIN_ROWS = 32

@@ -28,6 +28,7 @@ from palimpsest.dialects.graph.ops_base import (
 from palimpsest.dialects.graph.shapes import ShapeError
 from palimpsest.ir import attributes as A
 from palimpsest.ir.diagnostics import DiagnosticError, NameLoc
+from palimpsest.ir.resources import unique_name
 from palimpsest.ir.opdef import SINGLE, VARIADIC, lookup_op
 from palimpsest.ir.core import Block, Region
 from palimpsest.ir.types import FloatType, TensorType, i1, i32, i64
@@ -143,12 +144,7 @@ class _Importer:
             return A.DenseElementsAttr(type_, tuple(data.reshape(-1).tolist()))  # readable
         if data.nbytes <= self.inline_limit:
             return A.DenseElementsAttr.from_numpy(data, type_)
-        base = key = (_ssa_name(hint) or "blob").replace("-", "_")
-        suffix = 1
-        while key in self.blob_keys:
-            key = f"{base}_{suffix}"
-            suffix += 1
-        self.blob_keys.add(key)
+        key = unique_name((_ssa_name(hint) or "blob").replace("-", "_"), self.blob_keys)
         return A.DenseResourceAttr(type_, A.ResourceBlob(key, data=data.tobytes(), alignment=64))
 
     def array(self, tensor, what: str, node=None):

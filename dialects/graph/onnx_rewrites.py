@@ -76,12 +76,9 @@ class _Rewriter:
         self.taken = _all_names(model.graph)
 
     def fresh(self, hint: str) -> str:
-        name, suffix = hint, 1
-        while name in self.taken:
-            name = f"{hint}_{suffix}"
-            suffix += 1
-        self.taken.add(name)
-        return name
+        from palimpsest.ir.resources import unique_name
+
+        return unique_name(hint, self.taken)
 
     def graph(self, graph) -> None:
         constants = _constants(graph)
