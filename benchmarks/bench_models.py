@@ -14,8 +14,8 @@ unit in the last place — a chain of dynamic quantizations rounding a 1-ulp dif
 to a whole quantization step — within that spread, marked `≈`; where the inputs are
 integers or the first quantization absorbs their change, the spread under a 1-ulp change
 of the float weights and quantization scales instead),
-the median latency of both, the planned pool bytes beside the lower bound (the most bytes
-live at one moment), and onnxruntime's peak RSS above its import (a subprocess per model).
+the median latency of both, the planned pool bytes of the default pipeline beside their
+lower bound (the most bytes live at one moment, in the order schedule-for-memory chose), and onnxruntime's peak RSS above its import (a subprocess per model).
 
 Timing is paired: after a warm-up each, the engines (onnxruntime, the numpy backend, and
 OpenCL with `--opencl`) take turns run by run, so a machine loaded by others slows them
@@ -207,8 +207,9 @@ def _planned(module, shapes) -> tuple[int, int]:
         arg.type = TensorType(tuple(shape), arg.type.element_type)
     func.properties["function_type"] = A.TypeAttr(FunctionType(
         tuple(a.type for a in func.entry_block.args), func.type.results))
-    PassManager(parse_pipeline("infer-shapes,canonicalize,bufferize,lower-to-kernels,"
-                               "insert-deallocs")).run(module)
+    # the default pipeline (schedule-for-memory, epilogues and prepacking included) up to
+    # plan-memory, then plan-memory itself for its report
+    PassManager([p for p in parse_pipeline("default") if p.name != "plan-memory"]).run(module)
     report = plan_memory(module)
     pools = sum(p.size for fn in report.functions for p in fn.pools)
     bound = sum(fn.lower_bound for fn in report.functions)
