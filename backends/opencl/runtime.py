@@ -83,6 +83,15 @@ class Device:
         self.build_stats = BuildStats()
         self._kernels: dict = {}   # (source, name) -> cl.Kernel
 
+    # Functions the generated kernels may call, put before a program's source when it
+    # names them. pal_tanh: float tanh rounded from the double one where the device has
+    # fp64 (PoCL's float tanh is an ulp or more off often enough to flip a
+    # DynamicQuantizeLinear tie downstream: an int8 BiLSTM tagger's output moved by 1e-1).
+    HELPERS = {"pal_tanh": (
+        "#ifdef cl_khr_fp64\n#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+        "inline float pal_tanh(float x) { return (float)tanh((double)x); }\n#else\n"
+        "inline float pal_tanh(float x) { return tanh(x); }\n#endif\n")}
+
     def kernel(self, source: str, name: str):
         found = self._kernels.get((source, name))
         if found is not None:
@@ -92,6 +101,8 @@ class Device:
         text = source
         if "double" in source:
             text = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + source
+        text = "".join(helper for helper_name, helper in self.HELPERS.items()
+                       if helper_name in source) + text
         try:
             program = self.cl.Program(self.context, text).build(options=["-cl-mad-enable"])
         except self.cl.Error as error:  # a generator's bug, never the user's input

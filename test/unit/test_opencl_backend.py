@@ -141,6 +141,27 @@ def test_fused_chain_is_one_kernel():
     assert stats.device_launches == 1
 
 
+def test_float_tanh_is_rounded_from_double():
+    """A scalar f32 tanh is `pal_tanh` (runtime.py): where the device has fp64, tanh
+    rounded from double, which the quantization ties of int8 models downstream need
+    (PoCL's own float tanh is an ulp off often enough to flip them)."""
+    from palimpsest.backends.numpy.session import Session
+    from palimpsest.backends.opencl.runtime import device
+    from palimpsest.dialects import load_all
+    from palimpsest.ir.parser import parse
+
+    if not device().device.double_fp_config:
+        pytest.skip("the device has no fp64: pal_tanh is its float tanh")
+    load_all()
+    text = """func.func @f(%x: tensor<65536xf32>) -> tensor<65536xf32> {
+      %y = graph.tanh %x : tensor<65536xf32>
+      func.return %y : tensor<65536xf32>
+    }"""
+    x = np.random.default_rng(3).standard_normal(65536).astype(np.float32) * 3
+    (got,) = Session(parse(text, "<tanh>"), backend="opencl").run({"x": x}).values()
+    np.testing.assert_array_equal(got, np.tanh(x.astype(np.float64)).astype(np.float32))
+
+
 def test_pools_are_aligned_to_the_device():
     from palimpsest.backends.numpy.session import Session
     from palimpsest.backends.opencl.runtime import device

@@ -17,13 +17,16 @@ _SELU_ALPHA = 1.67326319217681884765625
 _SELU_GAMMA = 1.05070102214813232421875
 
 
-def _step(name: str, args: list, props: dict, t: str) -> str:
-    """The C expression of one step on the C expressions `args`."""
+def _step(name: str, args: list, props: dict, t: str, vector: bool = False) -> str:
+    """The C expression of one step on the C expressions `args` (of type `t`, or vectors
+    of it). A scalar float tanh calls `pal_tanh` (runtime.py's helpers: rounded from
+    double where the device has it)."""
     f = t in FLOATS
     c = lambda value: literal(value, t)  # noqa: E731
     x = args[0]
+    tanh = "pal_tanh" if t == "float" and not vector else "tanh"
     unary = {"graph.neg": f"(-{x})", "graph.exp": f"exp({x})", "graph.log": f"log({x})",
-             "graph.sqrt": f"sqrt({x})", "graph.tanh": f"tanh({x})",
+             "graph.sqrt": f"sqrt({x})", "graph.tanh": f"{tanh}({x})",
              "graph.sin": f"sin({x})", "graph.cos": f"cos({x})",
              "graph.floor": f"floor({x})", "graph.ceil": f"ceil({x})",
              "graph.round": f"rint({x})", "graph.erf": f"erf({x})",
@@ -249,7 +252,7 @@ def _chain_body(call, steps, wiring, props, product: bool, pointer, lanes: int =
             expr = _clip(args, step_props)
         else:
             args = [value(number) if r >= n else load(r) for r in refs]
-            expr = _step(name, args, step_props, t)
+            expr = _step(name, args, step_props, t, vector=lanes > 1)
         lines.append(f"  const {vt} v{number + first} = {expr};")
     used = sorted({index for _, index, _, _ in loads.values()})
     load_lines = [f"  const {kind} {var} = {expr};" for var, _, kind, expr in loads.values()]
