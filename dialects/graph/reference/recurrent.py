@@ -63,11 +63,37 @@ def _backwards(x, lengths):
 def _quantized_product(a, weight, scale):
     """a @ weight as onnxruntime's DynamicQuantizeLSTM computes it: `a` quantized to
     uint8 over its own range (DynamicQuantizeLinear), an integer product (exact in
-    float64; `weight` has its zero point subtracted), scaled by a's scale times the
-    weight's (per tensor or per column)."""
+    `weight`'s float type, `_centred`; `weight` has its zero point subtracted), scaled by
+    a's scale times the weight's (per tensor or per column)."""
     aq, a_scale, a_zero = dynamic_quantize_linear([a], {})
-    product = (aq.astype(np.float64) - float(a_zero)) @ weight
+    product = (aq.astype(weight.dtype) - weight.dtype.type(a_zero)) @ weight
     return product.astype(np.float32) * (np.float32(a_scale) * scale.astype(np.float32))
+
+
+_CENTRED: dict = {}   # (id(weight), id(zero)) -> (weakrefs to both, the centred weights)
+
+
+def _centred(weight, zero):
+    """weight - zero (dirs x K x N; zero per direction, or per direction and column) as
+    floats that keep every product of `_quantized_product`
+    exact: float32 when 255·Σ|column| < 2**24 (every partial sum of the integer product is
+    then an integer float32 holds; half the bytes of float64 for each step's GEMV), else
+    float64. Kept per read-only pair (constants: the same arrays every run), so a model's
+    weights are centred once, not per run."""
+    import weakref
+
+    key = (id(weight), id(zero))
+    hit = _CENTRED.get(key)
+    if hit is not None and hit[0]() is weight and hit[1]() is zero:
+        return hit[2]
+    dirs = weight.shape[0]
+    centred = weight.astype(np.float64) - zero.astype(np.float64).reshape(dirs, 1, -1)
+    if centred.size and 255 * float(np.abs(centred).sum(axis=1).max()) < 2 ** 24:
+        centred = centred.astype(np.float32)
+    if not weight.flags.writeable and not zero.flags.writeable:
+        _CENTRED[key] = (weakref.ref(weight), weakref.ref(zero), centred)
+        weakref.finalize(weight, _CENTRED.pop, key, None)
+    return centred
 
 
 def _weights(onnx_op, inputs, compute):
@@ -80,9 +106,8 @@ def _weights(onnx_op, inputs, compute):
     params = [req(onnx_op, inputs, i, name) for i, name in
               ((8, "W_scale"), (9, "W_zero_point"), (10, "R_scale"), (11, "R_zero_point"))]
     dirs = w.shape[0]
-    w_scale, w_zero, r_scale, r_zero = (p.reshape(dirs, -1) for p in params)
-    w_centred = w.astype(np.float64) - w_zero.astype(np.float64)[:, None, :]
-    r_centred = r.astype(np.float64) - r_zero.astype(np.float64)[:, None, :]
+    w_scale, r_scale = params[0].reshape(dirs, -1), params[2].reshape(dirs, -1)
+    w_centred, r_centred = _centred(w, params[1]), _centred(r, params[3])
 
     def project(d, x):
         rows = x.reshape(-1, x.shape[-1])
