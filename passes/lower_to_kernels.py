@@ -170,19 +170,7 @@ class _Lowering:
         t = c.outs[0]
         first, last = c.op, chain[-1].op
         kernel, anchor = self.emit(last, cls, ins, [out], props, fit)
-        read_roots = {_root(v) for v in ins}
-        moved = []
-        op = first.next
-        while op is not None and op is not last:
-            following = op.next
-            if op.name == "buffer.dealloc" and op.operands[0] is not t \
-                    and _root(op.operands[0]) in read_roots:
-                op.detach()
-                moved.append(op)
-            op = following
-        for dealloc in moved:
-            kernel.parent.insert_after(anchor, dealloc)
-            anchor = dealloc
+        _move_frees(first, last, kernel, anchor, ins, [t])
         for step in chain:
             step.op.erase()
         c.op.erase()
@@ -246,21 +234,8 @@ class _Lowering:
             return False
         first, last = chain[0].op, chain[-1].op
         kernel, anchor = self.emit(last, K.ElementwiseOp, ins, [out], props, fit)
-        # deallocs between the fused computes that free what the chain reads move after it
-        read_roots = {_root(v) for v in ins}
         intermediates = _unique([s.out for s in chain[:-1] if s.out is not out])
-        moved = []
-        op = first.next
-        while op is not None and op is not last:
-            following = op.next
-            if op.name == "buffer.dealloc" and op.operands[0] not in intermediates \
-                    and _root(op.operands[0]) in read_roots:
-                op.detach()
-                moved.append(op)
-            op = following
-        for dealloc in moved:
-            kernel.parent.insert_after(anchor, dealloc)
-            anchor = dealloc
+        _move_frees(first, last, kernel, anchor, ins, intermediates)
         for step in chain:
             step.op.erase()
         for value in intermediates:
@@ -271,6 +246,26 @@ class _Lowering:
             self.result.erased_allocs += 1
         self.result.fused += len(chain) - 1
         return True
+
+
+def _move_frees(first: Operation, last: Operation, kernel: Operation, anchor: Operation,
+                ins: list, kept: list) -> None:
+    """The deallocs between the fused computes `first`..`last` that free what the fused
+    `kernel` reads (`ins`) move after it (after `anchor`, the last op `emit` inserted);
+    those of `kept` (the intermediates the fusion erases) stay."""
+    read_roots = {_root(v) for v in ins}
+    moved = []
+    op = first.next
+    while op is not None and op is not last:
+        following = op.next
+        if op.name == "buffer.dealloc" and not any(op.operands[0] is v for v in kept) \
+                and _root(op.operands[0]) in read_roots:
+            op.detach()
+            moved.append(op)
+        op = following
+    for dealloc in moved:
+        kernel.parent.insert_after(anchor, dealloc)
+        anchor = dealloc
 
 
 def _unique(values: list) -> list:
