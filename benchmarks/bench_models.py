@@ -242,7 +242,9 @@ def run_model(name: str, entry: dict, runs: int, opencl: bool, rss: bool,
     numpy_session = None
     for backend in backends:
         try:
-            session = Session(str(path), backend=backend)
+            # one thread on every engine: BLAS is pinned above, and PoCL would otherwise
+            # take the machine's cores (Session's default, as onnxruntime's)
+            session = Session(str(path), backend=backend, threads=1)
             got = session.run(feeds)
             numpy_session = numpy_session or session
         except Exception as error:  # noqa: BLE001 - reported in the table
