@@ -152,6 +152,7 @@ class _Importer:
         few bytes, an unknown type) is a diagnostic."""
         from onnx import numpy_helper
 
+        self.element_type(tensor.data_type, what)   # a type no ONNX defines: one line
         try:
             return numpy_helper.to_array(tensor)
         except (ValueError, TypeError) as error:
@@ -282,7 +283,12 @@ class _Importer:
 
     def check_properties(self, cls, properties, node) -> None:
         """An attribute of the wrong kind or value (floats where ints are declared) is
-        refused here, as the verifier would: the op's shape rule reads it first."""
+        refused here, as the verifier would: the op's shape rule reads it first; so is a
+        required attribute the node lacks (Concat without `axis`)."""
+        for name, definition in cls.prop_defs.items():
+            if not definition.optional and name not in properties \
+                    and name != "operandSegmentSizes":
+                raise self.fail(f"missing required attribute '{name}'", node)
         for name, value in properties.items():
             definition = cls.prop_defs.get(name)
             if definition is None:
@@ -518,6 +524,18 @@ class _Importer:
         return module
 
 
+# ONNX's data propagation materializes a shape-like input's values: a declared dim past
+# this (2**62 in a fuzzed model) made it allocate gigabytes before failing
+DATA_PROP_MAX_DIM = 1 << 24
+
+
+def _huge_input_dims(graph) -> bool:
+    """Whether a graph input declares a dim ONNX's data propagation should not meet."""
+    return any(d.dim_value > DATA_PROP_MAX_DIM for value in graph.input
+               if value.type.HasField("tensor_type")
+               for d in value.type.tensor_type.shape.dim)
+
+
 def import_onnx(source, *, function_name: str = "main", inline_limit: int = INLINE_LIMIT,
                 shape_inference: bool = True) -> ModuleOp:
     """Import an ONNX model (a path or a ModelProto) into a module with one function."""
@@ -542,7 +560,8 @@ def import_onnx(source, *, function_name: str = "main", inline_limit: int = INLI
     model = rewrite_model(model)   # contrib and sequence forms with ONNX equivalents
     if shape_inference:
         try:
-            model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+            model = onnx.shape_inference.infer_shapes(
+                model, data_prop=not _huge_input_dims(model.graph))
         except Exception:  # noqa: BLE001 - our own rules fill in what ONNX's cannot
             pass
     importer = _Importer(model, name, inline_limit)

@@ -38,7 +38,8 @@ FUSED_ACTIVATIONS = {
 # what of each rewritten contrib op is taken, for the importer's refusals of the rest
 REWRITTEN_CONTRIB = {
     (MS_DOMAIN, "FusedConv"): f"FusedConv (activation {', '.join(FUSED_ACTIVATIONS)})",
-    (MS_DOMAIN, "FusedMatMul"): "FusedMatMul (without transBatchA/transBatchB)",
+    (MS_DOMAIN, "FusedMatMul"): "FusedMatMul (without transBatchA/transBatchB; transA/transB "
+                                "where the operand's rank is known)",
 }
 
 
@@ -51,12 +52,17 @@ def rewrite_model(model):
 
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    try:  # ranks for FusedMatMul's transposes, where ONNX can tell them
-        copy = onnx.shape_inference.infer_shapes(copy)
-    except Exception:  # noqa: BLE001 - a rank left unknown leaves that node as it is
-        pass
     opset = next((o.version for o in copy.opset_import if o.domain in ("", "ai.onnx")), 1)
-    _Rewriter(copy, opset).graph(copy.graph)
+    # twice at most: a transposed FusedMatMul needs its operand's rank, which ONNX's shape
+    # inference can tell only once the contrib ops before it are ONNX ops
+    for _ in range(2):
+        try:
+            copy = onnx.shape_inference.infer_shapes(copy)
+        except Exception:  # noqa: BLE001 - a rank left unknown leaves that node as it is
+            pass
+        _Rewriter(copy, opset).graph(copy.graph)
+        if not _needs_rewrite(copy.graph):
+            break
     return copy
 
 
@@ -85,7 +91,8 @@ class _Rewriter:
         ranks = _ranks(graph)
         nodes = []
         splits = {n.output[0]: n for n in graph.node
-                  if n.op_type == "SplitToSequence" and n.domain in ("", "ai.onnx")}
+                  if n.op_type == "SplitToSequence" and n.domain in ("", "ai.onnx")
+                  and len(n.output) == 1 and n.input}
         readers = {}
         for node in graph.node:
             for name in node.input:
@@ -105,7 +112,7 @@ class _Rewriter:
                 nodes.extend(self.fused_matmul(node, ranks) or [node])
             elif node.op_type == "SplitToSequence" and node.output[0] in sliced:
                 continue
-            elif node.op_type == "SequenceAt" and node.input[0] in sliced:
+            elif node.op_type == "SequenceAt" and node.input and node.input[0] in sliced:
                 nodes.extend(self.sequence_at(splits[node.input[0]], node, constants, ranks))
             else:
                 nodes.append(node)
@@ -131,29 +138,36 @@ class _Rewriter:
         import numpy as np
         from onnx import helper
 
+        if len(node.output) != 1 or len(node.input) < 2:
+            return None   # (the importer refuses it, naming the node)
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         activation = attrs.pop("activation", None)
-        params = list(attrs.pop("activation_params", []))
+        params = attrs.pop("activation_params", [])
         if isinstance(activation, bytes):
-            activation = activation.decode()
+            activation = activation.decode("utf-8", errors="replace")
+        if not isinstance(params, list) or not all(isinstance(p, float) for p in params) \
+                or not (activation is None or isinstance(activation, str)):
+            return None   # (attributes of the wrong kind: refused, naming the node)
         if activation is not None and activation not in FUSED_ACTIVATIONS:
             return None
         if activation is not None:
             op_type, names = FUSED_ACTIVATIONS[activation]
             if len(params) != len(names) and not (activation == "LeakyRelu" and not params):
                 return None
-        if any(not isinstance(a, (bytes, str, int, list)) for a in attrs.values()):
-            return None
         base = node.name or node.output[0]
         out = node.output[0]
         result = []
-        conv_out = self.fresh(f"{out}/conv") if activation or len(node.input) > 3 else out
+        summand = node.input[3] if len(node.input) > 3 else ""
+        conv_out = self.fresh(f"{out}/conv") if activation or summand else out
         conv_inputs = list(node.input[:3])
-        result.append(self.node("Conv", conv_inputs, [conv_out], base, **attrs))
+        conv = self.node("Conv", conv_inputs, [conv_out], base)
+        conv.attribute.extend(a for a in node.attribute   # as given: the importer checks them
+                              if a.name not in ("activation", "activation_params"))
+        result.append(conv)
         value = conv_out
-        if len(node.input) > 3 and node.input[3]:
+        if summand:
             summed = self.fresh(f"{out}/sum") if activation else out
-            result.append(self.node("Add", [value, node.input[3]], [summed], f"{base}/sum"))
+            result.append(self.node("Add", [value, summand], [summed], f"{base}/sum"))
             value = summed
         if activation:
             name = f"{base}/{activation}"
@@ -171,8 +185,13 @@ class _Rewriter:
         import numpy as np
         from onnx import helper
 
+        if len(node.output) != 1 or len(node.input) != 2:
+            return None
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         if attrs.get("transBatchA", 0) or attrs.get("transBatchB", 0):
+            return None
+        if any(not isinstance(attrs.get(flag, 0), int) for flag in ("transA", "transB")) \
+                or not isinstance(attrs.get("alpha", 1.0), float):
             return None
         base = node.name or node.output[0]
         out = node.output[0]
@@ -199,8 +218,9 @@ class _Rewriter:
 
     # -- SplitToSequence read by SequenceAt -----------------------------------------------------
     def sequence_reads_fit(self, split, readers, constants, graph) -> bool:
-        if not readers or any(r.op_type != "SequenceAt" or r.input[1] not in constants
-                              for r in readers):
+        if not readers or any(r.op_type != "SequenceAt" or len(r.input) != 2
+                              or r.input[0] != split.output[0] or len(r.output) != 1
+                              or r.input[1] not in constants for r in readers):
             return False
         if split.output[0] in {o.name for o in graph.output}:
             return False
@@ -224,9 +244,12 @@ class _Rewriter:
 
         attrs = {a.name: helper.get_attribute_value(a) for a in split.attribute}
         keepdims = attrs.get("keepdims", 1)
+        if not isinstance(keepdims, int) or not isinstance(attrs.get("axis", 0), int):
+            return None
         if len(split.input) > 1 and split.input[1]:
             sizes = constants.get(split.input[1])
-            if sizes is None or sizes.ndim != 1:
+            if sizes is None or sizes.ndim != 1 or sizes.dtype.kind not in "iu" \
+                    or (sizes < 0).any():
                 return None
             return [int(s) for s in sizes], 1
         return None, keepdims
@@ -283,14 +306,14 @@ def _constants(graph) -> dict:
     for tensor in graph.initializer:
         try:
             values[tensor.name] = numpy_helper.to_array(tensor)
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, KeyError):  # (unreadable: not a constant here)
             continue
     for node in graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and \
-                len(node.attribute) == 1 and node.attribute[0].name == "value":
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output \
+                and len(node.attribute) == 1 and node.attribute[0].name == "value":
             try:
                 values[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-            except (ValueError, TypeError):
+            except (ValueError, TypeError, KeyError):  # (unreadable: not a constant here)
                 continue
     return values
 

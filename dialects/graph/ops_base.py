@@ -14,7 +14,7 @@ import struct
 import sys
 from types import SimpleNamespace
 
-from palimpsest.dialects.graph.shapes import ShapeError, fmt, merge_shapes
+from palimpsest.dialects.graph.shapes import ShapeError, check_rank, fmt, merge_shapes
 from palimpsest.ir import attributes as A
 from palimpsest.ir.core import Operation
 from palimpsest.ir.opdef import (
@@ -425,6 +425,12 @@ class Args:
             return len(known)
         shape = self.shape(name)
         return shape[0] if shape is not None and len(shape) == 1 else None
+
+    def axes_length(self, name: str) -> int | None:
+        """`length` of an operand holding one value per axis (axes, starts, ends, steps):
+        a ShapeError past shapes.MAX_RANK, which no tensor reaches, before a rule builds
+        a list that long."""
+        return check_rank(self.length(name), f"'{name}'")
 
     def ints(self, name: str) -> list | None:
         """Known values of a 1-D (or scalar) integer operand; None if unknown/absent."""

@@ -170,6 +170,8 @@ class SplitOp(GraphOp):
         sizes = args.ints("split")
         if args.has("split") and sizes is None:
             count = args.length("split")
+            if count is not None and count != args.num_results:
+                raise ShapeError(f"'split' has {count} sizes for {args.num_results} results")
             sizes = [None] * count if count is not None else None
         shapes = S.split(args.shape("input"), args["axis"], sizes, args["num_outputs"],
                          args.num_results)
@@ -195,7 +197,7 @@ class SliceOp(GraphOp):
 
     @classmethod
     def _params(cls, args):
-        count = args.length("starts")
+        count = args.axes_length("starts")
         steps = args.ints("steps") if args.has("steps") else (
             [1] * count if count is not None else None)
         axes = args.ints("axes")
@@ -314,7 +316,7 @@ class PadOp(GraphOp):
                                  f"{S.fmt(shape)}")
         axes = args.ints("axes")
         if args.has("axes") and axes is None:
-            count = args.length("axes")
+            count = args.axes_length("axes")
             if count is None:
                 return [tensor(None if x is None else (None,) * len(x), args.element("data"))]
             axes = [None] * count
@@ -398,7 +400,7 @@ class _AxesOp(_RowMajorOp):
     def rule(cls, args):
         x, axes = args.shape("data"), args.ints("axes")
         if args.has("axes") and axes is None:
-            count = args.length("axes")
+            count = args.axes_length("axes")
             if count is None or x is None:
                 return [tensor(None, args.element("data"))]
             axes = [None] * count

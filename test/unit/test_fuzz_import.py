@@ -33,10 +33,38 @@ A = onnx.AttributeProto
 HOSTILE = (0, -1, -2, 3, 2**31, 2**62, -(2**63), 2**63 - 1)
 
 
+def _rewritten_forms() -> bytes:
+    """A model with the forms dialects/graph/onnx_rewrites.py rewrites before import:
+    onnxruntime's FusedConv (with Z and a Clip) and FusedMatMul (transposed, scaled), and
+    a SplitToSequence read by SequenceAt at constant positions."""
+    import numpy as np
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper
+
+    inits = [numpy_helper.from_array(a, n) for n, a in (
+        ("w", np.ones((2, 2, 1, 1), np.float32)), ("m", np.ones((4, 5), np.float32)),
+        ("split", np.array([1, 2], np.int64)), ("p", np.array(-1, np.int64)))]
+    nodes = [h.make_node("FusedConv", ["x", "w", "", "z"], ["c"], domain="com.microsoft",
+                         activation="Clip", activation_params=[0.0, 6.0], kernel_shape=[1, 1]),
+             h.make_node("FusedMatMul", ["c", "m"], ["y"], domain="com.microsoft", transA=1,
+                         alpha=0.5),
+             h.make_node("SplitToSequence", ["x", "split"], ["s"], axis=1),
+             h.make_node("SequenceAt", ["s", "p"], ["q"])]
+    graph = h.make_graph(nodes, "rewrites", [
+        h.make_tensor_value_info("x", T.FLOAT, [1, 2, 4, 3]),
+        h.make_tensor_value_info("z", T.FLOAT, [1, 2, 4, 3])],
+        [h.make_tensor_value_info("y", T.FLOAT, None),
+         h.make_tensor_value_info("q", T.FLOAT, None)], inits)
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17), h.make_opsetid(
+        "com.microsoft", 1)]).SerializeToString()
+
+
 @lru_cache(maxsize=None)
 def seeds() -> dict[str, bytes]:
     """name -> serialized model."""
-    found = {"tiny_cnn": (ROOT / "examples" / "tiny_cnn.onnx").read_bytes()}
+    found = {"tiny_cnn": (ROOT / "examples" / "tiny_cnn.onnx").read_bytes(),
+             "rewritten_forms": _rewritten_forms()}
     try:
         import onnx_node_cases
 
