@@ -257,7 +257,10 @@ class BoundsAttr(Attribute):
 
 
 def _rounded(values, element_type):
-    """Float elements rounded to the element type's precision (f16/f32), as FloatAttr."""
+    """Float elements rounded to the element type's precision (f16/f32), as FloatAttr;
+    i1 elements as booleans (`array<i1: 1, 0>` is `array<i1: true, false>`, as printed)."""
+    if str(element_type) == "i1":
+        return tuple(bool(v) if isinstance(v, int) else v for v in values)
     if getattr(element_type, "name", None) not in _PACK_CODES:
         return tuple(values)
     return tuple(round_to_type(v, element_type) if isinstance(v, float) else v for v in values)

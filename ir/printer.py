@@ -38,13 +38,18 @@ class Printer:
         self.block_names: dict = {}
         self.blobs: dict[str, A.ResourceBlob] = {}
         self._type_str: dict = {}
+        self._scopes: list = [set()]   # names taken by the enclosing scopes, innermost last
 
     # -- naming ----------------------------------------------------------------
-    def _name_scope(self, op: Operation) -> None:
-        """Name every value and block under `op` up to nested isolated ops."""
-        state = {"next": 0, "arg": 0, "block": 0, "used": set()}
+    def _name_scope(self, op: Operation, reserved: set = frozenset()) -> set:
+        """Name every value and block under `op` up to nested isolated ops, avoiding
+        `reserved` (the names of the enclosing scopes: the parser keeps them visible, so
+        an op with results beside a function must not share a name with one inside it).
+        Returns the names taken."""
+        state = {"next": 0, "arg": 0, "block": 0, "used": set(reserved)}
         for region in op.regions:
             self._name_region(region, state)
+        return state["used"]
 
     def _name_region(self, region: Region, state) -> None:
         for index, block in enumerate(region.blocks):
@@ -304,7 +309,12 @@ class Printer:
 
     def _print_nested(self, op, indent) -> None:
         if op.is_registered and op.has_trait(IsolatedFromAbove):
-            self._name_scope(op)
+            self._scopes.append(self._name_scope(op, self._scopes[-1]))
+            try:
+                self.print_op(op, indent)
+            finally:
+                self._scopes.pop()
+            return
         self.print_op(op, indent)
 
     def _block_label(self, block: Block, indent: str) -> None:
@@ -379,6 +389,6 @@ def print_ir(op: Operation, *, generic: bool = False, print_locations: bool = Fa
              resource_base: str | None = None) -> str:
     """Text of `op` (usually a module), followed by its resources trailer if any."""
     printer = Printer(generic, print_locations, resource_base)
-    printer._name_scope(op)
+    printer._scopes = [printer._name_scope(op)]
     printer.print_op(op, "")
     return "".join(printer.out) + printer._resources()
