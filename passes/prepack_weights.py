@@ -38,12 +38,48 @@ from palimpsest.ir.core import Operation
 from palimpsest.passes.pass_manager import ModulePass, register_pass
 
 
-def _unique_key(module: Operation):
-    """A function giving blob keys that no blob under `module` (nor an earlier call) uses."""
-    from palimpsest.ir.resources import blob_key_base, collect_blobs, unique_name
+class _Packer:
+    """The packed constants of one module: each made once per (constant, layout), put
+    right after the constant it packs, under a blob key no other blob uses."""
 
-    taken = set(collect_blobs(module).keys())
-    return lambda hint: unique_name(blob_key_base(hint), taken)
+    def __init__(self, module: Operation):
+        top = module
+        while top.parent_op is not None:
+            top = top.parent_op
+        self.top = top
+        self.made: dict = {}     # (constant op, layout) -> packed value
+        self._taken = None       # blob keys in use (collected at the first packing)
+
+    def packed(self, value, layout: str, pack, hint: str):
+        """The packed form of constant `value`: `pack(array)` -> (array, buffer type), or
+        None when the constant cannot be read (a side file gone: the run reports it)."""
+        from palimpsest.dialects.graph.evaluate import dense_attr
+        from palimpsest.ir.resources import blob_key_base, collect_blobs, unique_name
+
+        owner = value.op
+        found = self.made.get((owner, layout))
+        if found is not None:
+            return found
+        try:
+            array = owner.properties["value"].to_numpy()
+        except (ValueError, OSError):
+            return None
+        array, type_ = pack(array)
+        if self._taken is None:
+            self._taken = set(collect_blobs(self.top).keys())
+        attr = dense_attr(array, tensor_of(type_),
+                          lambda h: unique_name(blob_key_base(h), self._taken), hint)
+        constant = ConstantOp([], [type_], {"value": attr}, result_names=[hint])
+        constant.location, constant.source_loc = owner.location, owner.source_loc
+        owner.parent.insert_after(owner, constant)
+        found = self.made[(owner, layout)] = constant.results[0]
+        return found
+
+    def erase_unread(self) -> None:
+        """The constants that were packed and that nothing reads any more."""
+        for owner in {owner for owner, _ in self.made}:
+            if not owner.results[0].users():
+                owner.erase()
 
 
 MIN_ROWS = 32
@@ -61,78 +97,65 @@ def _rows(op) -> int | None:
 
 
 def prepack_weights(module: Operation) -> int:
-    """Pack the constant operands of transposed matmuls (see the module doc); returns
-    how many operands now read a packed constant."""
-    import numpy as np
-
-    from palimpsest.dialects.graph.evaluate import dense_attr
-
-    top = module
-    while top.parent_op is not None:
-        top = top.parent_op
-    key = None
-    packed: dict = {}       # (constant op) -> packed value
+    """Pack the constant operands of transposed matmuls and recurrent kernels (see the
+    module doc); returns how many operands now read a packed constant."""
+    packer = _Packer(module)
     count = 0
     for op in list(module.walk()):
-        if op.name != "kernel.matmul":
+        if op.name == "kernel.matmul":
+            count += _pack_matmul(op, packer)
+        elif op.name in RECURRENT:
+            count += _pack_recurrence(op, packer)
+    packer.erase_unread()
+    return count
+
+
+def _pack_matmul(op: Operation, packer: _Packer) -> int:
+    """A transposed matmul's constant operand stored transposed (transX = 0 after);
+    how many operands it packed."""
+    import numpy as np
+
+    config = op.config()
+    rows = _rows(op)
+    if rows is not None and rows < MIN_ROWS:
+        return 0
+
+    def transposed(array):
+        shape = array.shape
+        return (np.ascontiguousarray(np.swapaxes(array, -1, -2)),
+                BufferType(shape[:-2] + (shape[-1], shape[-2]), value.type.element_type))
+
+    count = 0
+    core = len(op.ins) - (config.get("epilogue_ins") or 0)
+    for flag, index in (("transB", 1), ("transA", 0)):
+        if not config[flag] or index >= core:
             continue
-        config = op.config()
-        rows = _rows(op)
-        if rows is not None and rows < MIN_ROWS:
+        value = op.ins[index]
+        owner = getattr(value, "op", None)
+        if not isinstance(owner, ConstantOp) or len(value.type.shape) < 2 \
+                or not value.type.has_static_shape:
             continue
-        k = config.get("epilogue_ins") or 0
-        core = len(op.ins) - k
-        for flag, index in (("transB", 1), ("transA", 0)):
-            if not config[flag] or index >= core:
-                continue
-            value = op.ins[index]
-            owner = getattr(value, "op", None)
-            if not isinstance(owner, ConstantOp) or len(value.type.shape) < 2 \
-                    or not value.type.has_static_shape:
-                continue
-            if any(value is v for i, v in enumerate(op.ins) if i != index):
-                continue  # (the same constant as another operand: leave it)
-            new = packed.get(owner)
-            if new is None:
-                try:
-                    array = owner.properties["value"].to_numpy()
-                except (ValueError, OSError):
-                    continue   # (unreadable, a side file gone: the run reports it)
-                flipped = np.ascontiguousarray(np.swapaxes(array, -1, -2))
-                shape = tuple(value.type.shape)
-                type_ = BufferType(shape[:-2] + (shape[-1], shape[-2]),
-                                   value.type.element_type)
-                if key is None:
-                    key = _unique_key(top)
-                hint = f"{value.name_hint or 'weights'}_packed"
-                attr = dense_attr(flipped, tensor_of(type_), key, hint)
-                constant = ConstantOp([], [type_], {"value": attr}, result_names=[hint])
-                constant.location, constant.source_loc = owner.location, owner.source_loc
-                owner.parent.insert_after(owner, constant)
-                new = packed[owner] = constant.results[0]
-            op.set_operand(index, new)  # (the ins come first among the operands)
-            op.properties[flag] = A.IntegerAttr(0)
-            count += 1
-    recurrences: dict = {}  # (R's constant op) -> its packed value
-    for op in list(module.walk()):
-        if op.name in RECURRENT and _pack_recurrence(op, top, recurrences):
-            count += 1
-    for owner in list(packed) + list(recurrences):
-        if not owner.results[0].users():
-            owner.erase()
+        if any(value is v for i, v in enumerate(op.ins) if i != index):
+            continue  # (the same constant as another operand: leave it)
+        new = packer.packed(value, "transposed", transposed,
+                            f"{value.name_hint or 'weights'}_packed")
+        if new is None:
+            continue
+        op.set_operand(index, new)  # (the ins come first among the operands)
+        op.properties[flag] = A.IntegerAttr(0)
+        count += 1
     return count
 
 
 RECURRENT = ("kernel.lstm", "kernel.gru", "kernel.rnn")
 
 
-def _pack_recurrence(op: Operation, top: Operation, packed: dict) -> bool:
+def _pack_recurrence(op: Operation, packer: _Packer) -> int:
     """A recurrent kernel whose R is a constant reads Rᵀ per gate from a packed constant
     (dirs x G x H x H, `packed_r = 1`), and its `recurrence` workspace, which held that
-    copy each run, goes (its alloc and dealloc with it)."""
+    copy each run, goes (its alloc and dealloc with it); 1 when it did."""
     import numpy as np
 
-    from palimpsest.dialects.graph.evaluate import dense_attr
     from palimpsest.dialects.kernel_base import segment_sizes_attr
 
     config = op.config()
@@ -140,28 +163,22 @@ def _pack_recurrence(op: Operation, top: Operation, packed: dict) -> bool:
     owner = getattr(value, "op", None)
     if config["packed_r"] or not isinstance(owner, ConstantOp) \
             or not value.type.has_static_shape or any(v is value for v in op.ins[:2]):
-        return False
+        return 0
     roles = type(op).workspace_roles([v.type for v in op.ins], config)
     workspaces = list(op.operands[len(op.ins) + len(op.outs):])
     if "recurrence" not in roles or len(workspaces) != len(roles):
-        return False
-    dirs, rows, hidden = value.type.shape
+        return 0
+    dirs, _, hidden = value.type.shape
     gates = type(op).gates
-    new = packed.get(owner)
+
+    def per_gate(array):
+        return (np.ascontiguousarray(
+                    array.reshape(dirs, gates, hidden, hidden).transpose(0, 1, 3, 2)),
+                BufferType((dirs, gates, hidden, hidden), value.type.element_type))
+
+    new = packer.packed(value, "recurrence", per_gate, f"{value.name_hint or 'R'}_packed")
     if new is None:
-        try:
-            array = owner.properties["value"].to_numpy()
-        except (ValueError, OSError):
-            return False   # (unreadable, a side file gone: the run reports it)
-        flipped = np.ascontiguousarray(
-            array.reshape(dirs, gates, hidden, hidden).transpose(0, 1, 3, 2))
-        type_ = BufferType((dirs, gates, hidden, hidden), value.type.element_type)
-        hint = f"{value.name_hint or 'R'}_packed"
-        attr = dense_attr(flipped, tensor_of(type_), _unique_key(top), hint)
-        constant = ConstantOp([], [type_], {"value": attr}, result_names=[hint])
-        constant.location, constant.source_loc = owner.location, owner.source_loc
-        owner.parent.insert_after(owner, constant)
-        new = packed[owner] = constant.results[0]
+        return 0
     scratch = workspaces.pop(roles.index("recurrence"))
     properties = dict(op.properties)
     properties["packed_r"] = A.IntegerAttr(1)
@@ -177,7 +194,7 @@ def _pack_recurrence(op: Operation, top: Operation, packed: dict) -> bool:
     for user in list(scratch.users()):
         user.erase()
     alloc.erase()
-    return True
+    return 1
 
 
 @register_pass
