@@ -60,8 +60,7 @@ def rewrite_model(model):
             copy = onnx.shape_inference.infer_shapes(copy)
         except Exception:  # noqa: BLE001 - a rank left unknown leaves that node as it is
             pass
-        _Rewriter(copy, opset).graph(copy.graph)
-        if not _needs_rewrite(copy.graph):
+        if not _Rewriter(copy, opset).graph(copy.graph) or not _needs_rewrite(copy.graph):
             break
     return copy
 
@@ -86,7 +85,8 @@ class _Rewriter:
 
         return unique_name(hint, self.taken)
 
-    def graph(self, graph) -> None:
+    def graph(self, graph) -> int:
+        """Rewrite `graph` and its subgraphs in place; how many nodes were rewritten."""
         constants = _constants(graph)
         ranks = _ranks(graph)
         nodes = []
@@ -100,25 +100,25 @@ class _Rewriter:
                     readers.setdefault(name, []).append(node)
         sliced = {name for name, split in splits.items()
                   if self.sequence_reads_fit(split, readers.get(name, []), constants, graph)}
-        for node in graph.node:
-            for attr in node.attribute:
-                if attr.type == attr.GRAPH:
-                    self.graph(attr.g)
+        rewritten = sum(self.graph(attr.g) for node in graph.node for attr in node.attribute
+                        if attr.type == attr.GRAPH)
         self.new_initializers = []   # this graph's (a subgraph's go in the subgraph)
         for node in graph.node:
+            replacement = None
             if node.domain == MS_DOMAIN and node.op_type == "FusedConv":
-                nodes.extend(self.fused_conv(node) or [node])
+                replacement = self.fused_conv(node)
             elif node.domain == MS_DOMAIN and node.op_type == "FusedMatMul":
-                nodes.extend(self.fused_matmul(node, ranks) or [node])
+                replacement = self.fused_matmul(node, ranks)
             elif node.op_type == "SplitToSequence" and node.output[0] in sliced:
-                continue
+                replacement = []
             elif node.op_type == "SequenceAt" and node.input and node.input[0] in sliced:
-                nodes.extend(self.sequence_at(splits[node.input[0]], node, constants, ranks))
-            else:
-                nodes.append(node)
+                replacement = self.sequence_at(splits[node.input[0]], node, constants)
+            rewritten += replacement is not None
+            nodes.extend([node] if replacement is None else replacement)
         graph.initializer.extend(self.new_initializers)
         del graph.node[:]
         graph.node.extend(nodes)
+        return rewritten
 
     # -- helpers --------------------------------------------------------------------------------
     def constant(self, hint: str, array) -> str:
@@ -136,11 +136,10 @@ class _Rewriter:
     # -- FusedConv ------------------------------------------------------------------------------
     def fused_conv(self, node):
         import numpy as np
-        from onnx import helper
 
         if len(node.output) != 1 or len(node.input) < 2:
             return None   # (the importer refuses it, naming the node)
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        attrs = _attrs(node)
         activation = attrs.pop("activation", None)
         params = attrs.pop("activation_params", [])
         if isinstance(activation, bytes):
@@ -183,11 +182,10 @@ class _Rewriter:
     # -- FusedMatMul ----------------------------------------------------------------------------
     def fused_matmul(self, node, ranks):
         import numpy as np
-        from onnx import helper
 
         if len(node.output) != 1 or len(node.input) != 2:
             return None
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        attrs = _attrs(node)
         if attrs.get("transBatchA", 0) or attrs.get("transBatchB", 0):
             return None
         if any(not isinstance(attrs.get(flag, 0), int) for flag in ("transA", "transB")) \
@@ -240,9 +238,7 @@ class _Rewriter:
         """(sizes or None, keepdims) of the sequence's chunks: sizes from a constant
         `split` (1-D: as given; a scalar needs the dim's length, so only 1-D is taken),
         None for chunks of one element."""
-        from onnx import helper
-
-        attrs = {a.name: helper.get_attribute_value(a) for a in split.attribute}
+        attrs = _attrs(split)
         keepdims = attrs.get("keepdims", 1)
         if not isinstance(keepdims, int) or not isinstance(attrs.get("axis", 0), int):
             return None
@@ -254,12 +250,10 @@ class _Rewriter:
             return [int(s) for s in sizes], 1
         return None, keepdims
 
-    def sequence_at(self, split, node, constants, ranks):
+    def sequence_at(self, split, node, constants):
         import numpy as np
-        from onnx import helper
 
-        attrs = {a.name: helper.get_attribute_value(a) for a in split.attribute}
-        axis = attrs.get("axis", 0)
+        axis = _attrs(split).get("axis", 0)
         sizes, keepdims = self.chunks(split, constants)
         position = int(constants[node.input[1]])
         base = node.name or node.output[0]
@@ -282,6 +276,13 @@ class _Rewriter:
                 result.append(self.node("Squeeze", [sliced], [out], f"{base}/squeeze",
                                         axes=[axis]))
         return result
+
+
+def _attrs(node) -> dict:
+    """A node's attributes as Python values, by name."""
+    from onnx import helper
+
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
 def _all_names(graph) -> set:
