@@ -13,6 +13,7 @@ from palimpsest.ir import attributes as A
 from palimpsest.ir.core import Block, Operation, Region
 from palimpsest.ir.diagnostics import DiagnosticError
 from palimpsest.ir.opdef import FunctionLike, IsolatedFromAbove
+from palimpsest.ir.resources import unique_name
 from palimpsest.ir.types import FunctionType
 
 _FUNC_PROPS = ("sym_name", "function_type", "sym_visibility", "arg_attrs", "res_attrs")
@@ -76,10 +77,7 @@ class Printer:
         hint = value.name_hint
         used = state["used"]
         if hint and _is_valid_hint(hint):
-            name, suffix = hint, 1
-            while name in used:
-                name = f"{hint}_{suffix}"
-                suffix += 1
+            name = unique_name(hint, used)
         elif is_arg:
             name = f"arg{state['arg']}"
             state["arg"] += 1
