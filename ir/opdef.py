@@ -580,6 +580,14 @@ def _verify_values(op: Operation, noun: str, items, defs, segment_prop, direct) 
             position += 1
 
 
+def property_problem(definition: PropDef, value) -> str | None:
+    """Why the present property `value` does not fit `definition` (its attribute class,
+    then its check), or None. (The verifier's and the ONNX importer's one test.)"""
+    if isinstance(definition.attr_class, type) and not isinstance(value, definition.attr_class):
+        return f"must be {definition.description}, got {value}"
+    return definition.check(value) if definition.check is not None else None
+
+
 def _verify_properties(op: Operation, cls) -> None:
     """Properties, traits and the op's own verifier (after operands, results, regions)."""
     for name, definition in cls.prop_defs.items():
@@ -588,12 +596,9 @@ def _verify_properties(op: Operation, cls) -> None:
             if not definition.optional:
                 raise op.error(f"requires property '{name}'")
             continue
-        if isinstance(definition.attr_class, type) and not isinstance(value, definition.attr_class):
-            raise op.error(f"property '{name}' must be {definition.description}, got {value}")
-        if definition.check is not None:
-            problem = definition.check(value)
-            if problem:
-                raise op.error(f"property '{name}' {problem}")
+        problem = property_problem(definition, value)
+        if problem:
+            raise op.error(f"property '{name}' {problem}")
     for trait in cls.traits:
         trait.verify(op)
     op.verify_()

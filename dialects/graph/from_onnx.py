@@ -29,7 +29,7 @@ from palimpsest.dialects.graph.shapes import ShapeError
 from palimpsest.ir import attributes as A
 from palimpsest.ir.diagnostics import DiagnosticError, NameLoc
 from palimpsest.ir.resources import unique_name
-from palimpsest.ir.opdef import SINGLE, VARIADIC, lookup_op
+from palimpsest.ir.opdef import SINGLE, VARIADIC, lookup_op, property_problem
 from palimpsest.ir.core import Block, Region
 from palimpsest.ir.types import FloatType, TensorType, i1, i32, i64
 
@@ -286,18 +286,12 @@ class _Importer:
         refused here, as the verifier would: the op's shape rule reads it first; so is a
         required attribute the node lacks (Concat without `axis`)."""
         for name, definition in cls.prop_defs.items():
-            if not definition.optional and name not in properties \
-                    and name != "operandSegmentSizes":
-                raise self.fail(f"missing required attribute '{name}'", node)
-        for name, value in properties.items():
-            definition = cls.prop_defs.get(name)
-            if definition is None:
+            value = properties.get(name)
+            if value is None:
+                if not definition.optional and name != "operandSegmentSizes":
+                    raise self.fail(f"missing required attribute '{name}'", node)
                 continue
-            if isinstance(definition.attr_class, type) and \
-                    not isinstance(value, definition.attr_class):
-                problem = f"must be {definition.description}, got {value}"
-            else:
-                problem = definition.check(value) if definition.check is not None else None
+            problem = property_problem(definition, value)
             if problem:
                 raise self.fail(f"attribute '{name}' {problem}", node)
 
