@@ -4,8 +4,9 @@ Registered in `KERNEL_IMPLS` (kernel_ops.py, which imports this module).
 Per direction: X·Wᵀ for every step is one `np.matmul` into the `projected` workspace
 (gate-major: G x seq x batch x H), and the biases that do not depend on the state are
 added to it once; Rᵀ is copied contiguous into the `recurrence` workspace (BLAS is
-1.3-1.8x slower on a transposed view), unless prepack-weights stored R so (`packed_r`). Then one step per time index (backwards for
-`reverse` and the second direction): a batched `np.matmul` of the hidden state by Rᵀ
+1.3-1.8x slower on a transposed view), unless prepack-weights stored R so
+(`packed_r`). Then one step per time index (backwards for `reverse` and the second
+direction): a batched `np.matmul` of the hidden state by Rᵀ
 into the `gates` rows of the `state` workspace, and in-place ufuncs on whole gates. A
 step writes the next state into the other half of the `hidden` (`cell`) rows; with
 every batch entry within its sequence length the halves swap, otherwise the entries

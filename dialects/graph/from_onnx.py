@@ -230,8 +230,9 @@ class _Importer:
                 known = [op for domain, op in CONTRIB_TO_GRAPH if domain == node.domain] + [
                     what for (domain, _), what in REWRITTEN_CONTRIB.items()
                     if domain == node.domain]
+                verb = "is" if len(known) == 1 else "are"
                 raise self.fail(f"this operator is not supported: of domain '{node.domain}' "
-                                f"only {', '.join(known)} {'is' if len(known) == 1 else 'are'}" if known else
+                                f"only {', '.join(known)} {verb}" if known else
                                 f"operator domain '{node.domain}' is not supported", node)
         elif node.op_type == "Constant":
             return self.constant_node(node, block)
