@@ -289,21 +289,10 @@ def _clone(op: Operation, mapping: dict) -> Operation:
             for old, arg in zip(block.args, twin.args):
                 mapping[old] = arg
         for block, twin in zip(region.blocks, copy.blocks):
-            last, count = None, 0
             inner = block.first
             while inner is not None:
-                cloned = _clone(inner, mapping)
-                cloned.parent = twin
-                cloned.prev = last
-                if last is None:
-                    twin.first = cloned
-                else:
-                    last.next = cloned
-                last = cloned
-                count += 1
+                twin.append(_clone(inner, mapping))
                 inner = inner.next
-            twin.last = last
-            twin._count = count
     new.successors = [get(b, b) for b in op.successors] if op.successors else []
     return new
 

@@ -335,37 +335,58 @@ class VectorType(ShapedType):
         return cls(dims, element)
 
 
-@register_type
-class ComplexType(ParametricType):
-    keyword: ClassVar[str] = "complex"
-    element_type: Type
+class _TypeListType(ParametricType):
+    """A type whose parameters are types only, no dims: `keyword<t, ...>`, exactly
+    `arity` of them (None: any number)."""
+
+    __slots__ = ()
+    arity: ClassVar[int | None] = None
+
+    def type_params(self) -> tuple:
+        raise NotImplementedError
 
     def __str__(self) -> str:
-        return f"complex<{self.element_type}>"
-
-    @classmethod
-    def from_params(cls, dims, params):
-        if dims:
-            raise TypeParamError("complex<...> takes no dimensions")
-        element, _ = ShapedType._split_params(cls.keyword, dims, params, 0)
-        return cls(element)
-
-
-@register_type
-class TupleType(ParametricType):
-    keyword: ClassVar[str] = "tuple"
-    types: tuple
-
-    def __str__(self) -> str:
-        return f"tuple<{', '.join(map(str, self.types))}>"
+        return f"{self.keyword}<{', '.join(map(str, self.type_params()))}>"
 
     @classmethod
     def from_params(cls, dims, params):
         from palimpsest.ir.attributes import TypeAttr
 
-        if dims or not all(isinstance(p, TypeAttr) for p in params):
-            raise TypeParamError("tuple<...> takes a list of types")
-        return cls(tuple(p.value for p in params))
+        if dims:
+            raise TypeParamError(f"{cls.keyword}<...> takes no dimensions")
+        if not all(isinstance(p, TypeAttr) for p in params) or (
+                cls.arity is not None and len(params) != cls.arity):
+            wanted = "a list of types" if cls.arity is None else f"exactly {cls.arity} type"
+            raise TypeParamError(f"{cls.keyword}<...> takes {wanted}")
+        return cls(*cls.from_types(tuple(p.value for p in params)))
+
+    @classmethod
+    def from_types(cls, types: tuple) -> tuple:
+        """The dataclass fields from the type parameters."""
+        return (types,)
+
+
+@register_type
+class ComplexType(_TypeListType):
+    keyword: ClassVar[str] = "complex"
+    arity: ClassVar[int | None] = 1
+    element_type: Type
+
+    def type_params(self) -> tuple:
+        return (self.element_type,)
+
+    @classmethod
+    def from_types(cls, types: tuple) -> tuple:
+        return types
+
+
+@register_type
+class TupleType(_TypeListType):
+    keyword: ClassVar[str] = "tuple"
+    types: tuple
+
+    def type_params(self) -> tuple:
+        return self.types
 
 
 # ---------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from palimpsest.ir.core import Operation
 from palimpsest.ir.diagnostics import DiagnosticError
 from palimpsest.ir.opdef import lookup_op, registered_ops
 from palimpsest.passes.dce import eliminate_dead_code
-from palimpsest.passes.pass_manager import ModulePass, register_pass
+from palimpsest.passes.pass_manager import ModulePass, option, register_pass
 from palimpsest.passes.rewrite import GreedyRewriteDriver, RewriteStats
 
 
@@ -84,13 +84,10 @@ class Canonicalize(ModulePass):
     name = "canonicalize"
     summary = "simplify ops with their canonicalization patterns (greedily) and erase dead ones"
 
-    max_iterations: int = 10
+    max_iterations: int = option(10, minimum=1)
     test_convergence: bool = False  # an error when no fixpoint is reached
 
     def apply(self, module: Operation) -> None:
-        if self.max_iterations < 1:
-            raise DiagnosticError(f"canonicalize: max-iterations must be at least 1, got "
-                                  f"{self.max_iterations}", None)
         stats = canonicalize(module, self.max_iterations)
         if self.test_convergence and not stats.converged:
             raise DiagnosticError(f"canonicalize did not converge: stopped at the "

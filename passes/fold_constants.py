@@ -17,7 +17,7 @@ from palimpsest.ir.core import Operation, OpResult
 from palimpsest.ir.diagnostics import DiagnosticError
 from palimpsest.ir.patterns import RewritePattern
 from palimpsest.ir.types import TensorType
-from palimpsest.passes.pass_manager import ModulePass, register_pass
+from palimpsest.passes.pass_manager import ModulePass, option, register_pass
 from palimpsest.passes.rewrite import GreedyRewriteDriver, RewriteStats
 
 DEFAULT_MAX_ELEMENTS = 1 << 20
@@ -125,10 +125,7 @@ class FoldConstants(ModulePass):
     name = "fold-constants"
     summary = "evaluate graph ops whose operands are all constants into constants"
 
-    max_elements: int = DEFAULT_MAX_ELEMENTS
+    max_elements: int = option(DEFAULT_MAX_ELEMENTS, minimum=0)
 
     def apply(self, module: Operation) -> None:
-        if self.max_elements < 0:
-            raise DiagnosticError(f"fold-constants: max-elements must not be negative, got "
-                                  f"{self.max_elements}", None)
         fold_constants(module, self.max_elements)

@@ -35,12 +35,37 @@ class ModulePass:
     def apply(self, module: Operation) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            minimum = f.metadata.get("minimum")
+            value = getattr(self, f.name)
+            if minimum is not None and value < minimum:
+                raise PipelineError(f"option '{f.name.replace('_', '-')}' of pass "
+                                    f"'{self.name}' must be at least {minimum}, got {value}")
+
     def spelling(self) -> str:
         """The pipeline text that recreates this pass with its options."""
         options = [f"{f.name.replace('_', '-')}={_format_option(getattr(self, f.name))}"
                    for f in dataclasses.fields(self)
                    if getattr(self, f.name) != f.default]
         return self.name + ("{" + " ".join(options) + "}" if options else "")
+
+
+def option(default, minimum=None):
+    """A pass option with a lower bound, checked when the pass is made (from a pipeline
+    or in code): `max_iterations: int = option(10, minimum=1)`."""
+    return dataclasses.field(default=default, metadata={"minimum": minimum})
+
+
+@dataclasses.dataclass(frozen=True)
+class MemorySearchPass(ModulePass):
+    """The options a pass that searches for fewer live bytes shares (schedule-for-memory
+    orders ops, plan-memory places buffers): which search, how long it may take, and
+    whether the function's inputs count as activations (live in the planned memory)."""
+
+    algorithm: str = "auto"
+    time_budget: float = option(1.0, minimum=0)
+    inputs_as_activations: bool = False
 
 
 def _format_option(value) -> str:

@@ -59,7 +59,7 @@ from palimpsest.ir.core import Operation
 from palimpsest.ir.diagnostics import DiagnosticError, format_diagnostic
 from palimpsest.ir.types import MAX_DIM, IntegerType
 from palimpsest.passes.liveness import Liveness, compute_liveness, functions_of, value_names
-from palimpsest.passes.pass_manager import ModulePass, register_pass
+from palimpsest.passes.pass_manager import MemorySearchPass, register_pass
 from palimpsest.passes.planners import (
     ALGORITHMS, Interval, PlanError, check_plan, lower_bound, plan_intervals,
 )
@@ -569,14 +569,11 @@ def _rewrite(func, items, placement, pools) -> None:
 
 @register_pass
 @dataclass(frozen=True)
-class PlanMemory(ModulePass):
+class PlanMemory(MemorySearchPass):
     name = "plan-memory"
     summary = ("plan every static buffer at an offset of a memory pool (liveness, pool "
                "map, planner, check) and rewrite allocs into views of pool arenas")
 
-    algorithm: str = "auto"
-    time_budget: float = 1.0
-    inputs_as_activations: bool = False
     default_alignment: int = 64
     report: bool = False
 

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from palimpsest.ir.core import BlockArgument, Operation
 from palimpsest.ir.opdef import ALIAS, FREE, WRITE, InPlace, IsTerminator, has_no_effects
 from palimpsest.ir.types import TensorType
-from palimpsest.passes.pass_manager import ModulePass, register_pass
+from palimpsest.passes.pass_manager import MemorySearchPass, register_pass
 from palimpsest.passes.planners.schedule import ALGORITHMS, ScheduleProblem, schedule
 
 __all__ = ["ScheduleResult", "schedule_for_memory", "schedule_function", "build_problem",
@@ -501,14 +501,11 @@ def schedule_for_memory(module: Operation, algorithm: str = "auto", time_budget:
 
 @register_pass
 @dataclass(frozen=True)
-class ScheduleForMemory(ModulePass):
+class ScheduleForMemory(MemorySearchPass):
     name = "schedule-for-memory"
     summary = ("reorder each function's ops (a valid order: data, effects) so fewer bytes "
                "are live at once; never worse than the order it had")
 
-    algorithm: str = "auto"
-    time_budget: float = 1.0
-    inputs_as_activations: bool = False
     enabled: bool = True
 
     def apply(self, module: Operation) -> None:

@@ -180,6 +180,27 @@ class Search:
                 a = self.align[k]
                 self.seat[k] = self.minoff[k] = level if a == 1 else align_up(level, a)
 
+    def _place(self, k: int, offset: int) -> int:
+        """Put buffer k at `offset` (undoable); returns the trail mark to undo to."""
+        mark = len(self.trail)
+        self.trail.append((self.off, k, -1))
+        self.off[k] = offset
+        self._count_placed()
+        return mark
+
+    def _leave_boundaries(self, a: int, b: int) -> list[int]:
+        """A buffer placed over sections [a, b) no longer crosses their boundaries
+        (undoable); returns the sections where nothing unplaced crosses any more: cut
+        points, where the rest splits into parts solved apart."""
+        trail, cuts = self.trail, self.cuts
+        cutpoints = []
+        for s in range(a, b - 1):
+            trail.append((cuts, s, cuts[s]))
+            c = cuts[s] = cuts[s] - 1
+            if c == 0:
+                cutpoints.append(s + 1)
+        return cutpoints
+
     def _count_placed(self) -> None:
         """Count one more placed buffer; keep a copy of the deepest partial plan."""
         placed = self.placed
@@ -363,16 +384,13 @@ class Search:
         s = hole
         if self.skyline and len(hole_cands) > 1:
             hole_cands = self._skyline_order(hole_cands, s, L, slo, shi)
-        trail, cuts, lift = self.trail, self.cuts, self._lift
+        trail, lift = self.trail, self._lift
         for k in hole_cands:
             z = size[k]
             top = L + z
             if top > C:
                 continue
-            mark = len(trail)
-            trail.append((off, k, -1))
-            off[k] = L
-            self._count_placed()
+            mark = self._place(k, L)
             a, b = lo[k], hi[k]
             ok = True
             raised: list[int] = []
@@ -387,13 +405,7 @@ class Search:
             if ok:
                 ok = self._propagate(raised)
             if ok:
-                cutpoints = []
-                for t in range(a, b - 1):
-                    trail.append((cuts, t, cuts[t]))
-                    c = cuts[t] - 1
-                    cuts[t] = c
-                    if c == 0:
-                        cutpoints.append(t + 1)
+                cutpoints = self._leave_boundaries(a, b)
                 if cutpoints:
                     found = self._solve_parts(self._partitions(bufs, slo, shi, cutpoints))
                 else:
@@ -456,7 +468,7 @@ class Search:
         min_height = min(o + size[k] for o, _, k in cand)
         cand.sort()
         C = self.capacity
-        floor, total, cuts = self.floor, self.total, self.cuts
+        floor, total = self.floor, self.total
         align, adj, lo, hi, trail = self.align, self.adj, self.lo, self.hi, self.trail
         # Placing a buffer only lowers section totals: below this offset the monotone
         # floor check (offset + unplaced bytes of every section) cannot fail.
@@ -470,11 +482,7 @@ class Search:
             top = o + z
             if top > C or o + max(total[lo[k]:hi[k]]) > C:
                 continue
-            mark = len(trail)
-            # place k at o
-            trail.append((off, k, -1))
-            off[k] = o
-            self._count_placed()
+            mark = self._place(k, o)
             a, b = lo[k], hi[k]
             ok = True
             for s in range(a, b):
@@ -487,12 +495,7 @@ class Search:
                     ok = False
             cutpoints = []
             if ok:
-                for s in range(a, b - 1):
-                    trail.append((cuts, s, cuts[s]))
-                    c = cuts[s] - 1
-                    cuts[s] = c
-                    if c == 0:
-                        cutpoints.append(s + 1)
+                cutpoints = self._leave_boundaries(a, b)
                 raised = []
                 for j in adj[k]:
                     if off[j] < 0 and minoff[j] < top:

@@ -112,22 +112,20 @@ def generator(*names):
 
 # -- source helpers ------------------------------------------------------------------------------
 
+def _pointer(ctype: str, writable: bool) -> str:
+    return f"__global {'' if writable else 'const '}{ctype}*"
+
+
 def params(*buffers) -> str:
     """Kernel parameters for buffers given as (name, ctype, writable)."""
-    parts = []
-    for name, ctype, writable in buffers:
-        qualifier = "" if writable else "const "
-        parts.append(f"__global {qualifier}{ctype}* {name}_base, const long {name}_off")
-    return ", ".join(parts)
+    return ", ".join(f"{_pointer(ctype, writable)} {name}_base, const long {name}_off"
+                     for name, ctype, writable in buffers)
 
 
 def bind(*buffers) -> str:
     """The kernel's first lines: each buffer's pointer at its offset."""
-    lines = []
-    for name, ctype, writable in buffers:
-        qualifier = "" if writable else "const "
-        lines.append(f"  __global {qualifier}{ctype}* {name} = {name}_base + {name}_off;")
-    return "\n".join(lines)
+    return "\n".join(f"  {_pointer(ctype, writable)} {name} = {name}_base + {name}_off;"
+                     for name, ctype, writable in buffers)
 
 
 def round_up(value: int, multiple: int) -> int:

@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from palimpsest.dialects.graph.naming import ONNX_TO_GRAPH
+from palimpsest.dialects.graph.ops_base import ONNX_DTYPES as GRAPH_ONNX_DTYPES
+from palimpsest.ir.attributes import numpy_dtype_name
 
 Kernel = Callable[..., list]
 
@@ -145,32 +146,10 @@ def float_compute_dtype(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.float64)
 
 
-# ONNX TensorProto.DataType enum values -> numpy dtypes the reference supports.
-ONNX_DTYPES: dict[int, np.dtype] = {
-    1: np.dtype(np.float32),  # FLOAT
-    2: np.dtype(np.uint8),  # UINT8
-    3: np.dtype(np.int8),  # INT8
-    4: np.dtype(np.uint16),  # UINT16
-    5: np.dtype(np.int16),  # INT16
-    6: np.dtype(np.int32),  # INT32
-    7: np.dtype(np.int64),  # INT64
-    9: np.dtype(np.bool_),  # BOOL
-    10: np.dtype(np.float16),  # FLOAT16
-    11: np.dtype(np.float64),  # DOUBLE
-    12: np.dtype(np.uint32),  # UINT32
-    13: np.dtype(np.uint64),  # UINT64
-    16: np.dtype(ml_dtypes.bfloat16),
-    17: np.dtype(ml_dtypes.float8_e4m3fn),
-    18: np.dtype(ml_dtypes.float8_e4m3fnuz),
-    19: np.dtype(ml_dtypes.float8_e5m2),
-    20: np.dtype(ml_dtypes.float8_e5m2fnuz),
-    21: np.dtype(ml_dtypes.uint4),
-    22: np.dtype(ml_dtypes.int4),
-    23: np.dtype(ml_dtypes.float4_e2m1fn),
-    24: np.dtype(ml_dtypes.float8_e8m0fnu),
-    25: np.dtype(ml_dtypes.uint2),
-    26: np.dtype(ml_dtypes.int2),
-}
+# ONNX TensorProto.DataType enum values -> numpy dtypes the reference supports: the
+# element types the graph dialect maps the codes to (ops_base.ONNX_DTYPES), as numpy knows them.
+ONNX_DTYPES: dict[int, np.dtype] = {code: np.dtype(numpy_dtype_name(element))
+                                    for code, element in GRAPH_ONNX_DTYPES.items()}
 SMALL_FLOATS = frozenset(ONNX_DTYPES[code] for code in (16, 17, 18, 19, 20, 23, 24))
 
 ONNX_DTYPE_NAMES: dict[int, str] = {
