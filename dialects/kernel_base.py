@@ -91,6 +91,26 @@ def is_float(t) -> bool:
     return isinstance(t, FloatType) and t.name in ("f32", "f64")
 
 
+def conv_operands_problem(in_types, config, ranks: str) -> str | None:
+    """What is wrong with a convolution's ins (input, weights, optional 1-D bias), all
+    of one float element type, input and weights of one rank (`ranks`: "4" for 4-D,
+    ">=3" for any of at least 3), or its group; None when nothing is."""
+    x, w = in_types[0], in_types[1]
+    rank = len(x.shape)
+    if len(w.shape) != rank or (rank != 4 if ranks == "4" else rank < 3):
+        what = "a 4-D input and 4-D weights" if ranks == "4" else \
+            "an input and weights of one rank >= 3"
+        return f"takes {what}, got '{x}' and '{w}'"
+    if not is_float(x.element_type) or any(t.element_type != x.element_type
+                                            for t in in_types):
+        return "computes f32 or f64, with every in of the same element type"
+    if len(in_types) == 3 and len(in_types[2].shape) != 1:
+        return f"takes a 1-D bias, got '{in_types[2]}'"
+    if config["group"] < 1:
+        return f"group must be positive, got {config['group']}"
+    return None
+
+
 def is_numeric(t) -> bool:
     """f32, f64, or an integer type other than i1."""
     return is_float(t) or (isinstance(t, IntegerType) and t.width > 1)

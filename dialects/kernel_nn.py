@@ -7,7 +7,8 @@ from __future__ import annotations
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.kernel_elementwise import Epilogue
 from palimpsest.dialects.kernel_base import (
-    KernelOp, _float, _int, _ints, _plus, _shape, _str, _times, is_float, is_numeric,
+    KernelOp, _float, _int, _ints, _plus, _shape, _str, _times, conv_operands_problem,
+    is_float, is_numeric,
 )
 from palimpsest.ir.opdef import register_op
 from palimpsest.ir.types import FloatType, IntegerType, f32, f64
@@ -30,17 +31,7 @@ class Conv2dOp(Epilogue, KernelOp):
 
     @classmethod
     def core_check(cls, in_types, config):
-        x, w = in_types[0], in_types[1]
-        if len(x.shape) != 4 or len(w.shape) != 4:
-            return f"takes a 4-D input and 4-D weights, got '{x}' and '{w}'"
-        if not is_float(x.element_type) or any(t.element_type != x.element_type
-                                                for t in in_types):
-            return "computes f32 or f64, with every in of the same element type"
-        if len(in_types) == 3 and len(in_types[2].shape) != 1:
-            return f"takes a 1-D bias, got '{in_types[2]}'"
-        if config["group"] < 1:
-            return f"group must be positive, got {config['group']}"
-        return None
+        return conv_operands_problem(in_types, config, "4")
 
     @classmethod
     def core_result_shapes(cls, in_shapes, config):

@@ -15,7 +15,9 @@ that no input reaches holds the bias (or zero).
 from __future__ import annotations
 
 from palimpsest.dialects.graph import shapes as S
-from palimpsest.dialects.kernel_base import KernelOp, _int, _ints, _times, is_float
+from palimpsest.dialects.kernel_base import (
+    KernelOp, _int, _ints, _times, conv_operands_problem, is_float,
+)
 from palimpsest.ir.opdef import register_op
 
 
@@ -30,22 +32,15 @@ class ConvTransposeOp(KernelOp):
 
     @classmethod
     def check(cls, in_types, config):
+        problem = conv_operands_problem(in_types, config, ">=3")
+        if problem:
+            return problem
         x, w = in_types[0], in_types[1]
-        rank = len(x.shape)
-        if rank < 3 or len(w.shape) != rank:
-            return f"takes an input and weights of one rank >= 3, got '{x}' and '{w}'"
-        if not is_float(x.element_type) or any(t.element_type != x.element_type
-                                                for t in in_types):
-            return "computes f32 or f64, with every in of the same element type"
-        if len(in_types) == 3 and len(in_types[2].shape) != 1:
-            return f"takes a 1-D bias, got '{in_types[2]}'"
-        n = rank - 2
+        n = len(x.shape) - 2
         if len(config["strides"]) != n or len(config["dilations"]) != n \
                 or len(config["pads"]) != 2 * n:
             return f"needs {n} strides and dilations and {2 * n} pads"
         group = config["group"]
-        if group < 1:
-            return f"group must be positive, got {group}"
         c = x.shape[1]
         if c is not None and (c % group or (w.shape[0] is not None and w.shape[0] != c)):
             return f"input channels of '{x}' do not fit weights '{w}' in {group} groups"
