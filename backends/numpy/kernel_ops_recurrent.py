@@ -18,6 +18,8 @@ buffers either (bias and peephole vectors are broadcast once into their rows of 
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from palimpsest.backends.numpy.kernel_ops import (
@@ -202,16 +204,50 @@ _CELLS = {"kernel.lstm": _Lstm, "kernel.gru": _Gru, "kernel.rnn": _Rnn}
 
 # -- the kernel ------------------------------------------------------------------------------------
 
+# the default activations, for which a direction runs `_fast_gru` / `_fast_lstm`
+_DEFAULTS = {"kernel.gru": ("Sigmoid", "Tanh"), "kernel.lstm": ("Sigmoid", "Tanh", "Tanh")}
+_SETUPS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+class _Setup:
+    """What an op's properties decide, worked out once per op (again when they change):
+    the `state` rows, the ins' roles, and per direction whether its steps take the fast
+    path (default activations, no clip, no peepholes, no input_forget)."""
+
+    __slots__ = ("config", "rows", "in_roles", "fast")
+
+    def __init__(self, op, config):
+        cls = type(op)
+        self.config = config
+        self.rows = {name: slice(span.start, span.stop)
+                     for name, span in cls.state_rows(config).items()}
+        self.in_roles = cls.in_roles(config)
+        per = cls.PER_DIRECTION
+        default = _DEFAULTS.get(op.name)
+        plain = (default is not None and config["clip"] is None
+                 and "P" not in self.in_roles and not config.get("input_forget"))
+        self.fast = [plain and tuple(config["activations"][d * per:(d + 1) * per]) == default
+                     for d in range(len(config["activations"]) // per)]
+
+
+def _setup(op, config) -> _Setup:
+    setup = _SETUPS.get(op)
+    if setup is None or setup.config is not config:
+        setup = _SETUPS[op] = _Setup(op, config)
+    return setup
+
+
 @impl("kernel.lstm")
 @impl("kernel.gru")
 @impl("kernel.rnn")
 def recurrent(op, inputs, outputs, workspaces):
     config = config_of(op)
+    setup = _setup(op, config)
     cls = type(op)
     ws = workspaces_by_role(op, workspaces)
-    rows = {name: ws["state"][span.start:span.stop]
-            for name, span in cls.state_rows(config).items()}
-    given = dict(zip(cls.in_roles(config), inputs))
+    state_ws = ws["state"]
+    rows = {name: state_ws[span] for name, span in setup.rows.items()}
+    given = dict(zip(setup.in_roles, inputs))
     x, w, r = given["X"], given["W"], given["R"]
     lengths = given.get("sequence_lens")
     initial = [given.get("initial_h"), given.get("initial_c")]
@@ -254,9 +290,19 @@ def recurrent(op, inputs, outputs, workspaces):
         else:
             r_t = ws["recurrence"]
             np.copyto(r_t, r[d].reshape(gate_count, size, size).transpose(0, 2, 1))
+        reverse = config["direction"] == "reverse" or d == 1
+        if setup.fast[d] and full == seq and seq:
+            order = range(seq - 1, -1, -1) if reverse else range(seq)
+            if cell is None:
+                last = [_fast_gru(order, r_t, projected, rows, y[:, d],
+                                  config["linear_before_reset"])]
+            else:
+                last = _fast_lstm(order, r_t, projected, rows, y[:, d])
+            for final, state in zip(finals, last):
+                np.copyto(final[d], state)
+            continue
         step = _CELLS[op.name](config, r_t, projected, rows,
                                _bound(config, d, cls.PER_DIRECTION)).step
-        reverse = config["direction"] == "reverse" or d == 1
         current = _loop(step, seq, reverse, valid, full, y[:, d], hidden, cell)
         for final, state in zip(finals, (hidden, cell)):
             np.copyto(final[d], state[current])
@@ -265,21 +311,107 @@ def recurrent(op, inputs, outputs, workspaces):
 def _fold_biases(config, bias, d, bias_rows, projected):
     """Add to X·Wᵀ the biases no step needs apart (Wb + Rb; GRU with linear_before_reset:
     Wbh alone, Rbh in the row after the gates'), each broadcast once into its `bias`
-    row (adds of contiguous arrays: numpy buffers a broadcast operand)."""
+    rows, then one add of every gate's rows per step (adds of same-shape contiguous
+    arrays: numpy buffers a broadcast operand)."""
     if bias is None:
         return
-    gate_count, size = projected.shape[0], projected.shape[3]
-    b = bias[d].reshape(2, gate_count, size)
-    for k in range(gate_count):
-        if k == 2 and config.get("linear_before_reset"):
-            np.copyto(bias_rows[k, 0], b[0, k])
-            np.copyto(bias_rows[3, 0], b[1, k])
-            np.copyto(bias_rows[3, 1:], bias_rows[3, 0])
+    gate_count = projected.shape[0]
+    b = bias[d].reshape(2, gate_count, projected.shape[3])
+    sums = bias_rows[:gate_count, 0]
+    np.add(b[0], b[1], out=sums)
+    if config.get("linear_before_reset"):
+        np.copyto(sums[2], b[0, 2])
+        np.copyto(bias_rows[3], b[1, 2])
+    gates = bias_rows[:gate_count]
+    if gates.shape[1] > 1:   # (per gate: numpy copies a source it cannot prove apart)
+        for k in range(gate_count):
+            np.copyto(gates[k, 1:], sums[k])
+    add = np.add
+    for t in range(projected.shape[1]):
+        step = projected[:, t]
+        add(step, gates, step)
+
+
+# -- the fast path: default activations, every entry running every step -----------------------
+#
+# The next hidden state is written straight into its row of Y (and read from there by the
+# next step), so no step copies it; sigmoid(x) = 0.5 * tanh(0.5 * x) + 0.5 (the same
+# rounding as `_sigmoid`) with 0.5 a row of the scratch (an array operand is cheaper than
+# a scalar one); outs given by position. These kernels are all Python overhead at the
+# sizes of the models that use them (a step's arrays are a few hundred floats).
+
+
+def _fast_gru(order, r_t, projected, rows, y, linear_before_reset) -> np.ndarray:
+    """A GRU direction's steps (module note above); the last hidden state (a row of Y)."""
+    mul, add, sub, tanh, matmul = np.multiply, np.add, np.subtract, np.tanh, np.matmul
+    g = rows["gates"]
+    z, reset, cand = g
+    zr = g[:2]
+    scratch = rows["scratch"]
+    half = scratch[:2]
+    half.fill(0.5)
+    gated = scratch[2]              # r * H (without linear_before_reset)
+    p_zr, p_cand = projected[:2], projected[2]
+    rbh = rows["bias"][3] if linear_before_reset and "bias" in rows else None
+    r_zr, r_cand = r_t[:2], r_t[2]
+    h = rows["hidden"][0]
+    for t in order:
+        h_next = y[t]
+        if linear_before_reset:     # h~ = g(xWh + Wbh + r * (H Rhᵀ + Rbh))
+            matmul(h, r_t, g)
+            if rbh is not None:
+                add(cand, rbh, cand)
+        else:                       # h~ = g(xWh + (r * H) Rhᵀ + Wbh + Rbh)
+            matmul(h, r_zr, zr)
+        add(zr, p_zr[:, t], zr)
+        mul(zr, half, zr)
+        tanh(zr, zr)
+        mul(zr, half, zr)
+        add(zr, half, zr)
+        if linear_before_reset:
+            mul(cand, reset, cand)
         else:
-            np.add(b[0, k], b[1, k], out=bias_rows[k, 0])
-        np.copyto(bias_rows[k, 1:], bias_rows[k, 0])
-        for t in range(projected.shape[1]):
-            np.add(projected[k, t], bias_rows[k], out=projected[k, t])
+            mul(reset, h, gated)
+            matmul(gated, r_cand, cand)
+        add(cand, p_cand[t], cand)
+        tanh(cand, cand)
+        sub(h, cand, h_next)        # H' = (1 - z) * h~ + z * H
+        mul(h_next, z, h_next)
+        add(h_next, cand, h_next)
+        h = h_next
+    return h
+
+
+def _fast_lstm(order, r_t, projected, rows, y) -> tuple:
+    """An LSTM direction's steps (module note above): the last hidden state (a row of Y)
+    and the last cell state (a `cell` row)."""
+    mul, add, tanh, matmul = np.multiply, np.add, np.tanh, np.matmul
+    g = rows["gates"]
+    i, o, f, cand = g
+    iof = g[:3]
+    half = rows["scratch"][:3]
+    half.fill(0.5)
+    cells = rows["cell"]
+    current = 0
+    h = rows["hidden"][0]
+    for t in order:
+        h_next = y[t]
+        c, c_next = cells[current], cells[1 - current]
+        matmul(h, r_t, g)
+        add(g, projected[:, t], g)
+        mul(iof, half, iof)
+        tanh(iof, iof)
+        mul(iof, half, iof)
+        add(iof, half, iof)
+        tanh(cand, cand)
+        mul(f, c, c_next)           # C' = f * C + i * g(c)
+        mul(i, cand, i)
+        add(c_next, i, c_next)
+        tanh(c_next, h_next)        # H' = o * h(C')
+        mul(h_next, o, h_next)
+        h = h_next
+        current = 1 - current
+    return h, cells[current]
 
 
 def _loop(step, seq, reverse, valid, full, y, hidden, cell):

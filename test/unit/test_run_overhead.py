@@ -1,0 +1,95 @@
+"""The numpy backend's paths for small models, where Python per-op overhead decides the
+speed: the recurrent kernels' fast steps (default activations, every batch entry running
+every step: the next hidden state written straight into Y) against onnxruntime, with
+poison, at every direction and layout, with and without biases, repeated runs on one
+session (the arena and its views reused) agreeing with the first."""
+
+from __future__ import annotations
+
+import pytest
+
+np = pytest.importorskip("numpy")
+pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto as T  # noqa: E402
+from onnx import helper as h  # noqa: E402
+from onnx import numpy_helper  # noqa: E402
+
+from palimpsest.backends.numpy.session import Session  # noqa: E402
+from palimpsest.dialects.graph.from_onnx import import_onnx  # noqa: E402
+
+SEQ, INPUT, HIDDEN = 4, 3, 5
+GATES = {"LSTM": 4, "GRU": 3}
+
+
+def _model(op, direction, batch, bias=True, initial=True, lbr=0, outputs=("Y", "Y_h", "Y_c")):
+    rng = np.random.default_rng(3)
+    dirs = 2 if direction == "bidirectional" else 1
+    g = GATES[op]
+    inits = {"W": rng.uniform(-0.7, 0.7, (dirs, g * HIDDEN, INPUT)),
+             "R": rng.uniform(-0.7, 0.7, (dirs, g * HIDDEN, HIDDEN))}
+    names = ["X", "W", "R", "", "", ""]
+    if bias:
+        inits["B"] = rng.uniform(-0.5, 0.5, (dirs, 2 * g * HIDDEN))
+        names[3] = "B"
+    if initial:
+        inits["H0"] = rng.uniform(-1, 1, (dirs, batch, HIDDEN))
+        names[5] = "H0"
+        if op == "LSTM":
+            inits["C0"] = rng.uniform(-1, 1, (dirs, batch, HIDDEN))
+            names.append("C0")
+    while names and not names[-1]:
+        names.pop()
+    wanted = [o for o in outputs if op == "LSTM" or o != "Y_c"]
+    attrs = {"linear_before_reset": lbr} if op == "GRU" else {}
+    node = h.make_node(op, names, wanted, direction=direction, hidden_size=HIDDEN, **attrs)
+    graph = h.make_graph(
+        [node], "rnn", [h.make_tensor_value_info("X", T.FLOAT, [SEQ, batch, INPUT])],
+        [h.make_tensor_value_info(o, T.FLOAT, None) for o in wanted if o],
+        initializer=[numpy_helper.from_array(v.astype(np.float32), k)
+                     for k, v in inits.items()])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 14)])
+    model.ir_version = 8
+    return model
+
+
+CASES = [(op, direction, batch, bias, lbr)
+         for op in ("LSTM", "GRU")
+         for direction in ("forward", "reverse", "bidirectional")
+         for batch in (1, 3)
+         for bias in (True, False)
+         for lbr in ((0, 1) if op == "GRU" else (0,))]
+
+
+@pytest.mark.parametrize("op,direction,batch,bias,lbr", CASES, ids=[
+    f"{o}-{d}-b{b}-{'bias' if s else 'nobias'}-lbr{l}" for o, d, b, s, l in CASES])
+def test_fast_recurrent_steps_match_onnxruntime(op, direction, batch, bias, lbr):
+    model = _model(op, direction, batch, bias=bias, initial=bias, lbr=lbr)
+    x = np.random.default_rng(7).standard_normal((SEQ, batch, INPUT)).astype(np.float32)
+    names = [o.name for o in model.graph.output]
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    want = ort.InferenceSession(model.SerializeToString(), options).run(names, {"X": x})
+    session = Session(import_onnx(model), poison=True)
+    assert any(op.name.startswith("kernel.") and op.name[7:] == model.graph.node[0]
+               .op_type.lower() for op in _planned(session, x).walk())
+    for _ in range(3):   # the second and later runs reuse the arena and its views
+        got = session.run({"X": x})
+        for name, expected in zip(names, want):
+            np.testing.assert_allclose(got[name], expected, rtol=1e-5, atol=1e-5,
+                                       err_msg=name)
+
+
+def test_fast_steps_with_only_the_final_state_requested():
+    """Y unused by the model: the steps still write their states into its buffer."""
+    model = _model("GRU", "bidirectional", 2, lbr=1, outputs=("", "Y_h"))
+    x = np.random.default_rng(8).standard_normal((SEQ, 2, INPUT)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString()).run(["Y_h"], {"X": x})[0]
+    got = Session(import_onnx(model), poison=True).run({"X": x})["Y_h"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _planned(session, x):
+    session.run({"X": x})
+    return session.last_plan.module
