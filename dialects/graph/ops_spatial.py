@@ -246,45 +246,51 @@ class CenterCropPadOp(GraphOp):
 
 
 class _BlockOp(GraphOp):
+    """Moves blocksize x blocksize spatial blocks into channels (`to_depth`) or back:
+    channels scale by b*b one way, each spatial dim by b the other."""
+
     input = operand(AnyTensor)
     output = result_def(AnyTensor)
     blocksize = int_prop(check=positive)
     mode = str_prop("DCR", choices=("DCR", "CRD"))
+    to_depth: bool
 
     bound_rule = classmethod(B.at_upper)
+
+    @classmethod
+    def rule(cls, args):
+        x, b = _rank(args, "input", 4), args["blocksize"]
+        if x is None:
+            return [tensor(None, args.element("input"))]
+        n, c, h, w = x
+        if cls.to_depth and any(d is not None and d % b for d in (h, w)):
+            raise ShapeError(f"spatial dims {S.fmt(x[2:])} must divide by blocksize {b}")
+        if not cls.to_depth and c is not None and c % (b * b):
+            raise ShapeError(f"{c} channels must divide by blocksize^2 = {b * b}")
+
+        def times(d, k):
+            return None if d is None else d * k
+
+        def over(d, k):
+            return None if d is None else d // k
+
+        if cls.to_depth:
+            shape = (n, times(c, b * b), over(h, b), over(w, b))
+        else:
+            shape = (n, over(c, b * b), times(h, b), times(w, b))
+        return [tensor(shape, args.element("input"))]
 
 
 @register_op
 class SpaceToDepthOp(_BlockOp):
     name = "graph.space_to_depth"
-
-    @classmethod
-    def rule(cls, args):
-        x, b = _rank(args, "input", 4), args["blocksize"]
-        if x is None:
-            return [tensor(None, args.element("input"))]
-        for d in x[2:]:
-            if d is not None and d % b:
-                raise ShapeError(f"spatial dims {S.fmt(x[2:])} must divide by blocksize {b}")
-        n, c, h, w = x
-        return [tensor((n, None if c is None else c * b * b, None if h is None else h // b,
-                        None if w is None else w // b), args.element("input"))]
+    to_depth = True
 
 
 @register_op
 class DepthToSpaceOp(_BlockOp):
     name = "graph.depth_to_space"
-
-    @classmethod
-    def rule(cls, args):
-        x, b = _rank(args, "input", 4), args["blocksize"]
-        if x is None:
-            return [tensor(None, args.element("input"))]
-        n, c, h, w = x
-        if c is not None and c % (b * b):
-            raise ShapeError(f"{c} channels must divide by blocksize^2 = {b * b}")
-        return [tensor((n, None if c is None else c // (b * b), None if h is None else h * b,
-                        None if w is None else w * b), args.element("input"))]
+    to_depth = False
 
 
 @register_op
