@@ -278,6 +278,12 @@ def _depthwise(x, w, bias, y, padded, cols, pads, strides, dilations):
     ho, wo = y.shape[2], y.shape[3]
     (sh, sw), (dh, dw), (top, left) = strides, dilations, pads
     weights = w.reshape(c, mg, taps)
+    band = 0 if sh != 1 or cols is None else \
+        _depthwise_rows_band(cols.size, c, mg, (kh, kw), dh, ho, wo)
+    if band:
+        _depthwise_rows_first(x, weights, bias, y, padded, cols, band, (kh, kw), pads, sw,
+                              dilations)
+        return
     bias4 = None if bias is None else bias.reshape(c, mg, 1, 1)
     phases = _phase_view(padded, c, strides, dilations)
     if padded is not None and phases is None:
@@ -289,7 +295,8 @@ def _depthwise(x, w, bias, y, padded, cols, pads, strides, dilations):
     flat = phases is None and (sh, sw) == (1, 1) and s1 == width * s2
     wq = phases.shape[4] if phases is not None else width if flat else wo
     run = (ho - 1) * wq + wo
-    band = c if cols is None else max(1, min(c, cols.size // ((taps + mg) * run)))
+    band = c if cols is None else \
+        max(1, min(c, min(cols.size, _DEPTHWISE_L2) // ((taps + mg) * run)))
     size = y.itemsize
     for image in range(n):
         src = x[image]
@@ -324,6 +331,71 @@ def _depthwise(x, w, bias, y, padded, cols, pads, strides, dilations):
                 np.copyto(target[c0:c0 + k], fresh)
             else:
                 np.add(fresh, bias4[c0:c0 + k], out=target[c0:c0 + k])
+
+
+# A depthwise band (T and the per-kernel-row products) of about this many elements stays
+# in L2 between the copy that fills it and the matmul and sum that read it (a band the
+# size of the 2 MiB workspace: 10-25% slower)
+_DEPTHWISE_L2 = 1 << 18
+# `_depthwise_rows_first` makes kh BLAS calls per channel, the im2col path one: below this
+# many outputs per channel (a 7x7 image) the calls cost more than the copies they save
+_DEPTHWISE_ROWS_FROM = 100
+
+
+def _depthwise_rows_band(size, c, mg, kernel, dh, ho, wo):
+    """How many channels a band of `_depthwise_rows_first` takes: per channel its T (kw x
+    (Ho + (kh-1)*dh) x Wo) and its kh x M/C products (Ho*Wo each), as many as fit
+    _DEPTHWISE_L2 elements and the workspace (`size`); 0 when not one channel fits."""
+    kh, kw = kernel
+    per = kw * (ho + (kh - 1) * dh) * wo + kh * mg * ho * wo
+    if per > size or ho * wo < _DEPTHWISE_ROWS_FROM:
+        return 0
+    return max(1, min(c, min(size, _DEPTHWISE_L2) // per))
+
+
+def _depthwise_rows_first(x, weights, bias, y, padded, cols, band, kernel, pads, sw,
+                          dilations):
+    """Depthwise, stride 1 along the height, without an im2col: per band of channels, T =
+    the padded image's rows read at each kernel column (one strided copy), T[c, q] flat
+    (Hq x Wo). Kernel row p's kw rows of a channel are then runs of T at offset p*dh*Wo,
+    hq*Wo apart: a BLAS matrix as it lies, so one batched matmul multiplies each channel's
+    kernel rows (kh of them, kw weights each) by them, and the kh products are summed
+    into Y (exactly Ho x Wo: nothing to copy out), the bias added while they are in
+    cache. Two passes over kw copies of the image, where the im2col path copies kh*kw."""
+    n, c, h, wd = x.shape
+    _, mg, taps = weights.shape
+    kh, kw = kernel
+    dh, dw = dilations
+    top, left = pads[0], pads[1]
+    ho, wo = y.shape[2], y.shape[3]
+    hq, size = ho + (kh - 1) * dh, ho * wo
+    by_row = _view_as(weights, (c, mg, kh, kw)).transpose(0, 2, 1, 3)
+    flat = _view_as(cols, (cols.size,))
+    item = flat.itemsize
+    if padded is not None:
+        _fill_border(padded, top, left, h, wd, 0)
+    for image in range(n):
+        src = x[image]
+        if padded is not None:
+            np.copyto(padded[:, top:top + h, left:left + wd], src)
+            src = padded
+        s0, s1, s2 = src.strides
+        target = _view_as(y[image], (c, mg, size))
+        for c0 in range(0, c, band):
+            k = min(band, c - c0)
+            t_size = k * kw * hq * wo
+            t4 = _view_as(flat[:t_size], (k, kw, hq, wo))
+            np.copyto(t4, _as_strided(src[c0:c0 + k], (k, kw, hq, wo),
+                                      (s0, s2 * dw, s1, s2 * sw)))
+            products = _view_as(flat[t_size:t_size + k * kh * mg * size], (k, kh, mg, size))
+            np.matmul(by_row[c0:c0 + k],
+                      _as_strided(t4, (k, kh, kw, size),
+                                  (kw * hq * wo * item, dh * wo * item, hq * wo * item, item)),
+                      out=products)
+            out = target[c0:c0 + k]
+            np.add.reduce(products, axis=1, out=out)
+            if bias is not None:
+                np.add(out, _view_as(bias[c0 * mg:(c0 + k) * mg], (k, mg, 1)), out=out)
 
 
 # -- pool2d -------------------------------------------------------------------------------------

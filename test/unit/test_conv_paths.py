@@ -1,0 +1,71 @@
+"""The numpy conv2d's faster paths (backends/numpy/kernel_ops_conv.py), each against the
+graph level's reference on shapes that take it: lowered to kernels, printed and parsed
+back, run with poisoning on (test_kernels.check), and the path itself must have run.
+
+- depthwise, stride 1 along the height, 10x10 outputs or more: `_depthwise_rows_first`
+  (T by kernel column, one batched matmul per band, kernel rows summed into Y): pads or
+  none (X read as it lies), a multiplier, dilations, a column stride, several bands, a
+  batch, f64.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+np = pytest.importorskip("numpy")
+pytest.importorskip("onnx")
+
+import palimpsest.backends.numpy.kernel_ops_conv as conv  # noqa: E402
+from test_kernels import check, model_of, node, rand  # noqa: E402
+
+
+def _counting(monkeypatch, name) -> list:
+    """Calls of kernel_ops_conv.`name`, counted as they happen."""
+    calls = []
+    original = getattr(conv, name)
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(conv, name, counted)
+    return calls
+
+
+def _conv_model(rng, x_shape, w_shape, attrs, bias, dtype=np.float32):
+    x = rand(rng, x_shape, dtype)
+    consts = {"w": rand(rng, w_shape, dtype)}
+    ins = ["x", "w"]
+    if bias:
+        consts["b"] = rand(rng, (w_shape[0],), dtype)
+        ins.append("b")
+    return model_of([node("Conv", ins, attrs)], {"x": x}, consts), {"x": x}
+
+
+@pytest.mark.parametrize("c, mg, hw, kernel, strides, dilations, pads, n, bias, dtype", [
+    (8, 1, (12, 12), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 2, True, np.float32),
+    (5, 2, (11, 13), (5, 5), (1, 1), (1, 1), (2, 2, 2, 2), 1, False, np.float32),
+    (4, 1, (20, 24), (3, 2), (1, 2), (2, 1), (2, 0, 1, 1), 1, True, np.float32),
+    (6, 1, (12, 12), (3, 3), (1, 1), (1, 1), (0, 0, 0, 0), 1, True, np.float32),
+    (6, 3, (13, 11), (1, 3), (1, 1), (1, 2), (0, 2, 0, 2), 2, True, np.float64),
+    (96, 1, (40, 40), (5, 5), (1, 1), (1, 1), (2, 2, 2, 2), 1, True, np.float32),
+])
+def test_depthwise_rows_first(monkeypatch, c, mg, hw, kernel, strides, dilations, pads, n,
+                              bias, dtype):
+    calls = _counting(monkeypatch, "_depthwise_rows_first")
+    rng = np.random.default_rng(c + mg)
+    attrs = {"group": c, "pads": list(pads), "strides": list(strides),
+             "dilations": list(dilations)}
+    model, feeds = _conv_model(rng, (n, c) + hw, (c * mg, 1) + kernel, attrs, bias, dtype)
+    check(model, feeds, "kernel.conv2d", atol=1e-5)   # sums of up to 25 products
+    assert calls
+
+
+def test_depthwise_small_images_keep_im2col(monkeypatch):
+    """A 7x7 image: kh BLAS calls per channel cost more than the copies they save."""
+    calls = _counting(monkeypatch, "_depthwise_rows_first")
+    rng = np.random.default_rng(7)
+    attrs = {"group": 16, "pads": [2, 2, 2, 2]}
+    model, feeds = _conv_model(rng, (1, 16, 7, 7), (16, 1, 5, 5), attrs, True)
+    check(model, feeds, "kernel.conv2d", atol=1e-5)
+    assert not calls
