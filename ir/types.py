@@ -261,6 +261,17 @@ class ShapedType(ParametricType):
             raise ValueError(f"{problem} ('{self}')")
         return replace(self, encoding=_bounds_attr()(tuple(bounds)))
 
+    # the optional parameters after `dims x element`, as the names of their fields
+    extras: ClassVar[tuple] = ()
+
+    def __str__(self) -> str:
+        return self._body(tuple(getattr(self, name) for name in self.extras))
+
+    @classmethod
+    def from_params(cls, dims, params):
+        element, extra = cls._split_params(cls.keyword, dims, params, len(cls.extras))
+        return cls(dims, element, *extra)
+
     def _body(self, extra: tuple = ()) -> str:
         dims = "*x" if self.shape is None else format_dims(self.shape)
         parts = [dims + str(self.element_type)]
@@ -285,19 +296,16 @@ class TensorType(ShapedType):
     shape: tuple | None
     element_type: Type
     encoding: object = None
-
-    def __str__(self) -> str:
-        return self._body((self.encoding,))
+    extras: ClassVar[tuple] = ("encoding",)
 
     @classmethod
     def from_params(cls, dims, params):
-        element, extra = cls._split_params(cls.keyword, dims, params, 1)
-        encoding = extra[0] if extra else None
-        if isinstance(encoding, _bounds_attr()):
-            problem = check_bounds(dims, encoding.bounds)
+        made = ShapedType.from_params.__func__(cls, dims, params)
+        if isinstance(made.encoding, _bounds_attr()):
+            problem = check_bounds(dims, made.encoding.bounds)
             if problem:
                 raise TypeParamError(problem)
-        return cls(dims, element, encoding)
+        return made
 
 
 @register_type
@@ -307,15 +315,7 @@ class MemRefType(ShapedType):
     element_type: Type
     layout: object = None
     memory_space: object = None
-
-    def __str__(self) -> str:
-        return self._body((self.layout, self.memory_space))
-
-    @classmethod
-    def from_params(cls, dims, params):
-        element, extra = cls._split_params(cls.keyword, dims, params, 2)
-        extra = list(extra) + [None] * (2 - len(extra))
-        return cls(dims, element, extra[0], extra[1])
+    extras: ClassVar[tuple] = ("layout", "memory_space")
 
 
 @register_type
@@ -324,15 +324,11 @@ class VectorType(ShapedType):
     shape: tuple
     element_type: Type
 
-    def __str__(self) -> str:
-        return self._body()
-
     @classmethod
     def from_params(cls, dims, params):
         if dims is None or not dims or any(d is None for d in dims):
             raise TypeParamError("vector types need a static, non-empty shape")
-        element, _ = cls._split_params(cls.keyword, dims, params, 0)
-        return cls(dims, element)
+        return ShapedType.from_params.__func__(cls, dims, params)
 
 
 class _TypeListType(ParametricType):
