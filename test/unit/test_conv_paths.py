@@ -69,3 +69,43 @@ def test_depthwise_small_images_keep_im2col(monkeypatch):
     model, feeds = _conv_model(rng, (1, 16, 7, 7), (16, 1, 5, 5), attrs, True)
     check(model, feeds, "kernel.conv2d", atol=1e-5)
     assert not calls
+
+
+# Dense convs, stride 1 along the height, 32x32 outputs or more: `_conv_kernel_rows`
+# (T by kernel column, one GEMM per kernel row summed into Y): pads or none, dilations,
+# a column stride, a 2x2 kernel with uneven pads, a batch, f64, a fused epilogue (Relu).
+@pytest.mark.parametrize("c, m, hw, kernel, strides, dilations, pads, n, bias, dtype", [
+    (3, 8, (34, 36), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 2, True, np.float32),
+    (5, 4, (36, 34), (3, 3), (1, 1), (1, 1), (0, 0, 0, 0), 1, False, np.float32),
+    (4, 6, (40, 70), (3, 2), (1, 2), (2, 1), (2, 0, 1, 1), 1, True, np.float32),
+    (6, 3, (33, 33), (2, 2), (1, 1), (1, 1), (0, 0, 1, 1), 1, True, np.float64),
+    (2, 5, (32, 40), (5, 5), (1, 1), (1, 2), (2, 4, 2, 4), 1, True, np.float32),
+])
+def test_dense_kernel_rows(monkeypatch, c, m, hw, kernel, strides, dilations, pads, n,
+                           bias, dtype):
+    calls = _counting(monkeypatch, "_conv_kernel_rows")
+    rng = np.random.default_rng(c * 3 + m)
+    attrs = {"pads": list(pads), "strides": list(strides), "dilations": list(dilations)}
+    model, feeds = _conv_model(rng, (n, c) + hw, (m, c) + kernel, attrs, bias, dtype)
+    check(model, feeds, "kernel.conv2d", atol=1e-5)
+    assert len(calls) == n
+
+
+def test_dense_kernel_rows_with_epilogue(monkeypatch):
+    calls = _counting(monkeypatch, "_conv_kernel_rows")
+    rng = np.random.default_rng(11)
+    x = rand(rng, (1, 4, 33, 33))
+    model = model_of([node("Conv", ["x", "w", "b"], {"pads": [1, 1, 1, 1]}, outs=("c",)),
+                      node("Relu", ["c"])], {"x": x},
+                     {"w": rand(rng, (6, 4, 3, 3)), "b": rand(rng, (6,))})
+    check(model, {"x": x}, "kernel.conv2d", atol=1e-5)
+    assert calls
+
+
+def test_dense_small_images_keep_im2col(monkeypatch):
+    calls = _counting(monkeypatch, "_conv_kernel_rows")
+    rng = np.random.default_rng(5)
+    model, feeds = _conv_model(rng, (1, 8, 20, 20), (8, 8, 3, 3), {"pads": [1, 1, 1, 1]},
+                               True)
+    check(model, feeds, "kernel.conv2d", atol=1e-5)
+    assert not calls
