@@ -22,9 +22,7 @@ full-size temporary:
 | concat | `np.concatenate(..., out=)` |
 | gather | `np.take(..., out=, mode="wrap")` after the reference's range check |
 | expand | `np.copyto(out, np.broadcast_to(x, shape))` |
-| matmul_integer (8-bit, per-tensor A zero point, per-tensor/column B's) | one BLAS GEMM of the centred operands, float32 where every partial sum is an integer below 2^24, else float64; a constant B centred once and kept |
-| conv_integer (2-D, 8-bit, per-tensor x zero point, per-tensor/channel W's) | im2col of the centred input (a strided window view, copied once) and one grouped BLAS GEMM, exact as matmul_integer's; a constant W centred once and kept |
-| dynamic_quantize_linear (f32) | min/max, then divide, rint, add the zero point and clip in one float32 temporary, copied into the uint8 out (as exact as the reference: rint(x / scale) is within ±255) |
+| matmul_integer, conv_integer, dynamic_quantize_linear, dynamic_quantize_lstm | kernels_quant.py: exact integer products through BLAS on centred floats, float32 where exact |
 | scatter_nd | `np.copyto(out, data)`, then one fancy-indexed assignment (reduction none) or one `ufunc.at` (add, mul, max, min); indices out of range: the reference kernel, which reports them |
 
 Every other op runs its reference kernel (`dialects/graph/reference`) and the result is
@@ -40,7 +38,6 @@ dropout data when they are not aliases): a copy, but no temporary.
 
 from __future__ import annotations
 
-import weakref
 from types import SimpleNamespace
 
 import numpy as np
@@ -572,197 +569,12 @@ def _scatter_nd(name):
     return run
 
 
-# B operands of MatMulInteger, centred (zero point subtracted), per read-only array (a
-# constant: the same object every run, so it is converted once instead of on every run):
-# id -> _Centred, dropped with the array
-_CENTRED: dict = {}
-
-
-class _Centred:
-    """B - b0 in float64 and float32 (the float32 one made when first asked), and
-    max |B - b0|; a zero point per tensor, or per index along `axis`."""
-
-    __slots__ = ("ref", "zero", "b", "b_zero", "axis", "largest", "_wide", "_narrow",
-                 "__weakref__")
-
-    def __init__(self, b, b_zero, axis: int = -1):
-        self.b, self.b_zero, self.axis = b, b_zero, axis
-        self._wide = self._narrow = None
-        self.largest = float(np.abs(self.wide).max()) if b.size else 0.0
-
-    @property
-    def wide(self):
-        if self._wide is None:
-            wide = self.b.astype(np.float64)
-            if self.b_zero is not None:
-                zero = self.b_zero.astype(np.float64)
-                if zero.size > 1:
-                    shape = [1] * wide.ndim
-                    shape[self.axis] = -1
-                    wide -= zero.reshape(shape)
-                else:
-                    wide -= float(zero.reshape(-1)[0])
-            self._wide = wide
-        return self._wide
-
-    @property
-    def narrow(self):
-        if self._narrow is None:
-            self._narrow = self.wide.astype(np.float32)
-        return self._narrow
-
-
-def _centred_b(b, b_zero, axis: int = -1) -> _Centred:
-    constant = not b.flags.writeable and (b_zero is None or not b_zero.flags.writeable)
-    if not constant:
-        return _Centred(b, b_zero, axis)
-    entry = _CENTRED.get(id(b))
-    if entry is not None and entry.ref() is b and entry.zero is b_zero \
-            and entry.axis == axis:
-        return entry
-    entry = _Centred(b, b_zero, axis)
-    key = id(b)
-    entry.ref = weakref.ref(b, lambda _, key=key: _CENTRED.pop(key, None))
-    entry.zero = b_zero
-    entry.b = None   # (kept through the weak reference only)
-    _CENTRED[key] = entry
-    return entry
-
-
-@fast("graph.matmul_integer")
-def _matmul_integer(name):
-    """MatMulInteger through BLAS, exactly: the centred operands' products summed in
-    float32 when K * max|A - a0| * max|B - b0| < 2^24 (every partial sum an integer
-    float32 holds exactly), else in float64 (below 2^53 for any K under 10^11); a
-    read-only B (a constant) centred once and kept. Per-tensor A zero point, per-tensor
-    or per-column B zero point; anything else: the reference kernel."""
-    def run(inputs, attrs, outs):
-        out = outs[0]
-        if not 2 <= len(inputs) <= 4 or out.dtype != np.int32:
-            return False
-        a, b = inputs[0], inputs[1]
-        a_zero = inputs[2] if len(inputs) > 2 else None
-        b_zero = inputs[3] if len(inputs) > 3 else None
-        if a.dtype.kind not in "iu" or b.dtype.kind not in "iu" or a.dtype.itemsize != 1 \
-                or b.dtype.itemsize != 1 or a.ndim < 2 or b.ndim != 2 \
-                or (a_zero is not None and a_zero.size != 1) \
-                or (b_zero is not None and b_zero.size not in (1, b.shape[-1])) \
-                or a.shape[-1] != b.shape[0] or out.shape != a.shape[:-1] + b.shape[-1:]:
-            return False
-        centred = _centred_b(b, b_zero)
-        left = a.astype(np.float64)
-        if a_zero is not None:
-            left -= float(a_zero.reshape(-1)[0])
-        largest_a = float(np.abs(left).max()) if left.size else 0.0
-        if a.shape[-1] * largest_a * centred.largest < 2.0 ** 24:
-            product = np.matmul(left.astype(np.float32), centred.narrow)
-        else:
-            product = np.matmul(left, centred.wide)
-        np.copyto(out, product, casting="unsafe")
-        return True
-    return run
-
-
-@fast("graph.conv_integer")
-def _conv_integer(name):
-    """2-D ConvInteger as im2col (a strided window view of the centred, padded input,
-    copied once) and one grouped BLAS GEMM per image batch, exact as MatMulInteger's
-    (float32 where every partial sum is an integer below 2^24, else float64), a constant
-    W centred once and kept; per-tensor x zero point, per-tensor or per-output-channel
-    W's. Anything else (other ranks, auto_pad the reference rejects): the reference."""
-    def run(inputs, attrs, outs):
-        from numpy.lib.stride_tricks import as_strided
-
-        from palimpsest.dialects.graph.reference.nn import _window_geometry
-
-        out = outs[0]
-        if not 2 <= len(inputs) <= 4 or out.dtype != np.int32:
-            return False
-        x, w = inputs[0], inputs[1]
-        x_zero = inputs[2] if len(inputs) > 2 else None
-        w_zero = inputs[3] if len(inputs) > 3 else None
-        if x.ndim != 4 or w.ndim != 4 or x.dtype.kind not in "iu" or w.dtype.kind not in "iu" \
-                or x.dtype.itemsize != 1 or w.dtype.itemsize != 1 \
-                or (x_zero is not None and x_zero.size != 1) \
-                or (w_zero is not None and w_zero.size not in (1, w.shape[0])):
-            return False
-        n, c, h, width = x.shape
-        m, cg, kh, kw = w.shape
-        group = int(attrs.get("group", 1))
-        kernel_shape = attrs.get("kernel_shape")
-        if group < 1 or c != cg * group or m % group or (
-                kernel_shape is not None and [int(k) for k in kernel_shape] != [kh, kw]):
-            return False
-        try:
-            strides, dilations, _, begin, end, size = _window_geometry(
-                "ConvInteger", attrs, [h, width], [kh, kw])
-        except Exception:  # noqa: BLE001 - the reference kernel reports it
-            return False
-        if min(begin + end) < 0 or out.shape != (n, m, size[0], size[1]):
-            return False
-        centred = _centred_b(w, w_zero, axis=0)
-        padded = np.zeros((n, c, h + begin[0] + end[0], width + begin[1] + end[1]))
-        inner = padded[:, :, begin[0]:begin[0] + h, begin[1]:begin[1] + width]
-        np.copyto(inner, x, casting="unsafe")
-        if x_zero is not None:
-            inner -= float(x_zero.reshape(-1)[0])   # pads read as the zero point: 0
-        largest_x = float(np.abs(inner).max()) if inner.size else 0.0
-        sn, sc, sh, sw = padded.strides
-        windows = as_strided(padded, (n, c, kh, kw, size[0], size[1]),
-                             (sn, sc, sh * dilations[0], sw * dilations[1],
-                              sh * strides[0], sw * strides[1]), writeable=False)
-        depth = cg * kh * kw
-        narrow = depth * largest_x * centred.largest < 2.0 ** 24
-        cols = windows.reshape(n, group, depth, size[0] * size[1])
-        weights = (centred.narrow if narrow else centred.wide).reshape(group, m // group, depth)
-        product = np.matmul(weights, cols.astype(np.float32) if narrow else cols)
-        np.copyto(out, product.reshape(out.shape), casting="unsafe")
-        return True
-    return run
-
-
-@fast("graph.dynamic_quantize_linear")
-def _dynamic_quantize_linear(name):
-    """DynamicQuantizeLinear as the reference computes it (float32 scale and zero point
-    from min(0, min x) and max(0, max x); y = saturate(rint(x / scale) + zero)), with one
-    float32 temporary and the result written into the out: rint(x / scale) lies within
-    [-255, 255], so adding the zero point in float32 is as exact as the reference's
-    float64. Non-float32 x, or a scale that is not finite: the reference kernel."""
-    def run(inputs, attrs, outs):
-        if len(inputs) != 1 or not 1 <= len(outs) <= 3:
-            return False
-        x, y = inputs[0], outs[0]
-        if x.dtype != np.float32 or y.dtype != np.uint8 or y.shape != x.shape \
-                or (len(outs) > 1 and (outs[1].dtype != np.float32 or outs[1].size != 1)) \
-                or (len(outs) > 2 and (outs[2].dtype != np.uint8 or outs[2].size != 1)) \
-                or _overlaps(y, x):
-            return False
-        zero32 = np.float32(0)
-        low = np.minimum(zero32, x.min()) if x.size else zero32
-        high = np.maximum(zero32, x.max()) if x.size else zero32
-        scale = (high - low) / np.float32(255)
-        if not np.isfinite(scale):
-            return False
-        if scale:
-            zero = np.uint8(np.clip(np.rint(zero32 - low / scale), 0, 255))
-            scaled = np.divide(x, scale)
-            np.rint(scaled, out=scaled)
-            np.add(scaled, np.float32(zero), out=scaled)
-            np.clip(scaled, 0, 255, out=scaled)
-            np.copyto(y, scaled, casting="unsafe")
-        else:
-            zero = np.uint8(0)
-            y.fill(0)
-        if len(outs) > 1:
-            outs[1].reshape(-1)[0] = scale
-        if len(outs) > 2:
-            outs[2].reshape(-1)[0] = zero
-        return True
-    return run
-
-
 for _name, _factory in list(FAST.items()):
     FAST[_name] = _factory(_name)
+
+# the quantized ops' fast paths (matmul_integer, conv_integer, dynamic_quantize_linear,
+# dynamic_quantize_lstm) register themselves
+from palimpsest.backends.numpy import kernels_quant  # noqa: E402,F401
 
 
 __all__ = ["ComputeInfo", "FAST", "infer_out_shapes"]

@@ -37,6 +37,70 @@ def _wide(x):
     return x.astype(np.float64) if x.dtype.isbuiltin != 1 or x.dtype.kind != "f" else x
 
 
+# integer weights centred (their zero point subtracted), per read-only array (a constant:
+# the same object every run, so it is converted once, not on every run):
+# (id(values), id(zero), zero_shape, contract) -> Centred, dropped with the array
+_CENTRED: dict = {}
+
+
+class Centred:
+    """An integer weight less its zero point, as floats that make its integer products
+    exact through BLAS: `narrow` (float32) and `wide` (float64), one made from the other
+    when first asked, and `bound`, the largest sum of |weight - zero| over the contracted
+    axes. A product with an operand of magnitude at most m sums integers below
+    m * bound, every partial sum included: exact in float32 when that is below 2**24
+    (`exact_narrow`), in float64 below 2**53 (any 8-bit product shorter than 10**11)."""
+
+    __slots__ = ("bound", "_narrow", "_wide", "ref", "zero", "__weakref__")
+
+    def __init__(self, values, zero, zero_shape, contract):
+        wide = values.astype(np.float64)
+        if zero is not None:
+            wide -= zero.astype(np.float64).reshape(zero_shape)
+        self.bound = float(np.abs(wide).sum(axis=contract).max()) if wide.size else 0.0
+        # one copy kept: float32 when an 8-bit operand's product is exact in it
+        self._narrow, self._wide = ((wide.astype(np.float32), None)
+                                    if self.exact_narrow(255) else (None, wide))
+
+    def exact_narrow(self, largest) -> bool:
+        return largest * self.bound < 2.0 ** 24
+
+    @property
+    def narrow(self):
+        if self._narrow is None:
+            self._narrow = self._wide.astype(np.float32)
+        return self._narrow
+
+    @property
+    def wide(self):
+        if self._wide is None:
+            self._wide = self._narrow.astype(np.float64)
+        return self._wide
+
+    def floats(self, largest):
+        """The copy whose products with an operand of magnitude <= `largest` are exact."""
+        return self.narrow if self.exact_narrow(largest) else self.wide
+
+
+def centred(values, zero=None, zero_shape=(), contract=(0,)) -> Centred:
+    """`values` - `zero` (None, or `zero` reshaped to `zero_shape` to broadcast against
+    `values`) as a `Centred` whose `bound` sums over the `contract` axes; kept while
+    `values` lives when both arrays are read-only (constants)."""
+    import weakref
+
+    if values.flags.writeable or (zero is not None and zero.flags.writeable):
+        return Centred(values, zero, zero_shape, contract)
+    key = (id(values), id(zero), tuple(zero_shape), tuple(contract))
+    entry = _CENTRED.get(key)
+    if entry is not None and entry.ref() is values and entry.zero is zero:
+        return entry
+    entry = Centred(values, zero, zero_shape, contract)
+    entry.ref = weakref.ref(values, lambda _, key=key: _CENTRED.pop(key, None))
+    entry.zero = zero
+    _CENTRED[key] = entry
+    return entry
+
+
 def quantize(value, scale, zero_point, dtype, saturate=True):
     """value / scale rounded half to even, plus the zero point, saturated to `dtype`."""
     scaled = value / scale

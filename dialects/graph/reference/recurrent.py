@@ -13,7 +13,7 @@ from palimpsest.dialects.graph.ops_recurrent import resolve_activations
 from palimpsest.dialects.graph.shapes import ShapeError
 
 from ._common import KERNELS, float_compute_dtype, i_attr, kernel, op_error, opt, req, s_attr
-from .quant import dynamic_quantize_linear
+from .quant import centred, dynamic_quantize_linear
 
 # name -> function of (x, alpha, beta); names, defaults and the reading of
 # activation_alpha/beta: ops_recurrent.resolve_activations
@@ -60,40 +60,21 @@ def _backwards(x, lengths):
     return np.where(valid[..., None], picked, 0), np.where(valid, source, 0), valid
 
 
-def _quantized_product(a, weight, scale):
-    """a @ weight as onnxruntime's DynamicQuantizeLSTM computes it: `a` quantized to
-    uint8 over its own range (DynamicQuantizeLinear), an integer product (exact in
-    `weight`'s float type, `_centred`; `weight` has its zero point subtracted), scaled by
-    a's scale times the weight's (per tensor or per column)."""
+def _quantized_product(a, weight, d, scale):
+    """a @ weight[d] as onnxruntime's DynamicQuantizeLSTM computes it: `a` quantized to
+    uint8 over its own range (DynamicQuantizeLinear), an integer product (exact in the
+    floats `weight`, a quant.Centred, picks), scaled by a's scale times the weight's (per
+    tensor or per column)."""
     aq, a_scale, a_zero = dynamic_quantize_linear([a], {})
-    product = (aq.astype(weight.dtype) - weight.dtype.type(a_zero)) @ weight
+    floats = weight.floats(255)[d]
+    product = (aq.astype(floats.dtype) - floats.dtype.type(a_zero)) @ floats
     return product.astype(np.float32) * (np.float32(a_scale) * scale.astype(np.float32))
 
 
-_CENTRED: dict = {}   # (id(weight), id(zero)) -> (weakrefs to both, the centred weights)
-
-
-def _centred(weight, zero):
-    """weight - zero (dirs x K x N; zero per direction, or per direction and column) as
-    floats that keep every product of `_quantized_product`
-    exact: float32 when 255·Σ|column| < 2**24 (every partial sum of the integer product is
-    then an integer float32 holds; half the bytes of float64 for each step's GEMV), else
-    float64. Kept per read-only pair (constants: the same arrays every run), so a model's
-    weights are centred once, not per run."""
-    import weakref
-
-    key = (id(weight), id(zero))
-    hit = _CENTRED.get(key)
-    if hit is not None and hit[0]() is weight and hit[1]() is zero:
-        return hit[2]
-    dirs = weight.shape[0]
-    centred = weight.astype(np.float64) - zero.astype(np.float64).reshape(dirs, 1, -1)
-    if centred.size and 255 * float(np.abs(centred).sum(axis=1).max()) < 2 ** 24:
-        centred = centred.astype(np.float32)
-    if not weight.flags.writeable and not zero.flags.writeable:
-        _CENTRED[key] = (weakref.ref(weight), weakref.ref(zero), centred)
-        weakref.finalize(weight, _CENTRED.pop, key, None)
-    return centred
+def quantized_weights(w, zero):
+    """W or R (dirs x K x N) less its zero point (per direction, or per direction and
+    column), centred once per constant (quant.centred)."""
+    return centred(w, zero, (w.shape[0], 1, zero.size // w.shape[0]), (1,))
 
 
 def _weights(onnx_op, inputs, compute):
@@ -107,16 +88,16 @@ def _weights(onnx_op, inputs, compute):
               ((8, "W_scale"), (9, "W_zero_point"), (10, "R_scale"), (11, "R_zero_point"))]
     dirs = w.shape[0]
     w_scale, r_scale = params[0].reshape(dirs, -1), params[2].reshape(dirs, -1)
-    w_centred, r_centred = _centred(w, params[1]), _centred(r, params[3])
+    w_centred, r_centred = quantized_weights(w, params[1]), quantized_weights(r, params[3])
 
     def project(d, x):
         rows = x.reshape(-1, x.shape[-1])
-        return _quantized_product(rows, w_centred[d], w_scale[d]).reshape(
+        return _quantized_product(rows, w_centred, d, w_scale[d]).reshape(
             x.shape[:-1] + (w.shape[2],))
 
     # W and R in the float ops' layout, only their shapes are read
     return (np.empty((dirs, w.shape[2], 0)), np.empty((dirs, 0, r.shape[1])),
-            project, lambda d, h: _quantized_product(h, r_centred[d], r_scale[d]))
+            project, lambda d, h: _quantized_product(h, r_centred, d, r_scale[d]))
 
 
 def _run(onnx_op, inputs, attrs, num_results):

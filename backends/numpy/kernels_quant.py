@@ -1,0 +1,267 @@
+"""`buffer.compute` fast paths of the quantized graph ops on numpy (kernels.py imports
+this module, which registers them in its `FAST` table).
+
+Integer products run through BLAS on centred floats (the zero points subtracted:
+dialects/graph/reference/quant.centred, a constant centred once), exactly: in float32
+where every partial sum is an integer below 2**24, else in float64.
+
+| graph op | how |
+|---|---|
+| matmul_integer (8-bit, per-tensor A zero point, per-tensor/column B's) | A centred into one temporary (float32 where exact) and one GEMM |
+| conv_integer (2-D, 8-bit, per-tensor x zero point, per-tensor/channel W's) | im2col of the centred input (a strided window view, copied once) and one grouped GEMM |
+| dynamic_quantize_linear (f32) | min/max, then divide, rint, add the zero point and clip in one float32 temporary, copied into the uint8 out |
+| dynamic_quantize_lstm (LSTM's default activations, no clip, peepholes or short sequences) | both directions side by side in one loop over time, in preallocated buffers |
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from palimpsest.backends.numpy.kernels import FAST, _overlaps
+from palimpsest.dialects.graph.reference.quant import centred
+
+_EXACT32 = 2.0 ** 24
+
+
+def _centred_operand(a, zero: float, weight):
+    """(a - zero as floats, the weight's floats of the same type): float32 when every
+    product sum is exact in it (`weight.bound` times max |a - zero|: from a's type's
+    range, else, when that is too wide, from two reductions over a's bytes), else
+    float64."""
+    info = np.iinfo(a.dtype)
+    largest = max(zero - info.min, info.max - zero)
+    if not weight.exact_narrow(largest) and a.size:
+        largest = max(zero - float(a.min()), float(a.max()) - zero)
+    dtype = np.float32 if weight.exact_narrow(largest) else np.float64
+    return np.subtract(a, dtype(zero), dtype=dtype), weight.floats(largest)
+
+
+def _matmul_integer(inputs, attrs, outs):
+    """MatMulInteger as one BLAS GEMM of the centred operands. Per-tensor A zero point,
+    per-tensor or per-column B zero point; anything else: the reference kernel."""
+    out = outs[0]
+    if not 2 <= len(inputs) <= 4 or out.dtype != np.int32:
+        return False
+    a, b = inputs[0], inputs[1]
+    a_zero = inputs[2] if len(inputs) > 2 else None
+    b_zero = inputs[3] if len(inputs) > 3 else None
+    if a is None or b is None or a.dtype.kind not in "iu" or b.dtype.kind not in "iu" \
+            or a.dtype.itemsize != 1 or b.dtype.itemsize != 1 or a.ndim < 2 or b.ndim != 2 \
+            or (a_zero is not None and a_zero.size != 1) \
+            or (b_zero is not None and b_zero.size not in (1, b.shape[-1])) \
+            or a.shape[-1] != b.shape[0] or out.shape != a.shape[:-1] + b.shape[-1:]:
+        return False
+    weight = centred(b, b_zero, (1, -1) if b_zero is not None and b_zero.size > 1 else (),
+                     (0,))
+    left, right = _centred_operand(a, 0.0 if a_zero is None else float(a_zero.reshape(-1)[0]),
+                                   weight)
+    np.copyto(out, np.matmul(left, right), casting="unsafe")
+    return True
+
+
+def _conv_integer(inputs, attrs, outs):
+    """2-D ConvInteger as im2col (a strided window view of the centred, padded input,
+    copied once) and one grouped BLAS GEMM per image batch; per-tensor x zero point,
+    per-tensor or per-output-channel W's. Anything else (other ranks, auto_pad the
+    reference rejects): the reference."""
+    from numpy.lib.stride_tricks import as_strided
+
+    from palimpsest.dialects.graph.reference.nn import _window_geometry
+
+    out = outs[0]
+    if not 2 <= len(inputs) <= 4 or out.dtype != np.int32:
+        return False
+    x, w = inputs[0], inputs[1]
+    x_zero = inputs[2] if len(inputs) > 2 else None
+    w_zero = inputs[3] if len(inputs) > 3 else None
+    if x is None or w is None or x.ndim != 4 or w.ndim != 4 or x.dtype.kind not in "iu" \
+            or w.dtype.kind not in "iu" or x.dtype.itemsize != 1 or w.dtype.itemsize != 1 \
+            or (x_zero is not None and x_zero.size != 1) \
+            or (w_zero is not None and w_zero.size not in (1, w.shape[0])):
+        return False
+    n, c, h, width = x.shape
+    m, cg, kh, kw = w.shape
+    group = int(attrs.get("group", 1))
+    kernel_shape = attrs.get("kernel_shape")
+    if group < 1 or c != cg * group or m % group or (
+            kernel_shape is not None and [int(k) for k in kernel_shape] != [kh, kw]):
+        return False
+    try:
+        strides, dilations, _, begin, end, size = _window_geometry(
+            "ConvInteger", attrs, [h, width], [kh, kw])
+    except Exception:  # noqa: BLE001 - the reference kernel reports it
+        return False
+    if min(begin + end) < 0 or out.shape != (n, m, size[0], size[1]):
+        return False
+    weight = centred(w, w_zero, (-1, 1, 1, 1) if w_zero is not None and w_zero.size > 1
+                     else (), (1, 2, 3))
+    zero = 0.0 if x_zero is None else float(x_zero.reshape(-1)[0])
+    inner_x, weights = _centred_operand(x, zero, weight)
+    if begin == [0, 0] and end == [0, 0]:
+        padded = inner_x
+    else:   # pads read as the zero point: 0 once centred
+        padded = np.zeros((n, c, h + begin[0] + end[0], width + begin[1] + end[1]),
+                          inner_x.dtype)
+        padded[:, :, begin[0]:begin[0] + h, begin[1]:begin[1] + width] = inner_x
+    sn, sc, sh, sw = padded.strides
+    windows = as_strided(padded, (n, c, kh, kw, size[0], size[1]),
+                         (sn, sc, sh * dilations[0], sw * dilations[1],
+                          sh * strides[0], sw * strides[1]), writeable=False)
+    depth = cg * kh * kw
+    cols = windows.reshape(n, group, depth, size[0] * size[1])
+    product = np.matmul(weights.reshape(group, m // group, depth), cols)
+    np.copyto(out, product.reshape(out.shape), casting="unsafe")
+    return True
+
+
+def _dynamic_quantize_linear(inputs, attrs, outs):
+    """DynamicQuantizeLinear as the reference computes it (float32 scale and zero point
+    from min(0, min x) and max(0, max x); y = saturate(rint(x / scale) + zero)), with one
+    float32 temporary and the result written into the out: rint(x / scale) lies within
+    [-255, 255], so adding the zero point in float32 is as exact as the reference's
+    float64. Non-float32 x, or a scale that is not finite: the reference kernel."""
+    if len(inputs) != 1 or not 1 <= len(outs) <= 3:
+        return False
+    x, y = inputs[0], outs[0]
+    if x is None or x.dtype != np.float32 or y.dtype != np.uint8 or y.shape != x.shape \
+            or (len(outs) > 1 and (outs[1].dtype != np.float32 or outs[1].size != 1)) \
+            or (len(outs) > 2 and (outs[2].dtype != np.uint8 or outs[2].size != 1)) \
+            or _overlaps(y, x):
+        return False
+    zero32 = np.float32(0)
+    low = np.minimum(zero32, x.min()) if x.size else zero32
+    high = np.maximum(zero32, x.max()) if x.size else zero32
+    scale = (high - low) / np.float32(255)
+    if not np.isfinite(scale):
+        return False
+    if scale:
+        zero = np.uint8(np.clip(np.rint(zero32 - low / scale), 0, 255))
+        scaled = np.divide(x, scale)
+        np.rint(scaled, out=scaled)
+        np.add(scaled, np.float32(zero), out=scaled)
+        np.clip(scaled, 0, 255, out=scaled)
+        np.copyto(y, scaled, casting="unsafe")
+    else:
+        zero = np.uint8(0)
+        y.fill(0)
+    if len(outs) > 1:
+        outs[1].reshape(-1)[0] = scale
+    if len(outs) > 2:
+        outs[2].reshape(-1)[0] = zero
+    return True
+
+
+def _dynamic_quantize_lstm(inputs, attrs, outs):
+    """com.microsoft's DynamicQuantizeLSTM as the reference (graph/reference/recurrent.py)
+    computes it, bit for bit, without its per-step allocations: X quantized once (a
+    direction's reversed steps keep its range) and projected by one GEMM per direction
+    into a step-ordered buffer (the second direction's steps reversed), then one loop
+    over time running the directions side by side: each direction's hidden state
+    quantized over its own range (DynamicQuantizeLinear's float32 arithmetic) and
+    centred in one buffer, one batched GEMM by the centred R, the gates in place.
+    LSTM's default activations without clip, peepholes, input_forget, layout 1 or
+    sequences shorter than X: the reference."""
+    from palimpsest.dialects.graph.reference._common import i_attr, s_attr
+    from palimpsest.dialects.graph.reference.quant import dynamic_quantize_linear
+    from palimpsest.dialects.graph.reference.recurrent import quantized_weights
+
+    if len(inputs) != 12 or not 1 <= len(outs) <= 3:
+        return False
+    x, w, r, b, lengths, h0, c0, peep, w_scale, w_zero, r_scale, r_zero = inputs
+    direction = s_attr(attrs, "direction", "forward")
+    dirs = 2 if direction == "bidirectional" else 1
+    names = [n.decode() if isinstance(n, bytes) else n for n in attrs.get("activations") or []]
+    if any(v is None for v in (x, w, r, w_scale, w_zero, r_scale, r_zero)) \
+            or peep is not None or attrs.get("clip") is not None \
+            or i_attr(attrs, "input_forget", 0) or i_attr(attrs, "layout", 0) \
+            or names not in ([], ["Sigmoid", "Tanh", "Tanh"] * dirs) \
+            or x.dtype != np.float32 or x.ndim != 3 or not x.shape[0] \
+            or w.ndim != 3 or r.ndim != 3 or w.dtype.kind not in "iu" or w.dtype.itemsize != 1 \
+            or r.dtype.kind not in "iu" or r.dtype.itemsize != 1:
+        return False
+    steps, batch, size = x.shape
+    hidden = r.shape[1]
+    gates = 4 * hidden
+    state = (dirs, batch, hidden)
+    if w.shape != (dirs, size, gates) or r.shape != (dirs, hidden, gates) \
+            or i_attr(attrs, "hidden_size", hidden) != hidden \
+            or any(p.size not in (dirs, dirs * gates) for p in (w_scale, w_zero, r_scale, r_zero)) \
+            or (b is not None and b.shape != (dirs, 2 * gates)) \
+            or (lengths is not None and (lengths.size != batch or np.any(lengths != steps))) \
+            or any(v is not None and v.shape != state for v in (h0, c0)) \
+            or outs[0].shape != (steps, dirs, batch, hidden) \
+            or any(o.shape != state for o in outs[1:]) or any(o.dtype != np.float32 for o in outs) \
+            or any(_overlaps(o, x, h0, c0) for o in outs):
+        return False
+    f32 = np.float32
+    bias = np.zeros((dirs, 2 * gates), f32) if b is None else b.astype(f32)
+    w_bias, r_bias = bias[:, None, :gates], bias[:, None, gates:]
+    w_scale = w_scale.astype(f32).reshape(dirs, 1, -1)
+    r_scale = r_scale.astype(f32).reshape(dirs, 1, -1)
+
+    # every step's X W^T, in step order: direction d's step s is its time reversed(d)[s]
+    xq, x_scale, x_zero = dynamic_quantize_linear([x.reshape(-1, size)], {})
+    w_floats = quantized_weights(w, w_zero).floats(255)
+    xc = np.subtract(xq, w_floats.dtype.type(x_zero), dtype=w_floats.dtype)
+    projected = np.empty((steps, dirs, batch, gates), f32)
+    for d in range(dirs):
+        view = projected[::-1, d] if direction == "reverse" or d == 1 else projected[:, d]
+        product = np.matmul(xc, w_floats[d]).astype(f32, copy=False)
+        np.multiply(product.reshape(steps, batch, gates), f32(x_scale) * w_scale[d], out=view)
+        np.add(view, w_bias[d], out=view)
+
+    r_floats = quantized_weights(r, r_zero).floats(255)
+    hs = np.empty((steps,) + state, f32)         # the hidden states, in step order
+    c = np.zeros(state, f32) if c0 is None else c0.astype(f32)
+    h = np.zeros(state, f32) if h0 is None else h0.astype(f32)
+    centred_h = np.empty(state, r_floats.dtype)
+    quantized = np.empty(state, f32)
+    product = np.empty((dirs, batch, gates), r_floats.dtype)
+    g = product if r_floats.dtype == f32 else np.empty((dirs, batch, gates), f32)
+    sigmoids, cell = g[..., :3 * hidden], g[..., 3 * hidden:]
+    i, o, f = g[..., :hidden], g[..., hidden:2 * hidden], g[..., 2 * hidden:3 * hidden]
+    zero32, top = f32(0), f32(255)
+    for s in range(steps):
+        # h quantized per direction as DynamicQuantizeLinear does, then centred
+        flat = h.reshape(dirs, -1)
+        low = np.minimum(flat.min(axis=1), zero32).reshape(dirs, 1, 1)
+        high = np.maximum(flat.max(axis=1), zero32).reshape(dirs, 1, 1)
+        scale = (high - low) / top
+        divisor = np.where(scale == 0, f32(1), scale)     # h all zeros there
+        zero = np.clip(np.rint(zero32 - low / divisor), zero32, top)
+        np.divide(h, divisor, out=quantized)
+        np.rint(quantized, out=quantized)
+        np.add(quantized, zero, out=quantized)
+        np.clip(quantized, zero32, top, out=quantized)
+        np.subtract(quantized, zero, out=centred_h)
+        np.matmul(centred_h, r_floats, out=product)
+        if g is not product:
+            np.copyto(g, product, casting="same_kind")
+        np.multiply(g, scale * r_scale, out=g)
+        np.add(projected[s], g, out=g)
+        np.add(g, r_bias, out=g)
+        np.multiply(sigmoids, 0.5, out=sigmoids)     # sigmoid: 0.5 * (1 + tanh(x / 2))
+        np.tanh(sigmoids, out=sigmoids)
+        np.add(sigmoids, 1, out=sigmoids)
+        np.multiply(sigmoids, 0.5, out=sigmoids)
+        np.tanh(cell, out=cell)
+        np.multiply(f, c, out=c)
+        np.multiply(i, cell, out=cell)
+        np.add(c, cell, out=c)
+        h = hs[s]
+        np.tanh(c, out=h)
+        np.multiply(o, h, out=h)
+    for d in range(dirs):
+        np.copyto(outs[0][:, d], hs[::-1, d] if direction == "reverse" or d == 1 else hs[:, d])
+    if len(outs) > 1:
+        np.copyto(outs[1], h)
+    if len(outs) > 2:
+        np.copyto(outs[2], c)
+    return True
+
+
+for _name, _run in (("graph.matmul_integer", _matmul_integer),
+                    ("graph.conv_integer", _conv_integer),
+                    ("graph.dynamic_quantize_linear", _dynamic_quantize_linear),
+                    ("graph.dynamic_quantize_lstm", _dynamic_quantize_lstm)):
+    FAST[_name] = _run

@@ -1,0 +1,179 @@
+"""The numpy backend's quantized fast paths (backends/numpy/kernels_quant.py) and the
+centred weights they share with the reference (dialects/graph/reference/quant.centred):
+bit for bit against the reference kernels, and against onnxruntime."""
+
+from __future__ import annotations
+
+import pytest
+
+np = pytest.importorskip("numpy")
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
+
+from palimpsest.backends.binding import find_function  # noqa: E402
+from palimpsest.backends.numpy import run_with_stats  # noqa: E402
+from palimpsest.backends.reference.executor import run as run_graph  # noqa: E402
+from palimpsest.dialects.graph.from_onnx import import_onnx  # noqa: E402
+from palimpsest.dialects.graph.reference import quant  # noqa: E402
+from palimpsest.passes.pass_manager import PassManager, parse_pipeline  # noqa: E402
+
+
+def _run_both(model, feeds):
+    """(graph level: the reference kernels, planned numpy level: the fast paths, stats)."""
+    graph = import_onnx(model)
+    PassManager(parse_pipeline("infer-shapes")).run(graph)
+    want = run_graph(find_function(graph, None), feeds)
+    from test_kernels import lower
+
+    got, stats = run_with_stats(find_function(lower(import_onnx(model)), None), feeds,
+                                poison=True)
+    return want, got, stats
+
+
+def _onnxruntime(model, feeds):
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in model.graph.output], session.run(None, feeds)))
+
+
+def test_centred_float32_only_where_exact_and_kept_for_constants():
+    """float32 where 255 * (the largest column sum of |w - zero|) < 2**24, else float64
+    first (float32 made on demand); one object per read-only pair, a new one for a
+    writable array."""
+    rng = np.random.default_rng(5)
+    small = rng.integers(-20, 20, (1, 64, 32)).astype(np.int8)
+    zero = np.array([3], np.int8)
+    small.flags.writeable = zero.flags.writeable = False
+    entry = quant.centred(small, zero, (1, 1, 1), (1,))
+    np.testing.assert_array_equal(entry.narrow, small.astype(np.float32) - 3)
+    assert entry.bound == np.abs(small.astype(np.int64) - 3).sum(axis=1).max()
+    assert entry.floats(255).dtype == np.float32
+    assert quant.centred(small, zero, (1, 1, 1), (1,)) is entry
+    wide = np.full((1, 1024, 8), 127, np.int8)   # 255 * 1024 * 127 > 2**24
+    wide.flags.writeable = False
+    entry = quant.centred(wide, zero, (1, 1, 1), (1,))
+    assert entry.floats(255).dtype == np.float64
+    assert entry.floats(1).dtype == np.float32   # exact for a small enough operand
+    writable = small.copy()
+    assert quant.centred(writable, None) is not quant.centred(writable, None)
+
+
+def _dq_lstm(direction, steps, batch, size, hidden, seed, *, per_column=False,
+             r_range=(-128, 128), optional=True, peephole=False, unsigned=False):
+    """A DynamicQuantizeLSTM; int8 weights have zero points 0 (onnxruntime's rule),
+    uint8 weights (`unsigned`) zero points near 128."""
+    rng = np.random.default_rng(seed)
+    kind, shift = (np.uint8, 128) if unsigned else (np.int8, 0)
+    dirs = 2 if direction == "bidirectional" else 1
+    gates = 4 * hidden
+    per = dirs * gates if per_column else dirs
+    consts = {
+        "W": (rng.integers(-128, 128, (dirs, size, gates)) + shift).astype(kind),
+        "R": (rng.integers(*r_range, (dirs, hidden, gates)) + shift).astype(kind),
+        "B": rng.normal(0, 0.1, (dirs, 2 * gates)).astype(np.float32),
+        "ws": rng.uniform(0.002, 0.01, per).astype(np.float32).reshape(
+            (dirs, gates) if per_column else (dirs,)),
+        "wz": (rng.integers(-5, 5, per) * bool(shift) + shift).astype(kind).reshape(
+            (dirs, gates) if per_column else (dirs,)),
+        "rs": rng.uniform(0.002, 0.01, per).astype(np.float32).reshape(
+            (dirs, gates) if per_column else (dirs,)),
+        "rz": (rng.integers(-5, 5, per) * bool(shift) + shift).astype(kind).reshape(
+            (dirs, gates) if per_column else (dirs,)),
+        "P": rng.normal(0, 0.1, (dirs, 3 * hidden)).astype(np.float32)}
+    feeds = {"x": rng.normal(0, 1, (steps, batch, size)).astype(np.float32)}
+    ins = ["x", "W", "R", "B", "", "", "", "", "ws", "wz", "rs", "rz"]
+    if optional:
+        feeds["h0"] = rng.normal(0, 0.5, (dirs, batch, hidden)).astype(np.float32)
+        feeds["c0"] = rng.normal(0, 0.5, (dirs, batch, hidden)).astype(np.float32)
+        ins[5:7] = ["h0", "c0"]
+    else:
+        ins[3] = ""
+        del consts["B"]
+    if peephole:
+        ins[7] = "P"
+    else:
+        del consts["P"]
+    node = helper.make_node("DynamicQuantizeLSTM", ins, ["y", "y_h", "y_c"],
+                            domain="com.microsoft", hidden_size=hidden, direction=direction)
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(a.shape))
+         for n, a in feeds.items()],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "y_h", "y_c")],
+        [numpy_helper.from_array(a, n) for n, a in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    return model, feeds
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("case", ["plain", "per_column", "no_optional", "float64_r",
+                                  "unsigned"])
+def test_dynamic_quantize_lstm_fast_path(direction, case):
+    """The fast DynamicQuantizeLSTM against the reference kernel, bit for bit (each
+    step's hidden state quantized per direction, both directions in one loop; R too
+    wide for exact float32 sums in float64), and against onnxruntime."""
+    model, feeds = _dq_lstm(direction, 7, 2, 12, 16 if case != "float64_r" else 640, 1,
+                            per_column=case == "per_column", optional=case != "no_optional",
+                            r_range=(-128, 128) if case != "float64_r" else (100, 128),
+                            unsigned=case == "unsigned")
+    if case == "float64_r":
+        from palimpsest.dialects.graph.reference.recurrent import quantized_weights
+
+        r = numpy_helper.to_array(model.graph.initializer[1])
+        rz = numpy_helper.to_array(model.graph.initializer[-1])
+        assert quantized_weights(r, rz).floats(255).dtype == np.float64
+    want, got, stats = _run_both(model, feeds)
+    assert "graph.dynamic_quantize_lstm" not in stats.temporary_ops   # the fast path ran
+    for name in ("y", "y_h", "y_c"):
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    expected = _onnxruntime(model, feeds)
+    for name in ("y", "y_h", "y_c"):
+        np.testing.assert_allclose(got[name], expected[name], atol=2e-3, err_msg=name)
+
+
+def test_dynamic_quantize_lstm_peephole_takes_the_reference():
+    """Peepholes are the reference kernel's (the fast path declines): still onnxruntime's
+    result."""
+    model, feeds = _dq_lstm("forward", 5, 1, 8, 8, 2, peephole=True)
+    want, got, stats = _run_both(model, feeds)
+    assert "graph.dynamic_quantize_lstm" in stats.temporary_ops
+    expected = _onnxruntime(model, feeds)
+    for name in ("y", "y_h", "y_c"):
+        np.testing.assert_array_equal(got[name], want[name])
+        np.testing.assert_allclose(got[name], expected[name], atol=2e-3, err_msg=name)
+
+
+@pytest.mark.parametrize("a_zero,k,expect", [
+    (128, 1000, "float32"),    # 128 * 1000 * 100 < 2**24 from uint8's range
+    (128, 2000, "reduced"),    # too wide from uint8's range; A's own range is narrow
+    (0, 2000, "float64")])     # A reaches 255: float64
+def test_matmul_integer_float32_where_exact(a_zero, k, expect):
+    """MatMulInteger picks float32 from A's type range, else from A's own range (two
+    byte reductions), else float64; every result equals onnxruntime's exactly."""
+    rng = np.random.default_rng(7)
+    b = np.full((k, 3), 100, np.int8)
+    b[:, 1] = -100
+    if expect == "float64":
+        a = rng.integers(0, 256, (4, k)).astype(np.uint8)
+        a[0, 0] = 255
+    else:
+        a = rng.integers(a_zero - 10, a_zero + 10, (4, k)).astype(np.uint8)
+    b.flags.writeable = False
+    assert quant.centred(b).exact_narrow(128) == (expect == "float32")
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "b", "az"], ["y"])], "g",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, list(a.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
+        [numpy_helper.from_array(np.asarray(b), "b"),
+         numpy_helper.from_array(np.array(a_zero, np.uint8), "az")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    want, got, stats = _run_both(model, {"a": a})
+    assert "graph.matmul_integer" not in stats.temporary_ops
+    np.testing.assert_array_equal(got["y"], want["y"])
+    np.testing.assert_array_equal(got["y"], _onnxruntime(model, {"a": a})["y"])
