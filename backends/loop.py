@@ -33,9 +33,10 @@ Per-op overhead is paid once per executor where it can be: each function's ops b
 program (`_program`: per op its handler, or None for a kernel op, which goes straight to
 `run_kernel`), its constants are read once and rebound per run (checked by attribute
 identity), inputs of exactly the declared static shape and dtype are bound without the
-full check, and with `CACHE_VIEWS` (the numpy backend) the static views and reshapes of a
-pool arena are kept per op and reused while the backend's `pool` hands back the same
-arena (it does when no result of the last run is alive).
+full check, and with `CACHE_VIEWS` (the numpy backend) the static views and reshapes of
+the pool arenas (`_fixed_ops`) are bound all at once from the last run's, their ops left
+out of the program, while the backend's `pool` hands back the same arenas (it does when
+no result of the last run is alive).
 """
 
 from __future__ import annotations
@@ -79,9 +80,10 @@ class ExecutorLoop:
     LEVELS = ""                 # the IR it runs, in errors
     ARRAY: type = object        # the backend's array type
     PENDING = Pending
-    # True: a static `buffer.view` / `buffer.reshape` of a source for which `cacheable`
-    # says yes is kept (per op) and reused while a later run finds the very same source
-    # object (the backend's `pool` gave the same arena back)
+    # True: the views and reshapes of a function's pool arenas at static offsets and
+    # shapes (`FunctionPlan.fixed_results`) are kept from one run to the next and bound
+    # as they are, their ops skipped, while the backend's `pool` gives the very same
+    # arena arrays back (`_bind_fixed`)
     CACHE_VIEWS = False
 
     def __init__(self, poison: bool, stats):
@@ -91,8 +93,7 @@ class ExecutorLoop:
         self.plans: dict = {}        # func -> FunctionPlan
         self.constants: dict = {}    # buffer.constant op -> (attr, array)
         self.profiler = None         # backends/profile.py Profiler, or None
-        self.view_cache: dict = {}   # view/reshape op -> (source, array): CACHE_VIEWS
-        self.caching = False         # this run may use and fill view_cache
+        self.caching = False         # this run may bind and record fixed views (CACHE_VIEWS)
 
     # -- hooks (see the module doc) ----------------------------------------------------------------
     def allocate(self, op, value, shape, type_):
@@ -124,10 +125,6 @@ class ExecutorLoop:
 
     def poison_array(self, array) -> None:
         pass
-
-    def cacheable(self, source) -> bool:
-        """With CACHE_VIEWS: whether views of `source` may be kept across runs."""
-        return False
 
     def bind_input(self, index: int, array, plan: "FunctionPlan"):
         return array
@@ -194,10 +191,11 @@ class ExecutorLoop:
             raise func.error("is a declaration: there is no body to run")
         plan = self._plan(func)
         program = plan.program
-        if program is None:
-            program = plan.program = _program(func)
         values = self._constants_of(plan)
         values.update(zip(func.entry_block.args, arrays))
+        pools = None
+        if self.caching and plan.arena_ops:
+            program, pools = self._bind_fixed(plan, values, depth)
         poison_after = plan.poison_after if self.poison else None
         profiler = self.profiler
         run_kernel = self.run_kernel
@@ -216,6 +214,9 @@ class ExecutorLoop:
                         array = values.get(value)
                         if isinstance(array, array_type):
                             self.poison_array(array)
+        if pools is not None:   # a full run: its fixed views, for the next runs
+            plan.fixed_values = {v: values[v] for v in plan.fixed_results}
+            plan.fixed_pools = pools
         ret = plan.ret
         if ret is None:
             raise func.error("has no func.return")
@@ -226,6 +227,23 @@ class ExecutorLoop:
                 raise ret.error(f"returns a buffer that was never written ({v.type})")
             results.append(value)
         return results
+
+    def _bind_fixed(self, plan: "FunctionPlan", values: dict, depth: int):
+        """Run the function's `memory.arena` ops (all at its head); when each gives back
+        the very array it gave the run that last bound the fixed views (the backend kept
+        the arena), bind those views and reshapes as they are and return the program
+        without them, and None; else the program without the arena ops, and the arenas'
+        arrays (the run then records its fixed views)."""
+        pools = []
+        for op in plan.arena_ops:
+            self._pool(op, values, depth)
+            pools.append(values[op.results[0]])
+        last = plan.fixed_pools
+        if last is not None and all(a is b for a, b in zip(pools, last)):
+            values.update(plan.fixed_values)
+            return plan.lean, None
+        plan.fixed_pools = plan.fixed_values = None
+        return plan.unpooled, pools
 
     def _constants_of(self, plan: "FunctionPlan") -> dict:
         """A fresh values dict holding the function's constants, read (and put where the
@@ -346,29 +364,15 @@ class ExecutorLoop:
             values[op.results[0]] = Pending(type_, op.results[0],
                                             (source, op.properties["offset"].value))
             return
-        static = "offset" in op.properties
-        if static and self.caching:
-            cached = self.view_cache.get(op)
-            if cached is not None and cached[0] is source:
-                values[op.results[0]] = cached[1]
-                return
-        offset = op.properties["offset"].value if static else int(values[op.operands[1]])
-        array = values[op.results[0]] = self.view(op, op.results[0], source, offset, type_)
-        if static and self.caching and self.cacheable(source):
-            self.view_cache[op] = (source, array)
+        offset = op.properties["offset"].value if "offset" in op.properties \
+            else int(values[op.operands[1]])
+        values[op.results[0]] = self.view(op, op.results[0], source, offset, type_)
 
     def _reshape(self, op, values, depth) -> None:
         source = self._materialized(op, values, op.operands[0])
-        if self.caching:
-            cached = self.view_cache.get(op)
-            if cached is not None and cached[0] is source:
-                values[op.results[0]] = cached[1]
-                return
         if op.results[0].type.shape.count(None) > 1:
             raise op.error("needs a static shape, or one '?' dim, to reshape at run time")
-        array = values[op.results[0]] = self.reshape(op, source)
-        if self.caching and None not in op.results[0].type.shape and self.cacheable(source):
-            self.view_cache[op] = (source, array)
+        values[op.results[0]] = self.reshape(op, source)
 
     def _constant(self, op, values, depth) -> None:
         attr = op.properties["value"]
@@ -447,6 +451,11 @@ class FunctionPlan:
         self.constant_ops: list = []  # the buffer.constant ops, bound once (`_constants_of`)
         self.constants = None         # their result -> array, once read
         self.constant_attrs: list = []
+        self.arena_ops: list = []     # the memory.arena ops, when all are at the head
+        self.fixed_results: list = []  # their static views and reshapes (CACHE_VIEWS)
+        self.lean = self.unpooled = None   # the program less those ops / less the arenas
+        self.fixed_values = None      # fixed result -> array, as the last full run bound
+        self.fixed_pools = None       # the arena arrays of that run
         if func.is_declaration:
             return
         last = func.entry_block.last
@@ -477,7 +486,13 @@ class FunctionPlan:
                     user.has_trait(IsTerminator) for v in closure for user in v.users()):
                 continue
             self.poison_after.setdefault(last, []).append(op.results[0])
-
+        self.arena_ops, fixed = _fixed_ops(block, self.poison_after)
+        self.fixed_results = [op.results[0] for op in fixed]
+        self.program = _program(func)
+        if self.arena_ops:
+            self.unpooled = [step for step in self.program if step[1] not in self.arena_ops]
+            skip = fixed | set(self.arena_ops)
+            self.lean = [step for step in self.program if step[1] not in skip]
 
     def bind(self, func, inputs: dict) -> list:
         """The input arrays in argument order: numpy arrays of exactly the static shape
@@ -539,6 +554,34 @@ def _program(func) -> list:
         else:
             program.append((_HANDLERS.get(name, _unknown), op, timed))
     return program
+
+
+def _fixed_ops(block, poison_after: dict) -> tuple[list, set]:
+    """The block's `memory.arena` ops, when every one comes before any op but a
+    `buffer.constant`, and the `buffer.view`s (static offset and shape) and
+    `buffer.reshape`s (static shape) of them, directly or through each other, after which
+    nothing is poisoned: what one run binds is what the next binds on the same arenas.
+    ([], set()) when the arenas are not all at the head."""
+    arenas, fixed, head = [], set(), True
+    for op in block.ops:
+        name = op.name
+        if name == "memory.arena":
+            if not head:
+                return [], set()
+            arenas.append(op)
+            continue
+        if name != "buffer.constant":
+            head = False
+        if name not in ("buffer.view", "buffer.reshape") or op in poison_after:
+            continue
+        source = getattr(op.operands[0], "op", None)
+        type_ = op.results[0].type
+        if source is None or (source not in fixed and source.name != "memory.arena") \
+                or None in type_.shape or (name == "buffer.view" and (
+                    "offset" not in op.properties or len(op.operands) != 1)):
+            continue
+        fixed.add(op)
+    return arenas, fixed
 
 
 def _unknown(self, op, values, depth) -> None:

@@ -85,12 +85,12 @@ class Executor(ExecutorLoop):
 
     # The pools' arenas of the last run are kept (`kept`) and reused by the next run when
     # nothing outside the executor sees their memory any more: the loop then finds the
-    # same arena array and takes its views and reshapes from its cache (CACHE_VIEWS)
-    # instead of making them again. `run` records, once the results are out, how many
-    # references to each arena's memory are the executor's own (its cached views: every
-    # numpy view points to the base array that owns the memory); a later run reuses the
-    # arena only when that is still all (the caller dropped every result and every view
-    # of one: results are handed out as fresh views, never as the cached objects).
+    # same arena arrays and binds the views and reshapes it kept from the last run
+    # (CACHE_VIEWS) instead of making them again. `run` records, once the results are
+    # out, how many references to each arena's memory are the executor's own (its kept
+    # views: every numpy view points to the base array that owns the memory); a later run
+    # reuses the arena only when that is still all (the caller dropped every result and
+    # every view of one: results are handed out as fresh views, never as the kept ones).
     CACHE_VIEWS = True
 
     def run(self, func, inputs: dict, outputs: dict | None = None,
@@ -267,17 +267,6 @@ class Executor(ExecutorLoop):
                 typed = arena.typed_views[dtype] = arena.data.view(dtype)
             return typed
         return arena.data.view(dtype)
-
-    def cacheable(self, source) -> bool:
-        """Whether views of `source` may be kept across runs: it is (a view of) a pool
-        arena of this run."""
-        base = source.base
-        if base is None:
-            return False
-        for arena in self.pools.values():
-            if arena.data.base is base:
-                return True
-        return False
 
     def _pool_needed(self, op, size: int) -> int:
         """The bytes of `op`'s arena that its views use, leaving out the views the

@@ -93,3 +93,42 @@ def test_fast_steps_with_only_the_final_state_requested():
 def _planned(session, x):
     session.run({"X": x})
     return session.last_plan.module
+
+
+def test_fixed_views_bound_from_the_last_run_only_on_the_same_arenas():
+    """The loop binds a function's static arena views and reshapes from the last run
+    (their ops left out) only while the executor hands back the same arenas: a held
+    result makes the next run take fresh arenas and make its views again; with poison,
+    every run matches onnxruntime and a held result keeps its values."""
+    model = _model("LSTM", "bidirectional", 2)
+    xs = [np.random.default_rng(seed).standard_normal((SEQ, 2, INPUT)).astype(np.float32)
+          for seed in range(4)]
+    sess = ort.InferenceSession(model.SerializeToString())
+    names = [o.name for o in model.graph.output]
+    session = Session(import_onnx(model), poison=True)
+
+    def check(x):
+        got = session.run({"X": x})
+        for name, expected in zip(names, sess.run(names, {"X": x})):
+            np.testing.assert_allclose(got[name], expected, rtol=1e-5, atol=1e-5)
+        return got
+
+    check(xs[0])
+    executor = session.last_plan.executor
+    plan = executor.plans[session.last_plan.func]
+    assert plan.arena_ops and plan.fixed_results and len(plan.lean) < len(plan.unpooled)
+    check(xs[1])
+    bound = plan.fixed_values
+    assert bound is not None
+    check(xs[2])
+    assert plan.fixed_values is bound          # the same arenas: the views bound as they were
+    held = check(xs[3])["Y"]
+    kept = held.copy()
+    check(xs[0])
+    assert plan.fixed_values is not bound      # the held result: fresh arenas, views made again
+    np.testing.assert_array_equal(held, kept)
+    del held
+    again = plan.fixed_values
+    check(xs[1])
+    check(xs[2])
+    assert plan.fixed_values is again
