@@ -5,6 +5,8 @@ the table there says how each works."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from palimpsest.backends.numpy.kernel_ops import (
@@ -325,11 +327,11 @@ def _depthwise(x, w, bias, y, padded, cols, pads, strides, dilations):
     ho, wo = y.shape[2], y.shape[3]
     (sh, sw), (dh, dw), (top, left) = strides, dilations, pads
     weights = w.reshape(c, mg, taps)
-    band = 0 if sh != 1 or cols is None else \
-        _depthwise_rows_band(cols.size, c, mg, (kh, kw), dh, ho, wo)
+    band = 0 if cols is None else \
+        _depthwise_rows_band(cols.size, c, mg, (kh, kw), strides, dh, ho, wo)
     if band:
-        _depthwise_rows_first(x, weights, bias, y, padded, cols, band, (kh, kw), pads, sw,
-                              dilations)
+        _depthwise_rows_first(x, weights, bias, y, padded, cols, band, (kh, kw), pads,
+                              strides, dilations)
         return
     bias4 = None if bias is None else bias.reshape(c, mg, 1, 1)
     phases = _phase_view(padded, c, strides, dilations)
@@ -385,37 +387,43 @@ def _depthwise(x, w, bias, y, padded, cols, pads, strides, dilations):
 # size of the 2 MiB workspace: 10-25% slower)
 _DEPTHWISE_L2 = 1 << 18
 # `_depthwise_rows_first` makes kh BLAS calls per channel, the im2col path one: below this
-# many outputs per channel (a 7x7 image) the calls cost more than the copies they save
-_DEPTHWISE_ROWS_FROM = 100
+# many outputs per channel times kernel taps (3x3 at 16x16, 5x5 at 8x8: 7-13% slower;
+# 5x5 at 10x10: 20% faster) the calls cost more than the copies they save
+_DEPTHWISE_ROWS_FROM = 2500
 
 
-def _depthwise_rows_band(size, c, mg, kernel, dh, ho, wo):
+def _depthwise_rows_band(size, c, mg, kernel, strides, dh, ho, wo):
     """How many channels a band of `_depthwise_rows_first` takes: per channel its T (kw x
-    (Ho + (kh-1)*dh) x Wo) and its kh x M/C products (Ho*Wo each), as many as fit
-    _DEPTHWISE_L2 elements and the workspace (`size`); 0 when not one channel fits."""
-    kh, kw = kernel
-    per = kw * (ho + (kh - 1) * dh) * wo + kh * mg * ho * wo
-    if per > size or ho * wo < _DEPTHWISE_ROWS_FROM:
+    sh x (Ho + (kh-1)*dh // sh) x Wo) and its kh x M/C products (Ho*Wo each), as many as
+    fit _DEPTHWISE_L2 elements and the workspace (`size`); 0 when not one channel fits."""
+    (kh, kw), sh = kernel, strides[0]
+    per = kw * sh * (ho + (kh - 1) * dh // sh) * wo + kh * mg * ho * wo
+    if per > size or ho * wo * kh * kw < _DEPTHWISE_ROWS_FROM:
         return 0
     return max(1, min(c, min(size, _DEPTHWISE_L2) // per))
 
 
-def _depthwise_rows_first(x, weights, bias, y, padded, cols, band, kernel, pads, sw,
+def _depthwise_rows_first(x, weights, bias, y, padded, cols, band, kernel, pads, strides,
                           dilations):
-    """Depthwise, stride 1 along the height, without an im2col: per band of channels, T =
-    the padded image's rows read at each kernel column (one strided copy), T[c, q] flat
-    (Hq x Wo). Kernel row p's kw rows of a channel are then runs of T at offset p*dh*Wo,
-    hq*Wo apart: a BLAS matrix as it lies, so one batched matmul multiplies each channel's
-    kernel rows (kh of them, kw weights each) by them, and the kh products are summed
-    into Y (exactly Ho x Wo: nothing to copy out), the bias added while they are in
-    cache. Two passes over kw copies of the image, where the im2col path copies kh*kw."""
+    """Depthwise without an im2col: per band of channels, T = the padded image's rows
+    read at each kernel column, by stride phase of the rows (sh strided copies), T[c, q]
+    flat (sh x Hq x Wo, phase a holding rows a, a + sh, ...). Kernel row p's kw rows of
+    a channel are then runs of T (phase p*dh % sh, from its row p*dh // sh), Hq*Wo*sh
+    apart: a BLAS matrix as it lies, so one batched matmul per phase multiplies each
+    channel's kernel rows (kw weights each) by them, and the kh products are summed into
+    Y (exactly Ho x Wo: nothing to copy out), the bias added while they are in cache.
+    Two passes over kw copies of the image's rows 1/sh, where the im2col copies kh*kw."""
     n, c, h, wd = x.shape
     _, mg, taps = weights.shape
     kh, kw = kernel
-    dh, dw = dilations
+    (sh, sw), (dh, dw) = strides, dilations
     top, left = pads[0], pads[1]
     ho, wo = y.shape[2], y.shape[3]
-    hq, size = ho + (kh - 1) * dh, ho * wo
+    hq, size = ho + (kh - 1) * dh // sh, ho * wo
+    plane = sh * hq * wo
+    # kernel rows p0, p0 + step, ... share a phase and lie `rise` rows apart in it
+    step = sh // math.gcd(sh, dh)
+    rise = dh // math.gcd(sh, dh)
     by_row = _view_as(weights, (c, mg, kh, kw)).transpose(0, 2, 1, 3)
     flat = _view_as(cols, (cols.size,))
     item = flat.itemsize
@@ -430,15 +438,22 @@ def _depthwise_rows_first(x, weights, bias, y, padded, cols, band, kernel, pads,
         target = _view_as(y[image], (c, mg, size))
         for c0 in range(0, c, band):
             k = min(band, c - c0)
-            t_size = k * kw * hq * wo
-            t4 = _view_as(flat[:t_size], (k, kw, hq, wo))
-            np.copyto(t4, _as_strided(src[c0:c0 + k], (k, kw, hq, wo),
-                                      (s0, s2 * dw, s1, s2 * sw)))
+            t_size = k * kw * plane
+            t5 = _view_as(flat[:t_size], (k, kw, sh, hq, wo))
+            for phase in range(sh):  # its rows past the image's are never read
+                rows = min(hq, -(-(src.shape[1] - phase) // sh))
+                np.copyto(t5[:, :, phase, :rows],
+                          _as_strided(src[c0:c0 + k, phase:], (k, kw, rows, wo),
+                                      (s0, s2 * dw, s1 * sh, s2 * sw)))
             products = _view_as(flat[t_size:t_size + k * kh * mg * size], (k, kh, mg, size))
-            np.matmul(by_row[c0:c0 + k],
-                      _as_strided(t4, (k, kh, kw, size),
-                                  (kw * hq * wo * item, dh * wo * item, hq * wo * item, item)),
-                      out=products)
+            for p0 in range(min(step, kh)):
+                start = (p0 * dh % sh * hq + p0 * dh // sh) * wo
+                count = len(range(p0, kh, step))
+                np.matmul(by_row[c0:c0 + k, p0::step],
+                          _as_strided(flat[start:], (k, count, kw, size),
+                                      (kw * plane * item, rise * wo * item, plane * item,
+                                       item)),
+                          out=products[:, p0::step])
             out = target[c0:c0 + k]
             np.add.reduce(products, axis=1, out=out)
             if bias is not None:

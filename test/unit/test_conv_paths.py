@@ -2,10 +2,12 @@
 graph level's reference on shapes that take it: lowered to kernels, printed and parsed
 back, run with poisoning on (test_kernels.check), and the path itself must have run.
 
-- depthwise, stride 1 along the height, 10x10 outputs or more: `_depthwise_rows_first`
-  (T by kernel column, one batched matmul per band, kernel rows summed into Y): pads or
-  none (X read as it lies), a multiplier, dilations, a column stride, several bands, a
-  batch, f64.
+- depthwise with kh*kw*Ho*Wo >= 2500 (3x3 from 17x17 outputs, 5x5 from 10x10):
+  `_depthwise_rows_first` (T by kernel column and row phase, a batched matmul per band
+  and phase, kernel rows summed into Y): pads or none (X read as it lies), a multiplier,
+  dilations, strides (2x2, 3x2, 2x1, with a dilation), several bands, a batch, f64;
+  smaller images keep the im2col path.
+- dense, stride 1 along the height, 32x32 outputs or more: `_conv_kernel_rows`.
 """
 
 from __future__ import annotations
@@ -43,12 +45,17 @@ def _conv_model(rng, x_shape, w_shape, attrs, bias, dtype=np.float32):
 
 
 @pytest.mark.parametrize("c, mg, hw, kernel, strides, dilations, pads, n, bias, dtype", [
-    (8, 1, (12, 12), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 2, True, np.float32),
+    (8, 1, (20, 18), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 2, True, np.float32),
     (5, 2, (11, 13), (5, 5), (1, 1), (1, 1), (2, 2, 2, 2), 1, False, np.float32),
-    (4, 1, (20, 24), (3, 2), (1, 2), (2, 1), (2, 0, 1, 1), 1, True, np.float32),
-    (6, 1, (12, 12), (3, 3), (1, 1), (1, 1), (0, 0, 0, 0), 1, True, np.float32),
-    (6, 3, (13, 11), (1, 3), (1, 1), (1, 2), (0, 2, 0, 2), 2, True, np.float64),
+    (4, 1, (40, 48), (3, 2), (1, 2), (2, 1), (2, 0, 1, 1), 1, True, np.float32),
+    (6, 1, (20, 20), (3, 3), (1, 1), (1, 1), (0, 0, 0, 0), 1, True, np.float32),
+    (6, 3, (30, 31), (1, 3), (1, 1), (1, 2), (0, 2, 0, 2), 2, True, np.float64),
     (96, 1, (40, 40), (5, 5), (1, 1), (1, 1), (2, 2, 2, 2), 1, True, np.float32),
+    (6, 1, (40, 42), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 2, True, np.float32),
+    (4, 2, (30, 31), (5, 5), (2, 2), (1, 1), (2, 2, 2, 2), 1, True, np.float32),
+    (5, 1, (43, 40), (3, 3), (3, 2), (2, 1), (2, 1, 0, 2), 1, False, np.float32),
+    (3, 1, (41, 40), (3, 3), (2, 1), (2, 1), (0, 0, 0, 0), 1, True, np.float64),
+    (40, 1, (44, 44), (5, 5), (2, 2), (1, 1), (2, 1, 1, 2), 1, True, np.float32),
 ])
 def test_depthwise_rows_first(monkeypatch, c, mg, hw, kernel, strides, dilations, pads, n,
                               bias, dtype):
