@@ -57,7 +57,7 @@ class Executor(ExecutorLoop):
         super().__init__(poison, stats if stats is not None else RunStats())
         self.constants = _CONSTANTS
         self.pools: dict = {}         # pool name -> Arena
-        self.infos: dict = {}         # buffer.compute -> ComputeInfo
+        self.infos: dict = {}         # buffer.compute -> (ComputeInfo, its ins, its outs)
         self.bound: dict = {}         # output buffer value -> the caller's array (run(outputs=))
         self.pool_views: dict = {}    # memory.arena -> its views' (value, offset, bytes)
         self.errors_ignored = False   # inside `run`: numpy's floating-point errors ignored
@@ -296,31 +296,34 @@ class Executor(ExecutorLoop):
 
     # -- buffer.compute ----------------------------------------------------------------------------
     def _compute(self, op, values) -> None:
-        from palimpsest.dialects.graph.reference import KERNELS
-
-        info = self.infos.get(op)
-        if info is None:
-            info = self.infos[op] = ComputeInfo(op)
+        entry = self.infos.get(op)
+        if entry is None:   # (op.ins and op.outs read the operand segments on every call)
+            entry = self.infos[op] = (ComputeInfo(op), tuple(op.ins), tuple(op.outs))
+        info, in_values, out_values = entry
         if info.graph_class is None:
             raise op.error(f"computes unknown op '{info.name}'")
-        ins = [self._materialized(op, values, v) for v in op.ins]
+        ins = [self._materialized(op, values, v) for v in in_values]
         inputs = info.kernel_inputs(ins)
-        out_values = op.outs
         outs = [values[v] for v in out_values]
         if any(isinstance(o, _Pending) for o in outs):
-            shapes = infer_out_shapes(info, ins, [v.type for v in op.ins])
+            shapes = infer_out_shapes(info, ins, [v.type for v in in_values])
             if shapes is not None:
                 outs = [self._materialize(o, s, values) if isinstance(o, _Pending) else o
                         for o, s in zip(outs, shapes)]
         fast = FAST.get(info.name)
         if fast is not None and not any(isinstance(o, _Pending) for o in outs):
             try:
-                with np.errstate(all="ignore"):
+                if self.errors_ignored:   # (by `run`, once)
                     done = fast(inputs, info.attrs, outs)
+                else:
+                    with np.errstate(all="ignore"):
+                        done = fast(inputs, info.attrs, outs)
             except (ValueError, TypeError, IndexError) as error:
                 raise op.error(f"failed at run time: {error}") from None
             if done:
                 return
+        from palimpsest.dialects.graph.reference import KERNELS
+
         kernel = KERNELS.get(info.name)
         if kernel is None:
             raise op.error(f"computes '{info.name}', which has no reference implementation")
