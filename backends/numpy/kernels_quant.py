@@ -15,6 +15,9 @@ where every partial sum is an integer below 2**24, else in float64.
 
 from __future__ import annotations
 
+import functools
+import math
+
 import numpy as np
 
 from palimpsest.backends.numpy.kernels import FAST, _overlaps
@@ -151,14 +154,105 @@ def _dynamic_quantize_linear(inputs, attrs, outs):
     return True
 
 
+def _h_quantization(lows, highs):
+    """Per direction, DynamicQuantizeLinear's float32 scale and zero point over
+    [min(0, low), max(0, high)] as (divisors, 255 - zero points, scales): Python floats
+    rounded to float32 after each operation, which for +, -, * and / of float32 values
+    is the float32 operation's result; a zero scale (an all-zero h) divides by 1.
+    None where a scale is not finite."""
+    divisors, tops, scales = [], [], []
+    for low, high in zip(lows, highs):
+        low, high = min(low, 0.0), max(high, 0.0)
+        scale = float(np.float32(float(np.float32(high - low)) / 255.0))
+        if not math.isfinite(scale):
+            return None
+        zero = min(max(round(0.0 - float(np.float32(low / scale))), 0), 255) if scale else 0
+        divisors.append(scale or 1.0)
+        tops.append(255.0 - zero)
+        scales.append(scale)
+    return divisors, tops, scales
+
+
+@functools.lru_cache(maxsize=None)
+def _l2_bytes() -> int:
+    """A core's L2 cache in bytes, as Linux says (sysfs); 1 MiB where it does not."""
+    import glob
+
+    for folder in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
+        try:
+            with open(f"{folder}/level", encoding="ascii") as f:
+                if f.read().strip() != "2":
+                    continue
+            with open(f"{folder}/size", encoding="ascii") as f:
+                text = f.read().strip().upper()
+            return int(text.rstrip("KM")) << {"K": 10, "M": 20}.get(text[-1:], 0)
+        except (OSError, ValueError):
+            continue
+    return 1 << 20
+
+
+def _lstm_steps(projected, r_floats, r_scale, r_bias, h, c, hs) -> bool:
+    """The steps of a group of directions, in place: `projected` (steps x dirs x batch x
+    4H: X W^T + Wb, in step order) in, the hidden states into `hs` (in step order), the
+    cell state `c` (from its initial value); `h`: the initial hidden state. False where
+    a step's quantization scale is not finite."""
+    f32 = np.float32
+    dirs, batch, hidden = h.shape
+    quantized = np.empty(h.shape, f32)
+    centred_h = quantized if r_floats.dtype == f32 else np.empty(h.shape, r_floats.dtype)
+    product = np.empty((dirs, batch, 4 * hidden), r_floats.dtype)
+    g = product if r_floats.dtype == f32 else np.empty((dirs, batch, 4 * hidden), f32)
+    sigmoids = g[..., :3 * hidden]
+    i, o, f, cell = (g[..., k * hidden:(k + 1) * hidden] for k in range(4))
+    # per-direction scalars as ufunc operands: numpy scalars for one direction, else
+    # dirs x 1 x 1 arrays
+    per_direction = (lambda v: f32(v[0])) if dirs == 1 else (
+        lambda v: np.array(v, f32).reshape(dirs, 1, 1))
+    r_scales = r_scale.reshape(dirs, -1)[:, 0].tolist() if r_scale.size == dirs else None
+    for s in range(len(projected)):
+        flat = h.reshape(dirs, -1)
+        quantization = _h_quantization(flat.min(axis=1).tolist(), flat.max(axis=1).tolist())
+        if quantization is None:
+            return False
+        divisors, tops, scales = quantization
+        # rint(h / scale) + zero, saturated, less the zero point: rint(h / scale) is at
+        # least -zero (h >= min(0, min h), and zero is rint(-min(0, min h) / scale)), so
+        # only the top can saturate
+        np.divide(h, per_direction(divisors), out=quantized)
+        np.rint(quantized, out=quantized)
+        np.minimum(quantized, per_direction(tops), out=centred_h)
+        np.matmul(centred_h, r_floats, out=product)
+        if g is not product:
+            np.copyto(g, product, casting="same_kind")
+        if r_scales is not None:    # h's scale times R's, in float32 as the reference
+            np.multiply(g, per_direction([float(f32(a * b)) for a, b in zip(scales, r_scales)]),
+                        out=g)
+        else:
+            np.multiply(g, per_direction(scales) * r_scale, out=g)
+        np.add(projected[s], g, out=g)
+        np.add(g, r_bias, out=g)
+        np.multiply(sigmoids, 0.5, out=sigmoids)     # sigmoid: 0.5 * (1 + tanh(x / 2))
+        np.tanh(g, out=g)                            # (and the cell gate's tanh)
+        np.add(sigmoids, 1, out=sigmoids)
+        np.multiply(sigmoids, 0.5, out=sigmoids)
+        np.multiply(f, c, out=c)
+        np.multiply(i, cell, out=cell)
+        np.add(c, cell, out=c)
+        h = hs[s]
+        np.tanh(c, out=h)
+        np.multiply(o, h, out=h)
+    return True
+
+
 def _dynamic_quantize_lstm(inputs, attrs, outs):
     """com.microsoft's DynamicQuantizeLSTM as the reference (graph/reference/recurrent.py)
     computes it, bit for bit, without its per-step allocations: X quantized once (a
     direction's reversed steps keep its range) and projected by one GEMM per direction
-    into a step-ordered buffer (the second direction's steps reversed), then one loop
-    over time running the directions side by side: each direction's hidden state
-    quantized over its own range (DynamicQuantizeLinear's float32 arithmetic) and
-    centred in one buffer, one batched GEMM by the centred R, the gates in place.
+    into a step-ordered buffer (the second direction's steps reversed), then a loop over
+    time (`_lstm_steps`) running the directions side by side (or one after the other,
+    where that keeps each R in cache): each direction's hidden state quantized over its
+    own range (DynamicQuantizeLinear's float32 arithmetic) and centred in one buffer,
+    one batched GEMM by the centred R, the gates in place.
     LSTM's default activations without clip, peepholes, input_forget, layout 1 or
     sequences shorter than X: the reference."""
     from palimpsest.dialects.graph.reference._common import i_attr, s_attr
@@ -214,43 +308,17 @@ def _dynamic_quantize_lstm(inputs, attrs, outs):
     hs = np.empty((steps,) + state, f32)         # the hidden states, in step order
     c = np.zeros(state, f32) if c0 is None else c0.astype(f32)
     h = np.zeros(state, f32) if h0 is None else h0.astype(f32)
-    centred_h = np.empty(state, r_floats.dtype)
-    quantized = np.empty(state, f32)
-    product = np.empty((dirs, batch, gates), r_floats.dtype)
-    g = product if r_floats.dtype == f32 else np.empty((dirs, batch, gates), f32)
-    sigmoids, cell = g[..., :3 * hidden], g[..., 3 * hidden:]
-    i, o, f = g[..., :hidden], g[..., hidden:2 * hidden], g[..., 2 * hidden:3 * hidden]
-    zero32, top = f32(0), f32(255)
-    for s in range(steps):
-        # h quantized per direction as DynamicQuantizeLinear does, then centred
-        flat = h.reshape(dirs, -1)
-        low = np.minimum(flat.min(axis=1), zero32).reshape(dirs, 1, 1)
-        high = np.maximum(flat.max(axis=1), zero32).reshape(dirs, 1, 1)
-        scale = (high - low) / top
-        divisor = np.where(scale == 0, f32(1), scale)     # h all zeros there
-        zero = np.clip(np.rint(zero32 - low / divisor), zero32, top)
-        np.divide(h, divisor, out=quantized)
-        np.rint(quantized, out=quantized)
-        np.add(quantized, zero, out=quantized)
-        np.clip(quantized, zero32, top, out=quantized)
-        np.subtract(quantized, zero, out=centred_h)
-        np.matmul(centred_h, r_floats, out=product)
-        if g is not product:
-            np.copyto(g, product, casting="same_kind")
-        np.multiply(g, scale * r_scale, out=g)
-        np.add(projected[s], g, out=g)
-        np.add(g, r_bias, out=g)
-        np.multiply(sigmoids, 0.5, out=sigmoids)     # sigmoid: 0.5 * (1 + tanh(x / 2))
-        np.tanh(sigmoids, out=sigmoids)
-        np.add(sigmoids, 1, out=sigmoids)
-        np.multiply(sigmoids, 0.5, out=sigmoids)
-        np.tanh(cell, out=cell)
-        np.multiply(f, c, out=c)
-        np.multiply(i, cell, out=cell)
-        np.add(c, cell, out=c)
-        h = hs[s]
-        np.tanh(c, out=h)
-        np.multiply(o, h, out=h)
+    # both directions in one loop (half the numpy calls), unless one direction's R
+    # fits in a core's L2 cache and both do not: then one after the other, each R
+    # staying cached across its steps
+    one = r_floats[0].nbytes
+    groups = [slice(d, d + 1) for d in range(dirs)] if dirs > 1 and one <= 0.75 * _l2_bytes() \
+        < dirs * one else [slice(0, dirs)]
+    for group in groups:
+        if not _lstm_steps(projected[:, group], r_floats[group], r_scale[group],
+                           r_bias[group], h[group], c[group], hs[:, group]):
+            return False    # a scale not finite: the reference's (nothing written yet)
+    h = hs[-1]
     for d in range(dirs):
         np.copyto(outs[0][:, d], hs[::-1, d] if direction == "reverse" or d == 1 else hs[:, d])
     if len(outs) > 1:

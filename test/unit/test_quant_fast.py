@@ -113,11 +113,19 @@ def _dq_lstm(direction, steps, batch, size, hidden, seed, *, per_column=False,
 
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
 @pytest.mark.parametrize("case", ["plain", "per_column", "no_optional", "float64_r",
-                                  "unsigned"])
-def test_dynamic_quantize_lstm_fast_path(direction, case):
+                                  "unsigned", "one_by_one"])
+def test_dynamic_quantize_lstm_fast_path(direction, case, monkeypatch):
     """The fast DynamicQuantizeLSTM against the reference kernel, bit for bit (each
-    step's hidden state quantized per direction, both directions in one loop; R too
-    wide for exact float32 sums in float64), and against onnxruntime."""
+    step's hidden state quantized per direction, both directions in one loop, or one
+    after the other where only one R fits the L2 cache; R too wide for exact float32
+    sums in float64), and against onnxruntime."""
+    if case == "one_by_one":   # an L2 cache that holds one direction's R (16 x 64 f32)
+        from palimpsest.backends.numpy import kernels_quant
+
+        monkeypatch.setattr(kernels_quant, "_l2_bytes", lambda: 16 * 64 * 4 * 4 // 3 + 1)
+        groups, steps = [], kernels_quant._lstm_steps
+        monkeypatch.setattr(kernels_quant, "_lstm_steps",
+                            lambda *args: groups.append(args[1].shape[0]) or steps(*args))
     model, feeds = _dq_lstm(direction, 7, 2, 12, 16 if case != "float64_r" else 640, 1,
                             per_column=case == "per_column", optional=case != "no_optional",
                             r_range=(-128, 128) if case != "float64_r" else (100, 128),
@@ -130,6 +138,8 @@ def test_dynamic_quantize_lstm_fast_path(direction, case):
         assert quantized_weights(r, rz).floats(255).dtype == np.float64
     want, got, stats = _run_both(model, feeds)
     assert "graph.dynamic_quantize_lstm" not in stats.temporary_ops   # the fast path ran
+    if case == "one_by_one":
+        assert groups == ([1, 1] if direction == "bidirectional" else [1])
     for name in ("y", "y_h", "y_c"):
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
     expected = _onnxruntime(model, feeds)
