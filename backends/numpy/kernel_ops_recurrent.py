@@ -3,18 +3,28 @@ Registered in `KERNEL_IMPLS` (kernel_ops.py, which imports this module).
 
 Per direction: X·Wᵀ for every step is one `np.matmul` into the `projected` workspace
 (gate-major: G x seq x batch x H), and the biases that do not depend on the state are
-added to it once; Rᵀ is copied contiguous into the `recurrence` workspace (BLAS is
-1.3-1.8x slower on a transposed view), unless prepack-weights stored R so
-(`packed_r`). Then one step per time index (backwards for `reverse` and the second
-direction): a batched `np.matmul` of the hidden state by Rᵀ
-into the `gates` rows of the `state` workspace, and in-place ufuncs on whole gates. A
-step writes the next state into the other half of the `hidden` (`cell`) rows; with
-every batch entry within its sequence length the halves swap, otherwise the entries
-still running copy it over (`np.copyto(where=)`, the `valid` mask filled once) and the
-others keep their state and write zeros to Y. Nothing is allocated: every array a step
-touches is an out, an in or a workspace, and contiguous, so numpy's ufuncs need no
-buffers either (bias and peephole vectors are broadcast once into their rows of the
-`state` workspace)."""
+added to it once (one add per step over every gate); Rᵀ is copied contiguous into the
+`recurrence` workspace (BLAS is 1.3-1.8x slower on a transposed view at larger batches),
+unless prepack-weights stored R so (`packed_r`), or there is one batch entry or one step
+(then the product is a matrix-vector one, as fast on R's rows as on a copy, or the copy
+would serve one step: R's transposed view is read as it is, 76 us saved per run on
+Silero VAD's 4x128x128 R). Then one step per time index (backwards for `reverse` and the
+second direction): a batched `np.matmul` of the hidden state by Rᵀ into the `gates` rows
+of the `state` workspace, and in-place ufuncs on whole gates.
+
+LSTM and GRU with their default activations, no clip, peepholes or input_forget, and
+every batch entry running every step take the fast loop (`_fast_gru`, `_fast_lstm`):
+a step writes the next hidden state straight into its row of Y and the next step reads
+it there (no copy, no halves to swap), sigmoid is 0.5 * tanh(0.5 * x) + 0.5 with 0.5 a
+row of the scratch (an array operand costs less than a scalar one), outs are given by
+position: about half the numpy calls of a general step, which is what a step costs at
+the sizes of the models using them. Otherwise a step writes the next state into the
+other half of the `hidden` (`cell`) rows; with every batch entry within its sequence
+length the halves swap, otherwise the entries still running copy it over
+(`np.copyto(where=)`, the `valid` mask filled once) and the others keep their state and
+write zeros to Y. Nothing is allocated: every array a step touches is an out, an in or
+a workspace, and contiguous, so numpy's ufuncs need no buffers either (bias and peephole
+vectors are broadcast once into their rows of the `state` workspace)."""
 
 from __future__ import annotations
 
@@ -287,6 +297,8 @@ def recurrent(op, inputs, outputs, workspaces):
                     np.copyto(state[0], start[d])
         if config["packed_r"]:   # Rᵀ per gate already (prepack-weights)
             r_t = r[d]
+        elif batch == 1 or seq == 1:  # a copy costs more than it saves (module doc)
+            r_t = r[d].reshape(gate_count, size, size).transpose(0, 2, 1)
         else:
             r_t = ws["recurrence"]
             np.copyto(r_t, r[d].reshape(gate_count, size, size).transpose(0, 2, 1))
@@ -332,13 +344,7 @@ def _fold_biases(config, bias, d, bias_rows, projected):
         add(step, gates, step)
 
 
-# -- the fast path: default activations, every entry running every step -----------------------
-#
-# The next hidden state is written straight into its row of Y (and read from there by the
-# next step), so no step copies it; sigmoid(x) = 0.5 * tanh(0.5 * x) + 0.5 (the same
-# rounding as `_sigmoid`) with 0.5 a row of the scratch (an array operand is cheaper than
-# a scalar one); outs given by position. These kernels are all Python overhead at the
-# sizes of the models that use them (a step's arrays are a few hundred floats).
+# -- the fast path: default activations, every entry running every step (module doc) -----
 
 
 def _fast_gru(order, r_t, projected, rows, y, linear_before_reset) -> np.ndarray:

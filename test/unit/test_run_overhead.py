@@ -132,3 +132,35 @@ def test_fixed_views_bound_from_the_last_run_only_on_the_same_arenas():
     check(xs[1])
     check(xs[2])
     assert plan.fixed_values is again
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+@pytest.mark.parametrize("seq,batch", [(4, 1), (1, 3), (4, 3)])
+def test_recurrence_read_from_a_run_time_r(op, seq, batch):
+    """R an input (not prepacked): with one batch entry or one step its transposed view
+    is read as it is, else copied into the `recurrence` workspace; both as onnxruntime."""
+    rng = np.random.default_rng(9)
+    g = GATES[op]
+    node = h.make_node(op, ["X", "W", "R", "B"], ["Y", "Y_h"], hidden_size=HIDDEN,
+                       direction="bidirectional")
+    graph = h.make_graph(
+        [node], "rnn",
+        [h.make_tensor_value_info("X", T.FLOAT, [seq, batch, INPUT]),
+         h.make_tensor_value_info("R", T.FLOAT, [2, g * HIDDEN, HIDDEN])],
+        [h.make_tensor_value_info(o, T.FLOAT, None) for o in ("Y", "Y_h")],
+        initializer=[numpy_helper.from_array(
+            rng.uniform(-0.7, 0.7, shape).astype(np.float32), name) for name, shape in
+            (("W", (2, g * HIDDEN, INPUT)), ("B", (2, 2 * g * HIDDEN)))])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 14)])
+    model.ir_version = 8
+    feeds = {"X": rng.standard_normal((seq, batch, INPUT)).astype(np.float32),
+             "R": rng.uniform(-0.7, 0.7, (2, g * HIDDEN, HIDDEN)).astype(np.float32)}
+    want = ort.InferenceSession(model.SerializeToString()).run(["Y", "Y_h"], feeds)
+    session = Session(import_onnx(model), poison=True)
+    for _ in range(2):
+        got = session.run(feeds)
+        for name, expected in zip(("Y", "Y_h"), want):
+            np.testing.assert_allclose(got[name], expected, rtol=1e-5, atol=1e-5)
+    kernel = next(op for op in session.last_plan.module.walk()
+                  if op.name in ("kernel.lstm", "kernel.gru"))
+    assert "packed_r" not in kernel.properties   # (a run-time R is never prepacked)
