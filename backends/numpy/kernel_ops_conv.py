@@ -388,10 +388,11 @@ def _depthwise(x, w, bias, y, padded, cols, pads, strides, dilations):
                 np.add(fresh, bias4[c0:c0 + k], out=target[c0:c0 + k])
 
 
-# A depthwise band (T and the per-kernel-row products) of about this many elements stays
-# in L2 between the copy that fills it and the matmul and sum that read it (a band the
-# size of the 2 MiB workspace: 10-25% slower)
-_DEPTHWISE_L2 = 1 << 18
+# A depthwise band (T and the per-kernel-row products; the im2col path's rows and results)
+# of about this many elements (f32: 512 KiB) stays in L2 between the copy that fills it
+# and the matmul and sum that read it (a band the size of the 2 MiB workspace: 10-25%
+# slower; 256 KiB or 1 MiB: within 5%)
+_DEPTHWISE_L2 = 1 << 17
 # `_depthwise_rows_first` makes kh BLAS calls per channel, the im2col path one: below this
 # many outputs per channel times kernel taps (3x3 at 16x16, 5x5 at 8x8: 7-13% slower;
 # 5x5 at 10x10: 20% faster) the calls cost more than the copies they save
