@@ -14,7 +14,7 @@ from palimpsest.dialects.graph import shapes as S
 from palimpsest.ir import attributes as A
 from palimpsest.ir.core import Operation
 from palimpsest.ir.opdef import OPTIONAL, SINGLE, lookup_op, operand_groups, segment_sizes
-from palimpsest.ir.types import f32
+from palimpsest.ir.types import FloatType, f32
 
 # ---------------------------------------------------------------------------
 # One buffer.compute, as the lowering sees it
@@ -82,6 +82,10 @@ def _element(value):
 
 def _shape(value):
     return tuple(value.type.shape)
+
+
+def is_f16(element) -> bool:
+    return isinstance(element, FloatType) and element.name == "f16"
 
 
 def _static(shape) -> bool:
@@ -313,8 +317,9 @@ def _lower_pool(c: _Compute):
 
 def _lower_global_pool(c: _Compute):
     x = c["x"]
-    if x is None or len(_shape(x)) < 3 or not K.is_float(_element(x)):
-        return None
+    if x is None or len(_shape(x)) < 3 or not (K.is_float(_element(x))
+                                               or is_f16(_element(x))):
+        return None   # (f16: kernel.reduce accumulates in f32, rounds once)
     mode = "mean" if c.name == "graph.global_average_pool" else "max"
     props = {"mode": _s(mode), "axes": K.int_array(range(2, len(_shape(x)))),
              "keepdims": _i(1)}
@@ -649,6 +654,29 @@ RULES = {
     "graph.gru": _lower_recurrent,
     "graph.rnn": _lower_recurrent,
 }
+
+
+# Graph ops that a float16 compute runs as onnxruntime's CPU provider runs them (its
+# InsertCastTransformer): the f16 ins cast to f32 (constants once, at compile time), the
+# f32 kernel, each f16 result rounded back to f16 (passes/lower_to_kernels.py,
+# `_f16_in_f32`). Not the ops that move or reduce f16 as it is (transpose, concat,
+# gather, pad, split, slice, reduce, global pools) nor nearest resize: their kernels
+# take f16 and are exact in it.
+F16_IN_F32 = frozenset(set(K.STEPS) | {
+    "graph.conv", "graph.conv_transpose", "graph.matmul", "graph.gemm", "graph.max_pool",
+    "graph.average_pool", "graph.softmax", "graph.layer_norm", "graph.resize",
+    "graph.attention", "graph.lstm", "graph.gru", "graph.rnn"})
+
+
+def computes_f16_in_f32(op: Operation) -> bool:
+    """Whether `op` (a buffer.compute of f16 values) runs in f32 (F16_IN_F32)."""
+    name = op.properties["op"].value
+    if name not in F16_IN_F32:
+        return False
+    if name == "graph.resize":
+        mode = op.properties.get("mode")
+        return mode is not None and mode.value != "nearest"
+    return True
 
 
 def _fits(cls, ins, outs, props) -> bool:

@@ -66,14 +66,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from palimpsest.dialects import kernel as K
-from palimpsest.dialects.buffer import AllocOp, DeallocOp
+from palimpsest.dialects.buffer import AllocOp, ConstantOp, DeallocOp
 from palimpsest.ir import attributes as A
 from palimpsest.ir.core import Operation
 from palimpsest.passes.fuse_elementwise import (  # noqa: F401
     BETWEEN_OK, _as_step, _chain_out, _chains, _root, _Step,
 )
 from palimpsest.passes.kernel_rules import (  # noqa: F401
-    RULES, _Compute, _fits, _fitting_config, _i, _s,
+    RULES, _Compute, _fits, _fitting_config, _i, _s, computes_f16_in_f32, is_f16,
 )
 from palimpsest.passes.pass_manager import ModulePass, register_pass
 
@@ -85,6 +85,7 @@ class LowerToKernelsResult:
     fused: int = 0               # computes merged into the compute before them
     epilogues: int = 0           # elementwise chains folded into a conv/matmul as its epilogue
     prepacked: int = 0           # kernel operands that now read a prepacked constant
+    f16_in_f32: int = 0          # f16 computes run in f32 between casts
     erased_allocs: int = 0       # intermediate buffers that fusion removed
     workspaces: int = 0          # workspace allocs inserted
     workspace_bytes: int = 0     # their static bytes (dynamic ones not counted)
@@ -503,9 +504,112 @@ def _replace_with_step(step: str, t, members: list, y, order: dict, computes: li
     return True
 
 
+# ---------------------------------------------------------------------------
+# float16 computed in float32
+
+
+def _f16_in_f32(computes: list, packer) -> tuple:
+    """Each f16 compute of F16_IN_F32 (kernel_rules.py) with static shapes becomes
+    casts of its f16 ins to f32 (a constant's once, at compile time, through `packer`),
+    the compute on f32 buffers, and a cast of each f16 result back into its f16 out:
+    onnxruntime's CPU provider (InsertCastTransformer) computes so, each op's result
+    rounded to f16. An f16 buffer cast to f32 serves the later lifted computes that read
+    it until something writes its memory. Returns (the computes, casts included, in
+    block order; how many computes were lifted)."""
+    from palimpsest.dialects.buffer import BufferType, ComputeOp
+    from palimpsest.ir.types import f32, i32
+
+    segments = A.DenseArrayAttr(i32, (1, 1))
+
+    def insert_cast(anchor, source, target, to: int, before: bool) -> Operation:
+        cast = ComputeOp([source, target], [], {"op": _s("graph.cast"), "to": _i(to),
+                                                "operandSegmentSizes": segments})
+        cast.location, cast.source_loc = anchor.location, anchor.source_loc
+        if before:
+            anchor.parent.insert_before(anchor, cast)
+        else:
+            anchor.parent.insert_after(anchor, cast)
+        return cast
+
+    def temporary(anchor, value) -> object:
+        hint = value.name_hint
+        alloc = AllocOp([], [BufferType(tuple(value.type.shape), f32)],
+                        {"kind": _s("activation")},
+                        result_names=[f"{hint}_f32" if hint else None])
+        alloc.location, alloc.source_loc = anchor.location, anchor.source_loc
+        anchor.parent.insert_before(anchor, alloc)
+        return alloc.results[0]
+
+    def widened(array):
+        return array.astype("float32"), BufferType(array.shape, f32)
+
+    lifted = 0
+    out: list = []
+    if not computes:
+        return out, lifted
+    wanted = set(computes)
+    shadows: dict = {}   # f16 buffer -> its values cast to f32, while its memory is unwritten
+    for op in list(computes[0].parent.ops):
+        if op.name in BETWEEN_OK:
+            continue
+        if op.name != "buffer.compute" or op.regions:
+            shadows.clear()   # (writes what it may)
+            continue
+        if op not in wanted:
+            continue
+        ins, outs = list(op.ins), list(op.outs)
+        halves = [v for v in ins + outs if is_f16(v.type.element_type)]
+        if not halves or not computes_f16_in_f32(op) or any(
+                None in v.type.shape for v in halves):
+            _forget_written(shadows, outs)
+            out.append(op)
+            continue
+        replaced = {}
+        for value in ins:
+            if value in replaced or not is_f16(value.type.element_type):
+                continue
+            wide = None
+            if isinstance(getattr(value, "op", None), ConstantOp):
+                wide = packer.packed(value, "f32", widened,
+                                     f"{value.name_hint or 'weights'}_f32")
+            if wide is None:
+                wide = shadows.get(value)
+            if wide is None:
+                wide = temporary(op, value)
+                out.append(insert_cast(op, value, wide, 1, before=True))
+                shadows[value] = wide
+            replaced[value] = wide
+        _forget_written(shadows, outs)
+        anchor = op
+        results = []
+        written = {}   # (an out may be an in too: written in place)
+        for value in outs:
+            if value in written or not is_f16(value.type.element_type):
+                continue
+            wide = written[value] = temporary(op, value)
+            anchor = insert_cast(anchor, wide, value, 10, before=False)
+            results.append(anchor)
+        for index, value in enumerate(op.operands):
+            wide = (replaced if index < len(ins) else written).get(value)
+            if wide is not None:
+                op.set_operand(index, wide)
+        out.append(op)
+        out.extend(results)
+        lifted += 1
+    return out, lifted
+
+
+def _forget_written(shadows: dict, outs: list) -> None:
+    if not shadows:
+        return
+    written = {_root(v) for v in outs}
+    for value in [v for v in shadows if _root(v) in written]:
+        del shadows[value]
+
+
 def lower_to_kernels(module: Operation, fuse_elementwise: bool = True,
-                     fuse_epilogues: bool = True,
-                     prepack_weights: bool = True) -> LowerToKernelsResult:
+                     fuse_epilogues: bool = True, prepack_weights: bool = True,
+                     f16_in_f32: bool = True) -> LowerToKernelsResult:
     """Rewrite every `buffer.compute` under `module` to kernel ops (see the module doc)."""
     result = LowerToKernelsResult()
     lowering = _Lowering(result)
@@ -513,9 +617,17 @@ def lower_to_kernels(module: Operation, fuse_elementwise: bool = True,
     for op in module.walk():
         if op.name == "buffer.compute" and op.parent is not None:
             blocks.setdefault(op.parent, []).append(op)
+    packer = None
+    if f16_in_f32:
+        from palimpsest.passes.prepack_weights import _Packer
+
+        packer = _Packer(module)
     for block, computes in blocks.items():
         if fuse_elementwise:
             computes = _activations_as_steps(computes)
+        if f16_in_f32:   # (after the activations: onnxruntime fuses those too, unrounded)
+            computes, lifted = _f16_in_f32(computes, packer)
+            result.f16_in_f32 += lifted
         records = [_Compute(op) for op in computes]
         steps = {}
         for record in records:
@@ -538,6 +650,8 @@ def lower_to_kernels(module: Operation, fuse_elementwise: bool = True,
         for chain in chains:
             if id(chain) not in folded:
                 lowering.chain(chain)
+    if packer is not None:
+        packer.erase_unread()
     if prepack_weights:
         from palimpsest.passes.prepack_weights import prepack_weights as prepack
 
@@ -554,11 +668,12 @@ class LowerToKernels(ModulePass):
     fuse_elementwise: bool = True
     fuse_epilogues: bool = True
     prepack_weights: bool = True
+    f16_in_f32: bool = True
 
     def apply(self, module: Operation) -> None:
         lower_to_kernels(module, fuse_elementwise=self.fuse_elementwise,
                          fuse_epilogues=self.fuse_epilogues,
-                         prepack_weights=self.prepack_weights)
+                         prepack_weights=self.prepack_weights, f16_in_f32=self.f16_in_f32)
 
 
 __all__ = ["LowerToKernels", "LowerToKernelsResult", "RULES", "lower_to_kernels"]

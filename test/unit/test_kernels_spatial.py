@@ -88,13 +88,18 @@ def test_conv_transpose_lowers_to_its_kernel():
     assert tuple(op.outs[0].type.shape) == (1, 4, 20, 24)
 
 
-def test_conv_transpose_of_f16_stays_generic():
+def test_conv_transpose_of_f16_runs_in_f32():
+    """f16 runs as onnxruntime runs it: X cast to f32, the f32 kernel (W converted at
+    compile time), the result cast back (test_f16_lowering.py has the numbers)."""
     model, _ = conv_transpose_model((1, 4, 5, 5), (4, 2, 2, 2), False, {"strides": [2, 2]})
     model.graph.input[0].type.tensor_type.elem_type = TensorProto.FLOAT16
     w = model.graph.initializer[0]
     model.graph.initializer[0].CopyFrom(numpy_helper.from_array(
         numpy_helper.to_array(w).astype(np.float16), "w"))
-    assert _kernels(_lowered(model)) == ["kernel.generic"]
+    module = _lowered(model)
+    assert _kernels(module) == ["kernel.conv_transpose", "kernel.generic", "kernel.generic"]
+    assert [op.properties["to"].value for op in module.walk()
+            if op.name == "kernel.generic"] == [1, 10]   # (graph.cast: to f32, to f16)
 
 
 # -- 2. ONNX's node cases ------------------------------------------------------------------------
