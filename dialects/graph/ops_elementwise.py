@@ -340,6 +340,8 @@ class CastOp(GraphOp):
         out = result_types[0]
         source = args.element("input")
         values = args.value("input")
+        if values is not None and f"{source}{out.element_type}" in ("f16f32", "f16f64", "f32f64"):
+            return [list(values)]   # (a float widened: exact)
         if values is None or not isinstance(source, IntegerType):
             return None
         target = out.element_type
