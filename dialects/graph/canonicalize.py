@@ -229,12 +229,16 @@ def fold_batch_norm_into_conv(rewriter, bn, conv, x, w, scale, bias, mean, var):
     try:
         import numpy as np
 
+        # f16: in f16, each operation rounded, as onnxruntime's ConvBNFusion computes it
+        dtype = np.float16 if w_type.element_type.name == "f16" else np.float64
+
         def load(op):
-            return op.properties["value"].to_numpy().astype(np.float64)
+            return op.properties["value"].to_numpy().astype(dtype)
 
         weights = load(w)
         params = [load(op).reshape(-1) for op in (scale, bias, mean, var)]
-        old_bias = load(bias_op).reshape(-1) if bias_op is not None else np.zeros(channels)
+        old_bias = load(bias_op).reshape(-1) if bias_op is not None \
+            else np.zeros(channels, dtype)
     except (OSError, ValueError, KeyError):
         return None
     if any(p.shape != (channels,) for p in params) or old_bias.shape != (channels,):
