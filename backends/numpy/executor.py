@@ -28,6 +28,7 @@ the end of one poisons bytes the other may only read after writing them.
 from __future__ import annotations
 
 import sys
+import threading
 import weakref
 
 import numpy as np
@@ -104,7 +105,7 @@ class Executor(ExecutorLoop):
         self.bound = {}
         pools = None
         try:
-            with np.errstate(all="ignore"):   # once per run, not once per kernel
+            with ErrorsIgnored():   # once per run (or model), not once per kernel
                 self.errors_ignored = True
                 named = super().run(func, inputs, outputs, copy_outputs)
             pools = self.pools
@@ -352,6 +353,33 @@ class Executor(ExecutorLoop):
             np.copyto(out, result)
 
 
+class _Depth(threading.local):
+    depth = 0
+
+
+_IGNORING = _Depth()
+
+
+class ErrorsIgnored:
+    """numpy's floating-point errors ignored inside (`with ErrorsIgnored(): ...`), the
+    error state set once however runs nest: a model cut at its control flow runs a
+    segment's executor per segment (segments.py), inside the model's own block."""
+
+    __slots__ = ("state",)
+
+    def __enter__(self):
+        self.state = None
+        if not _IGNORING.depth:
+            self.state = np.errstate(all="ignore")
+            self.state.__enter__()
+        _IGNORING.depth += 1
+
+    def __exit__(self, *exc) -> None:
+        _IGNORING.depth -= 1
+        if self.state is not None:
+            self.state.__exit__(*exc)
+
+
 def _pool_views(arena) -> list | bool:
     """[(view, byte offset, bytes)] of the `buffer.view`s of a `memory.arena`; False when
     it has another user, or a view at a dynamic offset, with `?` dims or strides."""
@@ -381,4 +409,4 @@ def run_with_stats(func, inputs: dict, *, poison: bool = False) -> tuple[dict, R
     return outputs, stats
 
 
-__all__ = ["Executor", "RunStats", "check_bounds", "run", "run_with_stats"]
+__all__ = ["ErrorsIgnored", "Executor", "RunStats", "check_bounds", "run", "run_with_stats"]

@@ -88,6 +88,7 @@ from palimpsest.ir.types import TensorType
 
 
 VERIFY_MODES = ("first", "plans", "passes", "none")
+_MISSING = object()
 
 
 @dataclass
@@ -207,6 +208,7 @@ class Session:
         func = find_function(module, function)
         self.function = func.properties["sym_name"].value
         self.input_names = input_names(func)
+        self._input_set = frozenset(self.input_names)
         self.output_names = output_names(func)
         self.input_types = list(func.type.inputs)
         self.graph_level = all(isinstance(t, TensorType) for t in self.input_types)
@@ -231,7 +233,7 @@ class Session:
             from palimpsest.backends.profile import Profiler
             self.profiler = profile if isinstance(profile, Profiler) else Profiler()
         self._shapes: dict = {}
-        self._input_checks = None    # (input types, shapes set, per input (dtype, dims))
+        self._input_checks = None    # per input (name, type, fast check): `_input_checks`
         self._bounded: set = set()   # inputs given bounds (set_input_bound)
         self._cache: OrderedDict = OrderedDict()
         self._dynamic: CompiledPlan | None = None
@@ -368,21 +370,23 @@ class Session:
     # -- running -------------------------------------------------------------------------------
     def run(self, inputs: dict, outputs: dict | None = None) -> dict:
         """Run on named input arrays; named results (the `outputs` arrays where given)."""
-        unknown = [n for n in inputs if n not in self.input_names]
-        if unknown:
-            self._index(unknown[0])
         arrays, copied = {}, 0
         checks = self._input_checks
         if checks is None:
             checks = self._input_checks = _input_checks(self.input_names, self.input_types,
                                                         self._shapes)
-        for (name, type_), check in zip(zip(self.input_names, self.input_types), checks):
-            if name not in inputs:
+        if inputs.keys() != self._input_set:
+            unknown = [n for n in inputs if n not in self.input_names]
+            if unknown:
+                self._index(unknown[0])
+        for name, type_, check in checks:
+            array = inputs.get(name, _MISSING)
+            if array is _MISSING:
                 raise BindingError(f"missing input '{name}' (expected {type_})")
-            array = inputs[name]
             if check is not None and type(array) is np.ndarray and array.dtype == check[0] \
-                    and len(array.shape) == len(check[1]) and all(
-                        d is None or d == a for d, a in zip(check[1], array.shape)):
+                    and (array.shape == check[1] or (
+                        check[2] and len(array.shape) == len(check[1]) and all(
+                            d is None or d == a for d, a in zip(check[1], array.shape)))):
                 arrays[name] = array   # what check_input would accept as it is
                 continue
             if not isinstance(array, np.ndarray):
@@ -458,16 +462,18 @@ class Session:
 
 
 def _input_checks(names, types, shapes: dict) -> list:
-    """Per input, (dtype, dims) when an array of that dtype whose shape fits dims (None:
-    any size) passes `check_input` as it is and `run`'s set-shape check (a tensor with no
-    bounds; dims the shape set, if any); else None (the input is checked in full)."""
+    """Per input (name, type, check): check is (dtype, dims, dynamic) when an array of
+    that dtype whose shape fits dims (None: any size; `dynamic`: dims has one) passes
+    `check_input` as it is and `run`'s set-shape check (a tensor with no bounds; dims the
+    shape set, if any); else None (the input is checked in full)."""
     checks = []
     for name, type_ in zip(names, types):
         if not isinstance(type_, TensorType) or type_.shape is None or type_.bounds:
-            checks.append(None)
+            checks.append((name, type_, None))
             continue
         dims = tuple(shapes[name]) if name in shapes else tuple(type_.shape)
-        checks.append((np.dtype(numpy_dtype_name(type_.element_type)), dims))
+        checks.append((name, type_, (np.dtype(numpy_dtype_name(type_.element_type)), dims,
+                                     None in dims)))
     return checks
 
 
