@@ -64,7 +64,8 @@ def test_centred_float32_only_where_exact_and_kept_for_constants():
 
 
 def _dq_lstm(direction, steps, batch, size, hidden, seed, *, per_column=False,
-             r_range=(-128, 128), optional=True, peephole=False, unsigned=False):
+             r_range=(-128, 128), optional=True, peephole=False, unsigned=False,
+             lengths=None):
     """A DynamicQuantizeLSTM; int8 weights have zero points 0 (onnxruntime's rule),
     uint8 weights (`unsigned`) zero points near 128."""
     rng = np.random.default_rng(seed)
@@ -94,6 +95,9 @@ def _dq_lstm(direction, steps, batch, size, hidden, seed, *, per_column=False,
     else:
         ins[3] = ""
         del consts["B"]
+    if lengths is not None:
+        consts["L"] = np.asarray(lengths, np.int32)
+        ins[4] = "L"
     if peephole:
         ins[7] = "P"
     else:
@@ -147,12 +151,16 @@ def test_dynamic_quantize_lstm_fast_path(direction, case, monkeypatch):
         np.testing.assert_allclose(got[name], expected[name], atol=2e-3, err_msg=name)
 
 
-def test_dynamic_quantize_lstm_peephole_takes_the_reference():
-    """Peepholes are the reference kernel's (the fast path declines): still onnxruntime's
+@pytest.mark.parametrize("case", ["peephole", "short_sequence", "full_lengths"])
+def test_dynamic_quantize_lstm_declines_to_the_reference(case):
+    """Peepholes and sequences shorter than X are the reference kernel's (the fast path
+    declines); sequence lengths all X's are the fast path's. Either way onnxruntime's
     result."""
-    model, feeds = _dq_lstm("forward", 5, 1, 8, 8, 2, peephole=True)
+    model, feeds = _dq_lstm("bidirectional", 5, 2, 8, 8, 2, peephole=case == "peephole",
+                            lengths={"peephole": None, "short_sequence": [5, 3],
+                                     "full_lengths": [5, 5]}[case])
     want, got, stats = _run_both(model, feeds)
-    assert "graph.dynamic_quantize_lstm" in stats.temporary_ops
+    assert ("graph.dynamic_quantize_lstm" in stats.temporary_ops) == (case != "full_lengths")
     expected = _onnxruntime(model, feeds)
     for name in ("y", "y_h", "y_c"):
         np.testing.assert_array_equal(got[name], want[name])
