@@ -323,8 +323,9 @@ def recurrent(op, inputs, outputs, workspaces):
 def _fold_biases(config, bias, d, bias_rows, projected):
     """Add to X·Wᵀ the biases no step needs apart (Wb + Rb; GRU with linear_before_reset:
     Wbh alone, Rbh in the row after the gates'), each broadcast once into its `bias`
-    rows, then one add of every gate's rows per step (adds of same-shape contiguous
-    arrays: numpy buffers a broadcast operand)."""
+    rows, then one add of every gate's rows per step: adds of same-shape arrays, since
+    numpy buffers a broadcast operand (up to 8192 elements); a `projected` of at most
+    `_BROADCAST_ADD` elements (a buffer of that size at most) takes one broadcast add."""
     if bias is None:
         return
     gate_count = projected.shape[0]
@@ -334,6 +335,9 @@ def _fold_biases(config, bias, d, bias_rows, projected):
     if config.get("linear_before_reset"):
         np.copyto(sums[2], b[0, 2])
         np.copyto(bias_rows[3], b[1, 2])
+    if projected.size <= _BROADCAST_ADD:
+        np.add(projected, sums[:, None, None], projected)
+        return
     gates = bias_rows[:gate_count]
     if gates.shape[1] > 1:   # (per gate: numpy copies a source it cannot prove apart)
         for k in range(gate_count):
@@ -342,6 +346,9 @@ def _fold_biases(config, bias, d, bias_rows, projected):
     for t in range(projected.shape[1]):
         step = projected[:, t]
         add(step, gates, step)
+
+
+_BROADCAST_ADD = 1024   # elements: gtcrn's 3 x 33 x 1 x 8, one add instead of 33
 
 
 # -- the fast path: default activations, every entry running every step (module doc) -----
