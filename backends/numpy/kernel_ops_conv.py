@@ -84,10 +84,12 @@ def conv2d(op, inputs, outputs, workspaces):
         _depthwise(x, w, bias, y, padded, cols, (top, left), (sh, sw), (dh, dw))
         run_epilogue(config, inputs, y, epilogue_scratch(ws))
         return
-    if group == 1 and sh == 1 and kh > 1 and cols is not None and \
-            _kernel_rows_fit(cols.size, c, m, (kh, kw), dh, ho, wo):
+    rows_band = 0 if group > 1 or sh > 1 or kh == 1 or cols is None else \
+        _kernel_rows_band(cols.size, c, m, (kh, kw), dh, ho, wo, cols.itemsize)
+    if rows_band:
         for image in range(n):
-            _conv_kernel_rows(x[image], w, y[image], cols, (top, left), sw, (dh, dw))
+            _conv_kernel_rows(x[image], w, y[image], cols, rows_band, (top, left), sw,
+                              (dh, dw))
     elif cols is None:  # 1x1, stride 1, no pads: the image is the matrix
         for image in range(n):
             np.matmul(weights, x[image].reshape(group, cg, h * wd),
@@ -139,44 +141,58 @@ def conv2d(op, inputs, outputs, workspaces):
 # Below this many outputs per channel (32x32) the kh GEMMs of `_conv_kernel_rows` run
 # slower than the one of the im2col (a 26x26 image: 4% slower, 80x80: 40% faster)
 _KERNEL_ROWS_FROM = 1024
+# `_conv_kernel_rows` fills T and multiplies a band of output rows at a time, T's band
+# about this many bytes (and 8 rows at least: each band copies kh-1 rows more)
+_KERNEL_ROWS_BAND = 1 << 20
 
 
-def _kernel_rows_fit(size, c, m, kernel, dh, ho, wo):
-    """Whether `_conv_kernel_rows` pays (Ho*Wo >= _KERNEL_ROWS_FROM) and the im2col
-    workspace (`size` elements) holds what it keeps there: T (C x kw x (Ho + (kh-1)*dh)
-    x Wo), the weights by kernel row (kh x M x C*kw) and one kernel row's product (M x
-    Ho*Wo)."""
+def _kernel_rows_band(size, c, m, kernel, dh, ho, wo, itemsize):
+    """The output rows per band of `_conv_kernel_rows`, or 0 where it does not pay
+    (Ho*Wo < _KERNEL_ROWS_FROM) or the im2col workspace (`size` elements) does not hold
+    what it keeps there: T's band (C x kw x (rows + (kh-1)*dh) x Wo), the weights by
+    kernel row (kh x M x C*kw) and a kernel row's product (M x rows*Wo)."""
     kh, kw = kernel
-    return ho * wo >= _KERNEL_ROWS_FROM and \
-        c * kw * (ho + (kh - 1) * dh) * wo + m * c * kh * kw + m * ho * wo <= size
+    if ho * wo < _KERNEL_ROWS_FROM:
+        return 0
+    rows = min(ho, max(8, _KERNEL_ROWS_BAND // (itemsize * c * kw * wo)))
+    if c * kw * (rows + (kh - 1) * dh) * wo + m * c * kh * kw + m * rows * wo > size:
+        return 0
+    return rows
 
 
-def _conv_kernel_rows(image, w, out, cols, pads, sw, dilations):
-    """One image of a conv with stride 1 along the height, without an im2col: T = the
-    padded image's rows read at each kernel column (`_rows_t`, C x kw planes of (Ho +
-    (kh-1)*dh) x Wo, zeros for the pads), in which kernel row p's C*kw rows are runs of
-    Ho*Wo at offset p*dh*Wo, a plane apart: a BLAS matrix as it lies. Y = the sum over
-    kernel rows of W[:, :, p] (M x C*kw, repacked) times it: kh GEMMs, each product
-    after the first added to Y. kw copies of the image where the im2col makes kh*kw."""
+def _conv_kernel_rows(image, w, out, cols, band, pads, sw, dilations):
+    """One image of a conv with stride 1 along the height, without an im2col, `band`
+    output rows at a time: T = the padded image's rows read at each kernel column
+    (`_rows_t`, C x kw planes of (rows + (kh-1)*dh) x Wo, zeros for the pads), in which
+    kernel row p's C*kw rows are runs of rows*Wo at offset p*dh*Wo, a plane apart: a
+    BLAS matrix as it lies. Y = the sum over kernel rows of W[:, :, p] (M x C*kw,
+    repacked) times it: kh GEMMs, each product after the first added to Y. kw copies of
+    the image (and kh-1 rows a band) where the im2col makes kh*kw."""
     c, _, _ = image.shape
     m, _, kh, kw = w.shape
     dh, dw = dilations
     ho, wo = out.shape[1], out.shape[2]
-    hq, n = ho + (kh - 1) * dh, ho * wo
+    n = ho * wo
     flat = _view_as(cols, (cols.size,))
-    t_size, w_size = c * kw * hq * wo, m * c * kh * kw
+    t_size, w_size = c * kw * (band + (kh - 1) * dh) * wo, m * c * kh * kw
     by_row = _view_as(flat[t_size:t_size + w_size], (kh, m, c, kw))
     np.copyto(by_row, w.transpose(2, 0, 1, 3))
     by_row = _view_as(by_row, (kh, m, c * kw))
-    product = _view_as(flat[t_size + w_size:t_size + w_size + m * n], (m, n))
-    _rows_t(image, _view_as(flat[:t_size], (c, kw, hq, wo)), dw, sw, pads[0], pads[1])
+    scratch = flat[t_size + w_size:t_size + w_size + m * band * wo]
     target = _view_as(out, (m, n))
     item = flat.itemsize
-    for p in range(kh):
-        rows = _as_strided(flat[p * dh * wo:], (c * kw, n), (hq * wo * item, item))
-        np.matmul(by_row[p], rows, out=target if p == 0 else product)
-        if p:
-            np.add(target, product, out=target)
+    for r0 in range(0, ho, band):
+        rows = min(band, ho - r0)
+        hq, size = rows + (kh - 1) * dh, rows * wo
+        _rows_t(image, _view_as(flat[:c * kw * hq * wo], (c, kw, hq, wo)), dw, sw,
+                pads[0], pads[1], r0)
+        part = target[:, r0 * wo:r0 * wo + size]
+        product = _view_as(scratch[:m * size], (m, size))
+        for p in range(kh):
+            b_rows = _as_strided(flat[p * dh * wo:], (c * kw, size), (hq * wo * item, item))
+            np.matmul(by_row[p], b_rows, out=part if p == 0 else product)
+            if p:
+                np.add(part, product, out=part)
 
 
 def _tap_range(size, offset, stride, begin, out):
@@ -205,17 +221,18 @@ def _rows_first(flat, padded, c, kernel, dh, ho, wo, band):
     return (0, _view_as(padded, (padded.size,)))
 
 
-def _rows_t(image, t4, dw, sw, top, left):
-    """T[c, q] (`t4`, C x kw x (Ho + (kh-1)*dh) x Wo) = the padded image's rows read at
-    kernel column q, zeros in the pads: no padded copy."""
+def _rows_t(image, t4, dw, sw, top, left, r0=0):
+    """T[c, q] (`t4`, C x kw x (Ho + (kh-1)*dh) x Wo) = the padded image's rows (from row
+    `r0` on) read at kernel column q, zeros in the pads: no padded copy."""
     _, h, wd = image.shape
     _, kw, hq, wo = t4.shape
-    lo = min(hq, top)  # T rows [lo, hi) lie inside the image
-    hi = max(lo, min(hq, top + h))
+    lo = min(hq, max(0, top - r0))  # T rows [lo, hi) lie inside the image
+    hi = max(lo, min(hq, top + h - r0))
     if lo:
         t4[:, :, :lo] = 0
     if hi < hq:
         t4[:, :, hi:] = 0
+    i0 = lo + r0 - top
     for q in range(kw if hi > lo else 0):
         inside = t4[:, q, lo:hi]
         jlo, jhi, start = _tap_range(wd, q * dw, sw, left, wo)
@@ -227,7 +244,7 @@ def _rows_t(image, t4, dw, sw, top, left):
         if jhi < wo:
             inside[:, :, jhi:] = 0
         np.copyto(inside[:, :, jlo:jhi],
-                  image[:, lo - top:hi - top, start:start + (jhi - jlo - 1) * sw + 1:sw])
+                  image[:, i0:i0 + hi - lo, start:start + (jhi - jlo - 1) * sw + 1:sw])
 
 
 def _im2col_rows_first(flat, layout, t4, r0, rows, kernel, dh):

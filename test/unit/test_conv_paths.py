@@ -7,7 +7,8 @@ back, run with poisoning on (test_kernels.check), and the path itself must have 
   and phase, kernel rows summed into Y): pads or none (X read as it lies), a multiplier,
   dilations, strides (2x2, 3x2, 2x1, with a dilation), several bands, a batch, f64;
   smaller images keep the im2col path.
-- dense, stride 1 along the height, 32x32 outputs or more: `_conv_kernel_rows`.
+- dense, stride 1 along the height, 32x32 outputs or more: `_conv_kernel_rows` (T by
+  kernel column, one GEMM per kernel row summed into Y, in bands of output rows).
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from test_kernels import check, model_of, node, rand  # noqa: E402
 
 
 def _counting(monkeypatch, name) -> list:
-    """Calls of kernel_ops_conv.`name`, counted as they happen."""
+    """Calls of kernel_ops_conv.`name`, as they happen: each call's 5th argument (for
+    `_conv_kernel_rows`, its band of output rows)."""
     calls = []
     original = getattr(conv, name)
 
     def counted(*args, **kwargs):
-        calls.append(1)
+        calls.append(args[4])
         return original(*args, **kwargs)
 
     monkeypatch.setattr(conv, name, counted)
@@ -96,6 +98,23 @@ def test_dense_kernel_rows(monkeypatch, c, m, hw, kernel, strides, dilations, pa
     model, feeds = _conv_model(rng, (n, c) + hw, (m, c) + kernel, attrs, bias, dtype)
     check(model, feeds, "kernel.conv2d", atol=1e-5)
     assert len(calls) == n
+
+
+# Bands of 8 output rows (the fewest): T's band starts inside the top pad, in the image,
+# and runs into the bottom pad; dilated rows reach across bands.
+@pytest.mark.parametrize("hw, kernel, dilations, pads", [
+    ((37, 33), (3, 3), (1, 1), (1, 1, 1, 1)),
+    ((40, 32), (5, 3), (2, 1), (3, 0, 5, 2)),
+    ((33, 36), (2, 2), (1, 1), (0, 0, 1, 1)),
+])
+def test_dense_kernel_rows_in_bands(monkeypatch, hw, kernel, dilations, pads):
+    monkeypatch.setattr(conv, "_KERNEL_ROWS_BAND", 1)
+    calls = _counting(monkeypatch, "_conv_kernel_rows")
+    rng = np.random.default_rng(sum(hw))
+    attrs = {"pads": list(pads), "dilations": list(dilations)}
+    model, feeds = _conv_model(rng, (1, 3) + hw, (4, 3) + kernel, attrs, True)
+    check(model, feeds, "kernel.conv2d", atol=1e-5)
+    assert calls and calls[0] == 8
 
 
 def test_dense_kernel_rows_with_epilogue(monkeypatch):
