@@ -18,6 +18,9 @@ one of exactly the same type, so function signatures and users never see a new t
 | graph.transpose   | transpose(transpose(x, p), q) → transpose(x, p∘q), or x            |
 | graph.squeeze     | squeeze(unsqueeze(x, a), a) → x                                    |
 | graph.unsqueeze   | unsqueeze(squeeze(x, a), a) → x                                    |
+| graph.gather      | gather(f(w, ...), i) with f elementwise (or a cast) of constants,   |
+|                   | used only there → f(gather(w, i), ...): weights dequantized per    |
+|                   | gathered row instead of whole tables per run                       |
 | graph.batch_norm  | batch_norm(conv(x, W, B)) with constant W, B and bn params, the     |
 |                   | conv used only there → conv(x, W', B') (weights rescaled)          |
 
@@ -197,6 +200,79 @@ def cancel_squeeze_of_unsqueeze(rewriter, outer, inner):
 
 
 # ---------------------------------------------------------------------------
+# Gathers from elementwise functions of constants
+
+
+def _elementwise_names() -> tuple:
+    from palimpsest.dialects.graph.ops_elementwise import ElementwiseOp
+
+    names, pending = {"graph.cast"}, [ElementwiseOp]
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        name = getattr(cls, "name", None)
+        if name and not name.startswith("<"):
+            names.add(name)
+    return tuple(sorted(names))
+
+
+def _computed_from_constants(value, depth: int = 4) -> bool:
+    """`value` is a constant, or (within `depth` ops) a function of constants only."""
+    op = getattr(value, "op", None)
+    if op is None:
+        return False
+    if op.name == "graph.constant":
+        return True
+    return depth > 0 and not op.regions and all(
+        _computed_from_constants(v, depth - 1) for v in op.operands)
+
+
+def gather_before_elementwise(rewriter, gather, inner, indices):
+    """gather(f(a, b, ...), i, axis) → f(gather(a, i), gather(b, i), ...): exact, as f
+    works element by element and a gather only picks elements. An operand that lacks
+    the gathered axis (broadcast from the right) is used as it is; one that has it must
+    have the data's extent there. Only for f of constants (weights dequantized before an
+    embedding lookup, as quantized exports write them): f then runs on the picked rows,
+    not on the whole table every run."""
+    data = inner.results[0]
+    data_shape, result = getattr(data.type, "shape", None), gather.results[0].type
+    index_shape = getattr(indices.type, "shape", None)
+    if data_shape is None or index_shape is None or not isinstance(result, TensorType) \
+            or result.shape is None:
+        return None
+    if not all(_computed_from_constants(v) for v in inner.operands):
+        return None
+    rank, picked = len(data_shape), len(index_shape)
+    axis_attr = gather.properties.get("axis")
+    axis = (axis_attr.value if axis_attr is not None else 0) % max(rank, 1)
+    bounds = result.bounds or (None,) * len(result.shape)
+    operands = []
+    for value in inner.operands:
+        shape = _static_shape(value)
+        if shape is None:
+            return None
+        own_axis = axis - (rank - len(shape))
+        if own_axis < 0:          # broadcast along the gathered axis and all before it
+            operands.append(value)
+            continue
+        if shape[own_axis] != data_shape[axis]:
+            return None
+        lead = (None,) * own_axis
+        trail = (None,) * (len(shape) - own_axis - 1)
+        gathered_type = TensorType(
+            shape[:own_axis] + result.shape[axis:axis + picked] + shape[own_axis + 1:],
+            value.type.element_type).with_bounds(lead + bounds[axis:axis + picked] + trail)
+        picker = lookup_op("graph.gather")([value, indices], [gathered_type],
+                                           {"axis": A.IntegerAttr(own_axis, i64)})
+        picker.source_loc = gather.source_loc
+        operands.append(rewriter.insert(picker).results[0])
+    applied = type(inner)(operands, [result], dict(inner.properties), dict(inner.attributes),
+                          location=gather.location)
+    applied.source_loc = gather.source_loc
+    return applied
+
+
+# ---------------------------------------------------------------------------
 # Batch normalization folded into the convolution before it
 
 
@@ -286,6 +362,8 @@ PATTERNS = rules(
      cancel_unsqueeze_of_squeeze),
     (M("graph.squeeze", M("graph.unsqueeze", bind="inner"), ..., bind="outer"),
      cancel_squeeze_of_unsqueeze),
+    (M("graph.gather", M(_elementwise_names(), bind="inner", one_use=True), V("indices"),
+       bind="gather"), gather_before_elementwise),
     (M("graph.batch_norm",
        M("graph.conv", V("x"), _const("w"), ..., bind="conv", one_use=True),
        _const("scale"), _const("bias"), _const("mean"), _const("var"), bind="bn"),

@@ -469,3 +469,64 @@ def test_canonicalize_keeps_numpy_out_of_startup():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+def _gather_model(data_nodes, initializers, index_shape, axis):
+    """Gather(`data` (made by data_nodes from the initializers), ids) with ids an int64
+    input."""
+    nodes = data_nodes + [helper.make_node("Gather", ["data", "ids"], ["y"], axis=axis)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, index_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.asarray(a), name) for name, a in initializers.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("axis,scale_shape,index_shape", [
+    (0, (5, 1), (2, 3)),      # per-row scales (an embedding table), negative ids
+    (1, (1, 4), (3,)),        # per-column scales, gathered along the columns
+    (0, (4,), (2,)),          # scales broadcast from the right: used as they are
+    (-1, (5, 4), (2, 2)),     # full-shape operand, negative axis
+])
+def test_gather_moves_before_dequantization(axis, scale_shape, index_shape):
+    """gather(cast(q) * s + z, ids) → gather picks first, the dequantization runs on the
+    picked rows: bit-identical to the table dequantized whole."""
+    q = RNG.integers(-128, 128, (5, 4)).astype(np.int8)
+    initializers = {"q": q, "s": _f32(*scale_shape), "z": _f32(4)}
+    nodes = [helper.make_node("Cast", ["q"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["f", "s"], ["w"]),
+             helper.make_node("Add", ["w", "z"], ["data"])]
+    module = import_onnx(_gather_model(nodes, initializers, index_shape, axis))
+    extent = q.shape[axis]
+    ids = RNG.integers(-extent, extent, index_shape).astype(np.int64)
+    before = run(_func(module), {"ids": ids})
+    canonicalize(module)
+    verify(module)
+    after = run(_func(module), {"ids": ids})
+    np.testing.assert_array_equal(after["y"], before["y"])
+    names = _names(module)
+    assert names.index("graph.gather") < names.index("graph.cast"), names
+    assert names[-2] == "graph.add"      # the last op before the return
+
+
+def test_gather_of_elementwise_kept_when_not_of_constants_or_shared():
+    nodes = [helper.make_node("Cast", ["q"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["f", "f"], ["data"]),
+             helper.make_node("Gather", ["data", "ids"], ["y"]),
+             helper.make_node("ReduceSum", ["data"], ["z"])]
+    q = RNG.integers(-128, 128, (5, 4)).astype(np.int8)
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, (2,))],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "z")],
+        [numpy_helper.from_array(q, "q")])
+    module = import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    canonicalize(module)
+    names = _names(module)
+    assert names.index("graph.mul") < names.index("graph.gather")   # data is shared
+    # data computed from a function input: gathering first would not save a table pass
+    module = import_onnx(_model([helper.make_node("Relu", ["x"], ["data"]),
+                                 helper.make_node("Gather", ["data", "i"], ["y"])],
+                                [("x", (5, 4))], {"i": np.array([1, 0])}))
+    canonicalize(module)
+    names = _names(module)
+    assert names.index("graph.relu") < names.index("graph.gather")
