@@ -11,7 +11,8 @@ This module holds the dispatch tables (`KERNEL_IMPLS`, and `STEP_IMPLS` for the 
 a fused elementwise chain), `execute_kernel` and the helpers the implementations share;
 the implementations live beside it and register themselves when this module is imported:
 
-- `kernel_ops_conv.py`: sliding-window kernels, conv2d (im2col, depthwise) and pool2d.
+- `kernel_ops_conv.py`: conv2d (im2col; without one, by kernel row, and depthwise).
+- `kernel_ops_pool.py`: pool2d (separable, or over strided window views).
 - `kernel_ops_reduce.py`: kernels that reduce along an axis: matmul, softmax,
   layer_norm, reduce.
 - `kernel_ops_elementwise.py`: fused elementwise chains, one function per step (the
@@ -226,7 +227,7 @@ def step(*names):
 
 from palimpsest.backends.numpy import (  # noqa: E402,F401  (registration)
     kernel_ops_attention, kernel_ops_conv, kernel_ops_elementwise, kernel_ops_movement,
-    kernel_ops_recurrent,
+    kernel_ops_pool, kernel_ops_recurrent,
     kernel_ops_reduce, kernel_ops_slicing, kernel_ops_spatial)
 
 __all__ = ["KERNEL_IMPLS", "STEP_IMPLS", "config_of", "kernel_info", "execute_kernel", "workspaces_by_role"]
