@@ -211,7 +211,8 @@ def _lstm_steps(projected, r_floats, r_scale, r_bias, h, c, hs) -> bool:
     r_scales = r_scale.reshape(dirs, -1)[:, 0].tolist() if r_scale.size == dirs else None
     for s in range(len(projected)):
         flat = h.reshape(dirs, -1)
-        quantization = _h_quantization(flat.min(axis=1).tolist(), flat.max(axis=1).tolist())
+        quantization = _h_quantization(np.minimum.reduce(flat, axis=1).tolist(),
+                                       np.maximum.reduce(flat, axis=1).tolist())
         if quantization is None:
             return False
         divisors, tops, scales = quantization
