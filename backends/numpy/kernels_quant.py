@@ -26,17 +26,17 @@ from palimpsest.dialects.graph.reference.quant import centred
 _EXACT32 = 2.0 ** 24
 
 
-def _centred_operand(a, zero: float, weight):
-    """(a - zero as floats, the weight's floats of the same type): float32 when every
-    product sum is exact in it (`weight.bound` times max |a - zero|: from a's type's
-    range, else, when that is too wide, from two reductions over a's bytes), else
-    float64."""
+def _exact_floats(a, zero: float, weight):
+    """The float type in which `a` - `zero` times the centred `weight` is exact, and the
+    weight in it: float32 when every product sum stays below 2**24 (`weight.bound` times
+    max |a - zero|: from a's type's range, else, when that is too wide, from two
+    reductions over a's bytes), else float64."""
     info = np.iinfo(a.dtype)
     largest = max(zero - info.min, info.max - zero)
     if not weight.exact_narrow(largest) and a.size:
         largest = max(zero - float(a.min()), float(a.max()) - zero)
-    dtype = np.float32 if weight.exact_narrow(largest) else np.float64
-    return np.subtract(a, dtype(zero), dtype=dtype), weight.floats(largest)
+    floats = weight.floats(largest)
+    return floats.dtype.type, floats
 
 
 def _matmul_integer(inputs, attrs, outs):
@@ -56,9 +56,10 @@ def _matmul_integer(inputs, attrs, outs):
         return False
     weight = centred(b, b_zero, (1, -1) if b_zero is not None and b_zero.size > 1 else (),
                      (0,))
-    left, right = _centred_operand(a, 0.0 if a_zero is None else float(a_zero.reshape(-1)[0]),
-                                   weight)
-    np.copyto(out, np.matmul(left, right), casting="unsafe")
+    zero = 0.0 if a_zero is None else float(a_zero.reshape(-1)[0])
+    dtype, right = _exact_floats(a, zero, weight)
+    np.copyto(out, np.matmul(np.subtract(a, dtype(zero), dtype=dtype), right),
+              casting="unsafe")
     return True
 
 
@@ -99,13 +100,13 @@ def _conv_integer(inputs, attrs, outs):
     weight = centred(w, w_zero, (-1, 1, 1, 1) if w_zero is not None and w_zero.size > 1
                      else (), (1, 2, 3))
     zero = 0.0 if x_zero is None else float(x_zero.reshape(-1)[0])
-    inner_x, weights = _centred_operand(x, zero, weight)
+    dtype, weights = _exact_floats(x, zero, weight)
     if begin == [0, 0] and end == [0, 0]:
-        padded = inner_x
+        padded = np.subtract(x, dtype(zero), dtype=dtype)
     else:   # pads read as the zero point: 0 once centred
-        padded = np.zeros((n, c, h + begin[0] + end[0], width + begin[1] + end[1]),
-                          inner_x.dtype)
-        padded[:, :, begin[0]:begin[0] + h, begin[1]:begin[1] + width] = inner_x
+        padded = np.zeros((n, c, h + begin[0] + end[0], width + begin[1] + end[1]), dtype)
+        np.subtract(x, dtype(zero), dtype=dtype,
+                    out=padded[:, :, begin[0]:begin[0] + h, begin[1]:begin[1] + width])
     sn, sc, sh, sw = padded.strides
     windows = as_strided(padded, (n, c, kh, kw, size[0], size[1]),
                          (sn, sc, sh * dilations[0], sw * dilations[1],
