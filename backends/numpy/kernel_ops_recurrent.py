@@ -354,9 +354,19 @@ _BROADCAST_ADD = 1024   # elements: gtcrn's 3 x 33 x 1 x 8, one add instead of 3
 # -- the fast path: default activations, every entry running every step (module doc) -----
 
 
+def _sigmoid_by(x, half) -> None:
+    """sigmoid(x) in place as 0.5 * tanh(0.5 * x) + 0.5, `half` 0.5 in x's shape (the
+    rounding of `_sigmoid`: scaling by 0.5 is exact)."""
+    np.multiply(x, half, x)
+    np.tanh(x, x)
+    np.multiply(x, half, x)
+    np.add(x, half, x)
+
+
 def _fast_gru(order, r_t, projected, rows, y, linear_before_reset) -> np.ndarray:
-    """A GRU direction's steps (module note above); the last hidden state (a row of Y)."""
+    """A GRU direction's steps (module doc); the last hidden state (a row of Y)."""
     mul, add, sub, tanh, matmul = np.multiply, np.add, np.subtract, np.tanh, np.matmul
+    sigmoid = _sigmoid_by
     g = rows["gates"]
     z, reset, cand = g
     zr = g[:2]
@@ -377,10 +387,7 @@ def _fast_gru(order, r_t, projected, rows, y, linear_before_reset) -> np.ndarray
         else:                       # h~ = g(xWh + (r * H) Rhᵀ + Wbh + Rbh)
             matmul(h, r_zr, zr)
         add(zr, p_zr[:, t], zr)
-        mul(zr, half, zr)
-        tanh(zr, zr)
-        mul(zr, half, zr)
-        add(zr, half, zr)
+        sigmoid(zr, half)
         if linear_before_reset:
             mul(cand, reset, cand)
         else:
@@ -396,9 +403,10 @@ def _fast_gru(order, r_t, projected, rows, y, linear_before_reset) -> np.ndarray
 
 
 def _fast_lstm(order, r_t, projected, rows, y) -> tuple:
-    """An LSTM direction's steps (module note above): the last hidden state (a row of Y)
+    """An LSTM direction's steps (module doc): the last hidden state (a row of Y)
     and the last cell state (a `cell` row)."""
     mul, add, tanh, matmul = np.multiply, np.add, np.tanh, np.matmul
+    sigmoid = _sigmoid_by
     g = rows["gates"]
     i, o, f, cand = g
     iof = g[:3]
@@ -412,10 +420,7 @@ def _fast_lstm(order, r_t, projected, rows, y) -> tuple:
         c, c_next = cells[current], cells[1 - current]
         matmul(h, r_t, g)
         add(g, projected[:, t], g)
-        mul(iof, half, iof)
-        tanh(iof, iof)
-        mul(iof, half, iof)
-        add(iof, half, iof)
+        sigmoid(iof, half)
         tanh(cand, cand)
         mul(f, c, c_next)           # C' = f * C + i * g(c)
         mul(i, cand, i)
