@@ -659,13 +659,16 @@ RULES = {
 # Graph ops that a float16 compute runs as onnxruntime's CPU provider runs them (its
 # InsertCastTransformer): the f16 ins cast to f32 (constants once, at compile time), the
 # f32 kernel, each f16 result rounded back to f16 (passes/lower_to_kernels.py,
-# `_f16_in_f32`). Not the ops that move or reduce f16 as it is (transpose, concat,
-# gather, pad, split, slice, reduce, global pools) nor nearest resize: their kernels
-# take f16 and are exact in it.
+# `_f16_in_f32`). Not the ops that move f16 as it is (transpose, concat, gather, pad,
+# split, slice) nor nearest resize, exact in f16, nor the reductions, which accumulate
+# f16 in f32 and round once (kernel.reduce). The global pools are lifted all the same:
+# the f32 copy of their input usually serves the op after them too (squeeze-excite's
+# mul), and kernel.reduce reads f32 faster.
 F16_IN_F32 = frozenset(set(K.STEPS) | {
     "graph.conv", "graph.conv_transpose", "graph.matmul", "graph.gemm", "graph.max_pool",
-    "graph.average_pool", "graph.softmax", "graph.layer_norm", "graph.resize",
-    "graph.attention", "graph.lstm", "graph.gru", "graph.rnn"})
+    "graph.average_pool", "graph.global_average_pool", "graph.global_max_pool",
+    "graph.softmax", "graph.layer_norm", "graph.resize", "graph.attention", "graph.lstm",
+    "graph.gru", "graph.rnn"})
 
 
 def computes_f16_in_f32(op: Operation) -> bool:

@@ -549,11 +549,13 @@ def _f16_in_f32(computes: list, packer) -> tuple:
         return out, lifted
     wanted = set(computes)
     shadows: dict = {}   # f16 buffer -> its values cast to f32, while its memory is unwritten
+    rounded: dict = {}   # f16 buffer -> (the f32 result it rounds, that cast), likewise
     for op in list(computes[0].parent.ops):
         if op.name in BETWEEN_OK:
             continue
         if op.name != "buffer.compute" or op.regions:
             shadows.clear()   # (writes what it may)
+            rounded.clear()
             continue
         if op not in wanted:
             continue
@@ -562,9 +564,10 @@ def _f16_in_f32(computes: list, packer) -> tuple:
         if not halves or not computes_f16_in_f32(op) or any(
                 None in v.type.shape for v in halves):
             _forget_written(shadows, outs)
+            _forget_written(rounded, outs)
             out.append(op)
             continue
-        replaced = {}
+        replaced = _unrounded(op, ins, outs, rounded, out)
         for value in ins:
             if value in replaced or not is_f16(value.type.element_type):
                 continue
@@ -580,6 +583,7 @@ def _f16_in_f32(computes: list, packer) -> tuple:
                 shadows[value] = wide
             replaced[value] = wide
         _forget_written(shadows, outs)
+        _forget_written(rounded, outs)
         anchor = op
         results = []
         written = {}   # (an out may be an in too: written in place)
@@ -589,14 +593,60 @@ def _f16_in_f32(computes: list, packer) -> tuple:
             wide = written[value] = temporary(op, value)
             anchor = insert_cast(anchor, wide, value, 10, before=False)
             results.append(anchor)
+            rounded[value] = (wide, anchor)
         for index, value in enumerate(op.operands):
             wide = (replaced if index < len(ins) else written).get(value)
             if wide is not None:
                 op.set_operand(index, wide)
+        for value in ins:   # an f16 buffer that only a rounding cast wrote, now unread
+            owner = getattr(value, "op", None)
+            if value in replaced and value not in outs and isinstance(owner, AllocOp) \
+                    and owner.kind.value == "activation" and all(
+                        u.name == "buffer.dealloc" for u in value.users()):
+                for user in list(value.users()):
+                    user.erase()
+                owner.erase()
         out.append(op)
         out.extend(results)
         lifted += 1
     return out, lifted
+
+
+# Ops whose result rounds to f16 as their operand's rounding would: monotone, exact on
+# f16 values (relu(round(x)) = round(relu(x)); max(round(a), b) = round(max(a, b)) for
+# an f16 b). Such an op after a lifted compute reads the compute's f32 result, not its
+# rounding, when nothing else reads that: one rounding after both, and the pair can fold
+# (an epilogue) as onnxruntime's would not, with the same numbers.
+ROUNDING_COMMUTES = ("graph.relu", "graph.abs", "graph.neg", "graph.clip", "graph.max",
+                     "graph.min", "graph.max_pool")
+
+
+def _unrounded(op: Operation, ins: list, outs: list, rounded: dict, computes: list) -> dict:
+    """{f16 in: the f32 result its rounding cast reads} for the one in of `op` (of
+    ROUNDING_COMMUTES) that a lifted compute's cast wrote and only `op` reads; that cast
+    goes (from the block and from `computes`)."""
+    name = op.properties["op"].value
+    if name not in ROUNDING_COMMUTES or (name == "graph.max_pool" and len(outs) != 1):
+        return {}
+    candidates = ins[:1] if name not in ("graph.max", "graph.min") else ins
+    for value in candidates:
+        found = rounded.get(value)
+        if found is None or ins.count(value) != 1:
+            continue
+        wide, cast = found
+        others = [u for u in value.users()
+                  if u is not op and u is not cast and u.name != "buffer.dealloc"]
+        if others:   # only readers of what `op` writes there in place, after it
+            if value not in outs:
+                continue
+            position = {o: i for i, o in enumerate(op.parent.ops)}
+            if any(position.get(u, -1) < position[op] for u in others):
+                continue
+        del rounded[value]
+        computes.remove(cast)
+        cast.erase()
+        return {value: wide}
+    return {}
 
 
 def _forget_written(shadows: dict, outs: list) -> None:
