@@ -39,19 +39,28 @@ def _exact_floats(a, zero: float, weight):
     return floats.dtype.type, floats
 
 
+def _integer_operands(inputs, outs):
+    """(out, a, b, a's zero point, b's) of MatMulInteger or ConvInteger when both
+    operands are 8-bit integers, a's zero point per tensor and the out int32; else
+    None."""
+    if not 2 <= len(inputs) <= 4 or outs[0].dtype != np.int32:
+        return None
+    a, b, a_zero, b_zero = (list(inputs) + [None, None])[:4]
+    if a is None or b is None or any(v.dtype.kind not in "iu" or v.dtype.itemsize != 1
+                                     for v in (a, b)) \
+            or (a_zero is not None and a_zero.size != 1):
+        return None
+    return outs[0], a, b, a_zero, b_zero
+
+
 def _matmul_integer(inputs, attrs, outs):
     """MatMulInteger as one BLAS GEMM of the centred operands. Per-tensor A zero point,
     per-tensor or per-column B zero point; anything else: the reference kernel."""
-    out = outs[0]
-    if not 2 <= len(inputs) <= 4 or out.dtype != np.int32:
+    operands = _integer_operands(inputs, outs)
+    if operands is None:
         return False
-    a, b = inputs[0], inputs[1]
-    a_zero = inputs[2] if len(inputs) > 2 else None
-    b_zero = inputs[3] if len(inputs) > 3 else None
-    if a is None or b is None or a.dtype.kind not in "iu" or b.dtype.kind not in "iu" \
-            or a.dtype.itemsize != 1 or b.dtype.itemsize != 1 or a.ndim < 2 or b.ndim != 2 \
-            or (a_zero is not None and a_zero.size != 1) \
-            or (b_zero is not None and b_zero.size not in (1, b.shape[-1])) \
+    out, a, b, a_zero, b_zero = operands
+    if a.ndim < 2 or b.ndim != 2 or (b_zero is not None and b_zero.size not in (1, b.shape[-1])) \
             or a.shape[-1] != b.shape[0] or out.shape != a.shape[:-1] + b.shape[-1:]:
         return False
     weight = centred(b, b_zero, (1, -1) if b_zero is not None and b_zero.size > 1 else (),
@@ -72,16 +81,11 @@ def _conv_integer(inputs, attrs, outs):
 
     from palimpsest.dialects.graph.reference.nn import _window_geometry
 
-    out = outs[0]
-    if not 2 <= len(inputs) <= 4 or out.dtype != np.int32:
+    operands = _integer_operands(inputs, outs)
+    if operands is None:
         return False
-    x, w = inputs[0], inputs[1]
-    x_zero = inputs[2] if len(inputs) > 2 else None
-    w_zero = inputs[3] if len(inputs) > 3 else None
-    if x is None or w is None or x.ndim != 4 or w.ndim != 4 or x.dtype.kind not in "iu" \
-            or w.dtype.kind not in "iu" or x.dtype.itemsize != 1 or w.dtype.itemsize != 1 \
-            or (x_zero is not None and x_zero.size != 1) \
-            or (w_zero is not None and w_zero.size not in (1, w.shape[0])):
+    out, x, w, x_zero, w_zero = operands
+    if x.ndim != 4 or w.ndim != 4 or (w_zero is not None and w_zero.size not in (1, w.shape[0])):
         return False
     n, c, h, width = x.shape
     m, cg, kh, kw = w.shape
@@ -281,12 +285,14 @@ def _dynamic_quantize_lstm(inputs, attrs, outs):
     state = (dirs, batch, hidden)
     if w.shape != (dirs, size, gates) or r.shape != (dirs, hidden, gates) \
             or i_attr(attrs, "hidden_size", hidden) != hidden \
-            or any(p.size not in (dirs, dirs * gates) for p in (w_scale, w_zero, r_scale, r_zero)) \
+            or any(p.size not in (dirs, dirs * gates)
+                   for p in (w_scale, w_zero, r_scale, r_zero)) \
             or (b is not None and b.shape != (dirs, 2 * gates)) \
             or (lengths is not None and (lengths.size != batch or np.any(lengths != steps))) \
             or any(v is not None and v.shape != state for v in (h0, c0)) \
             or outs[0].shape != (steps, dirs, batch, hidden) \
-            or any(o.shape != state for o in outs[1:]) or any(o.dtype != np.float32 for o in outs) \
+            or any(o.shape != state for o in outs[1:]) \
+            or any(o.dtype != np.float32 for o in outs) \
             or any(_overlaps(o, x, h0, c0) for o in outs):
         return False
     f32 = np.float32
