@@ -7,7 +7,7 @@ where every partial sum is an integer below 2**24, else in float64.
 
 | graph op | how |
 |---|---|
-| matmul_integer (8-bit, per-tensor A zero point, per-tensor/column B's) | A centred into one temporary (float32 where exact) and one GEMM |
+| matmul_integer (8-bit, per-tensor A zero point, per-tensor/column B's) | A centred into one temporary (float32 where exact; a large A a cache-sized block of rows at a time) and one GEMM (per block) |
 | conv_integer (2-D, 8-bit, per-tensor x zero point, per-tensor/channel W's) | im2col of the centred input (a strided window view, copied once) and one grouped GEMM |
 | dynamic_quantize_linear (f32) | min/max, then divide, rint, add the zero point and clip in one float32 temporary, copied into the uint8 out |
 | dynamic_quantize_lstm (LSTM's default activations, no clip, peepholes or short sequences) | both directions side by side in one loop over time, in preallocated buffers |
@@ -67,8 +67,19 @@ def _matmul_integer(inputs, attrs, outs):
                      (0,))
     zero = 0.0 if a_zero is None else float(a_zero.reshape(-1)[0])
     dtype, right = _exact_floats(a, zero, weight)
-    np.copyto(out, np.matmul(np.subtract(a, dtype(zero), dtype=dtype), right),
-              casting="unsafe")
+    depth = a.shape[-1]
+    chunk = max(1, _l2_bytes() // 4 // (depth * right.itemsize))
+    if a.size <= chunk * depth or not (a.flags.c_contiguous and out.flags.c_contiguous):
+        np.copyto(out, np.matmul(np.subtract(a, dtype(zero), dtype=dtype), right),
+                  casting="unsafe")
+        return True
+    # a large A centred a block of rows at a time, into a buffer that stays in cache
+    rows, products = a.reshape(-1, depth), out.reshape(-1, out.shape[-1])
+    buffer = np.empty((chunk, depth), dtype)
+    for start in range(0, len(rows), chunk):
+        block = buffer[:len(rows) - start] if start + chunk > len(rows) else buffer
+        np.subtract(rows[start:start + chunk], dtype(zero), out=block, dtype=dtype)
+        np.copyto(products[start:start + chunk], np.matmul(block, right), casting="unsafe")
     return True
 
 

@@ -221,3 +221,27 @@ def test_pow_cube_and_square_as_onnxruntime(exponent):
         np.testing.assert_array_equal(got["y"], expected)
     else:
         np.testing.assert_allclose(got["y"], expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("l2", [None, 8192])
+def test_matmul_integer_large_a_by_blocks_of_rows(l2, monkeypatch):
+    """A large A is centred a cache-sized block of rows at a time (an 8 KiB "L2": blocks
+    of 2 rows of 256, the last one short): still onnxruntime's result, bit for bit."""
+    from palimpsest.backends.numpy import kernels_quant
+
+    if l2 is not None:
+        monkeypatch.setattr(kernels_quant, "_l2_bytes", lambda: l2)
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 256, (3, 5, 256)).astype(np.uint8)
+    b = rng.integers(-128, 128, (256, 3)).astype(np.int8)
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])], "g",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, list(a.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
+        [numpy_helper.from_array(b, "b"), numpy_helper.from_array(np.array(131, np.uint8), "az"),
+         numpy_helper.from_array(np.array([3, -7, 0], np.int8), "bz")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    want, got, stats = _run_both(model, {"a": a})
+    assert "graph.matmul_integer" not in stats.temporary_ops
+    np.testing.assert_array_equal(got["y"], want["y"])
+    np.testing.assert_array_equal(got["y"], _onnxruntime(model, {"a": a})["y"])
