@@ -9,7 +9,7 @@ where every partial sum is an integer below 2**24, else in float64.
 |---|---|
 | matmul_integer (8-bit, per-tensor A zero point, per-tensor/column B's) | A centred into one temporary (float32 where exact; a large A a cache-sized block of rows at a time) and one GEMM (per block) |
 | conv_integer (2-D, 8-bit, per-tensor x zero point, per-tensor/channel W's) | im2col of the centred input (a strided window view, copied once) and one grouped GEMM |
-| dynamic_quantize_linear (f32) | min/max, then divide, rint, add the zero point and clip in one float32 temporary, copied into the uint8 out |
+| dynamic_quantize_linear (f32) | min/max, then divide, rint, saturate and add the zero point into the uint8 out, a cache-sized block at a time |
 | dynamic_quantize_lstm (LSTM's default activations, no clip, peepholes or short sequences) | both directions side by side in one loop over time, in preallocated buffers |
 """
 
@@ -135,10 +135,11 @@ def _conv_integer(inputs, attrs, outs):
 
 def _dynamic_quantize_linear(inputs, attrs, outs):
     """DynamicQuantizeLinear as the reference computes it (float32 scale and zero point
-    from min(0, min x) and max(0, max x); y = saturate(rint(x / scale) + zero)), with one
-    float32 temporary and the result written into the out: rint(x / scale) lies within
-    [-255, 255], so adding the zero point in float32 is as exact as the reference's
-    float64. Non-float32 x, or a scale that is not finite: the reference kernel."""
+    from min(0, min x) and max(0, max x); y = saturate(rint(x / scale) + zero)), through
+    one float32 temporary of at most an eighth of L2 (a contiguous x a block at a time)
+    into the out: rint(x / scale) lies within [-255, 255], so adding the zero point in
+    float32 is as exact as the reference's float64. Non-float32 x, or a scale that is
+    not finite: the reference kernel."""
     if len(inputs) != 1 or not 1 <= len(outs) <= 3:
         return False
     x, y = inputs[0], outs[0]
@@ -155,11 +156,18 @@ def _dynamic_quantize_linear(inputs, attrs, outs):
         return False
     if scale:
         zero = np.uint8(np.clip(np.rint(zero32 - low / scale), 0, 255))
-        scaled = np.divide(x, scale)
-        np.rint(scaled, out=scaled)
-        np.add(scaled, np.float32(zero), out=scaled)
-        np.clip(scaled, 0, 255, out=scaled)
-        np.copyto(y, scaled, casting="unsafe")
+        offset, top = np.float32(zero), np.float32(255 - int(zero))
+        flat = x.flags.c_contiguous and y.flags.c_contiguous
+        xs, ys = (x.reshape(-1), y.reshape(-1)) if flat else (x, y)
+        block = max(1, _l2_bytes() // 16) if flat else x.size   # elements, float32
+        scaled = np.empty(min(block, x.size) if flat else x.shape, np.float32)
+        for start in range(0, x.size, block):   # a block at a time: `scaled` stays cached
+            part = scaled[:min(block, x.size - start)] if flat else scaled
+            np.divide(xs[start:start + block] if flat else xs, scale, out=part)
+            np.rint(part, out=part)
+            # rint(x / scale) >= rint(min(0, min x) / scale) = -zero: only the top saturates
+            np.minimum(part, top, out=part)
+            np.add(part, offset, out=ys[start:start + block] if flat else ys, casting="unsafe")
     else:
         zero = np.uint8(0)
         y.fill(0)

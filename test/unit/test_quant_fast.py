@@ -245,3 +245,29 @@ def test_matmul_integer_large_a_by_blocks_of_rows(l2, monkeypatch):
     assert "graph.matmul_integer" not in stats.temporary_ops
     np.testing.assert_array_equal(got["y"], want["y"])
     np.testing.assert_array_equal(got["y"], _onnxruntime(model, {"a": a})["y"])
+
+
+@pytest.mark.parametrize("case", ["normal", "ties", "positive"])
+def test_dynamic_quantize_linear_by_blocks(case, monkeypatch):
+    """DynamicQuantizeLinear a block at a time (a 1 KiB "L2": blocks of 64 elements, the
+    last one short) equals the reference and onnxruntime, bit for bit, saturation and
+    ties included."""
+    from palimpsest.backends.numpy import kernels_quant
+
+    monkeypatch.setattr(kernels_quant, "_l2_bytes", lambda: 1024)
+    rng = np.random.default_rng(8)
+    x = {"normal": rng.standard_normal((4, 33)),
+         "ties": np.linspace(-2.55, 2.55, 132).reshape(4, 33),
+         "positive": rng.random((4, 33)) + 0.5}[case].astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info(n, t, None) for n, t in
+         (("y", TensorProto.UINT8), ("s", TensorProto.FLOAT), ("z", TensorProto.UINT8))], [])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    want, got, stats = _run_both(model, {"x": x})
+    assert "graph.dynamic_quantize_linear" not in stats.temporary_ops
+    expected = _onnxruntime(model, {"x": x})
+    for name in ("y", "s", "z"):
+        np.testing.assert_array_equal(got[name], want[name])
+        np.testing.assert_array_equal(got[name], expected[name])
