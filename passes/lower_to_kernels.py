@@ -13,11 +13,11 @@ the IR and the planner can share it with activations that are dead during the op
 
 | graph op | kernel op | when (otherwise `kernel.generic`) |
 |---|---|---|
-| conv | conv2d | 4-D, f32/f64; auto_pad SAME_* needs static spatial dims |
+| conv | conv2d | 4-D, f32/f64 (f16: below); auto_pad SAME_* needs static spatial dims |
 | conv_transpose | conv_transpose (workspace: `cols`) | rank >= 3, f32/f64, static kernel dims; auto_pad SAME_* and output_shape need static spatial dims |
 | matmul, gemm | matmul | same element types (gemm: f32/f64) |
 | max_pool (one result), average_pool | pool2d | 4-D; auto_pad as conv |
-| global_average_pool, global_max_pool | reduce (mean/max over the spatial dims) | f32/f64 |
+| global_average_pool, global_max_pool | reduce (mean/max over the spatial dims) | f16/f32/f64 |
 | softmax | softmax | f32/f64 |
 | layer_norm (one result) | layer_norm | f32/f64, stash_type of the same precision |
 | reduce_mean, reduce_sum, reduce_max | reduce | constant (or absent) axes |
@@ -56,6 +56,22 @@ kernel op at the chain's place writing the chain's out, when T feeds only the ch
 `activation` alloc, or written in place by the chain), no chain in and no kernel in
 shares storage with the out, and the kernel op verifies. T's buffer and the chain's
 intermediates go.
+
+**float16** (`f16-in-f32`, default true): first, as onnxruntime's CPU provider runs f16
+(its InsertCastTransformer), each f16 compute of `F16_IN_F32` (kernel_rules.py: the ops
+above with an f32 kernel, elementwise steps included) with static shapes becomes a cast
+of each f16 in to f32 (`kernel.generic` graph.cast, which both backends run; a
+constant's cast is done once, at compile time: a new f32 constant), the compute on f32
+buffers (so it lowers, fuses and folds as f32 does, and the planner sees the f32
+temporaries), and a cast of each result back into its f16 out: each op's result
+rounded to f16, as onnxruntime's are. An f16 buffer cast to f32 serves every later
+lifted compute that reads it until its memory is written. An op whose result rounds as
+its operand's would (`ROUNDING_COMMUTES`: relu, abs, neg, clip, max, min, max_pool)
+reads its lifted producer's f32 result when nothing else reads the rounding: one cast
+rounds both, and the two can fold. This runs after the activation patterns (onnxruntime
+fuses Sigmoid*Mul unrounded too); conv + batch-norm is folded before, by canonicalize,
+in f16 arithmetic as onnxruntime's ConvBNFusion does. Ops that move or reduce f16 as it
+is (transpose, concat, gather, pad, split, slice, reduce, nearest resize) keep it.
 
 **Prepacked weights** (`prepack-weights`, default true): then passes/prepack_weights.py
 stores a transposed matmul's constant operand transposed, once.
@@ -636,11 +652,12 @@ def _unrounded(op: Operation, ins: list, outs: list, rounded: dict, computes: li
         wide, cast = found
         others = [u for u in value.users()
                   if u is not op and u is not cast and u.name != "buffer.dealloc"]
-        if others:   # only readers of what `op` writes there in place, after it
-            if value not in outs:
-                continue
-            position = {o: i for i, o in enumerate(op.parent.ops)}
-            if any(position.get(u, -1) < position[op] for u in others):
+        if _root(value) is not value or any(u.name != "buffer.compute" for u in others):
+            continue   # (an alias might read it)
+        if others:   # only ops done with it before the cast, or, when `op` writes it in
+            position = {o: i for i, o in enumerate(op.parent.ops)}   # place, after `op`
+            if any(not position.get(u, -1) < position[cast] and not (
+                    value in outs and position.get(u, -1) > position[op]) for u in others):
                 continue
         del rounded[value]
         computes.remove(cast)
