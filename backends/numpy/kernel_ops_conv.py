@@ -89,8 +89,9 @@ def conv2d(op, inputs, outputs, workspaces):
         _kernel_rows_band(cols.size, c, m, (kh, kw), dh, ho, wo, cols.itemsize)
     if rows_band:
         for image in range(n):
-            _conv_kernel_rows(x[image], w, y[image], cols, rows_band, (top, left), sw,
+            _conv_kernel_rows(x[image], w, bias, y[image], cols, rows_band, (top, left), sw,
                               (dh, dw))
+        bias = None  # added band by band, in cache
     elif cols is None:  # 1x1, stride 1, no pads: the image is the matrix
         for image in range(n):
             np.matmul(weights, x[image].reshape(group, cg, h * wd),
@@ -132,8 +133,12 @@ def conv2d(op, inputs, outputs, workspaces):
                     np.copyto(_view_as(part, (c, kh, kw, rows, wo)),
                               _im2col_view(src, kh, kw, dh, dw, sh, sw, ho, wo)
                               [:, :, :, r0:r0 + rows])
-                np.matmul(weights, _view_as(part, (group, cg * kh * kw, rows * wo)),
-                          out=target[:, :, r0 * wo:(r0 + rows) * wo])
+                out = target[:, :, r0 * wo:(r0 + rows) * wo]
+                np.matmul(weights, _view_as(part, (group, cg * kh * kw, rows * wo)), out=out)
+                if bias is not None and band < ho:  # while the band is in cache
+                    np.add(out, _view_as(bias, (group, mg, 1)), out=out)
+        if band < ho:
+            bias = None
     if bias is not None:
         np.add(y, bias.reshape(1, m, 1, 1), out=y)
     run_epilogue(config, inputs, y, epilogue_scratch(ws))
@@ -161,14 +166,15 @@ def _kernel_rows_band(size, c, m, kernel, dh, ho, wo, itemsize):
     return rows
 
 
-def _conv_kernel_rows(image, w, out, cols, band, pads, sw, dilations):
+def _conv_kernel_rows(image, w, bias, out, cols, band, pads, sw, dilations):
     """One image of a conv with stride 1 along the height, without an im2col, `band`
     output rows at a time: T = the padded image's rows read at each kernel column
     (`_rows_t`, C x kw planes of (rows + (kh-1)*dh) x Wo, zeros for the pads), in which
     kernel row p's C*kw rows are runs of rows*Wo at offset p*dh*Wo, a plane apart: a
     BLAS matrix as it lies. Y = the sum over kernel rows of W[:, :, p] (M x C*kw,
-    repacked) times it: kh GEMMs, each product after the first added to Y. kw copies of
-    the image (and kh-1 rows a band) where the im2col makes kh*kw."""
+    repacked) times it: kh GEMMs, each product after the first added to Y, then the
+    bias (while the band is in cache). kw copies of the image (and kh-1 rows a band)
+    where the im2col makes kh*kw."""
     c, _, _ = image.shape
     m, _, kh, kw = w.shape
     dh, dw = dilations
@@ -194,6 +200,8 @@ def _conv_kernel_rows(image, w, out, cols, band, pads, sw, dilations):
             np.matmul(by_row[p], b_rows, out=part if p == 0 else product)
             if p:
                 np.add(part, product, out=part)
+        if bias is not None:
+            np.add(part, _view_as(bias, (m, 1)), out=part)
 
 
 def _tap_range(size, offset, stride, begin, out):

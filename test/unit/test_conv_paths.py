@@ -9,6 +9,8 @@ back, run with poisoning on (test_kernels.check), and the path itself must have 
   smaller images keep the im2col path.
 - dense, stride 1 along the height, 32x32 outputs or more: `_conv_kernel_rows` (T by
   kernel column, one GEMM per kernel row summed into Y, in bands of output rows).
+- the im2col in bands of output rows, the bias added band by band (strided, grouped,
+  dilated, stride phases).
 """
 
 from __future__ import annotations
@@ -23,13 +25,12 @@ from test_kernels import check, model_of, node, rand  # noqa: E402
 
 
 def _counting(monkeypatch, name) -> list:
-    """Calls of kernel_ops_conv.`name`, as they happen: each call's 5th argument (for
-    `_conv_kernel_rows`, its band of output rows)."""
+    """Calls of kernel_ops_conv.`name`, as they happen: each call's arguments."""
     calls = []
     original = getattr(conv, name)
 
     def counted(*args, **kwargs):
-        calls.append(args[4])
+        calls.append(args)
         return original(*args, **kwargs)
 
     monkeypatch.setattr(conv, name, counted)
@@ -114,7 +115,7 @@ def test_dense_kernel_rows_in_bands(monkeypatch, hw, kernel, dilations, pads):
     attrs = {"pads": list(pads), "dilations": list(dilations)}
     model, feeds = _conv_model(rng, (1, 3) + hw, (4, 3) + kernel, attrs, True)
     check(model, feeds, "kernel.conv2d", atol=1e-5)
-    assert calls and calls[0] == 8
+    assert calls and calls[0][5] == 8   # the band: output rows
 
 
 def test_dense_kernel_rows_with_epilogue(monkeypatch):
@@ -135,3 +136,21 @@ def test_dense_small_images_keep_im2col(monkeypatch):
                                True)
     check(model, feeds, "kernel.conv2d", atol=1e-5)
     assert not calls
+
+
+# The im2col in bands of output rows (forced here: bands of one row), the bias added
+# band by band: strided, grouped, dilated.
+@pytest.mark.parametrize("c, m, group, hw, kernel, strides, dilations, pads", [
+    (3, 4, 1, (9, 10), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
+    (4, 6, 2, (8, 9), (3, 2), (1, 2), (2, 1), (0, 1, 2, 1)),
+    (2, 3, 1, (12, 11), (7, 7), (2, 2), (1, 1), (3, 3, 3, 3)),
+])
+def test_im2col_bands_add_bias(monkeypatch, c, m, group, hw, kernel, strides, dilations,
+                               pads):
+    monkeypatch.setattr(conv, "_CHUNK_FROM", 0)
+    monkeypatch.setattr(conv, "_CHUNK_BYTES", 1)
+    rng = np.random.default_rng(c * m)
+    attrs = {"group": group, "pads": list(pads), "strides": list(strides),
+             "dilations": list(dilations)}
+    model, feeds = _conv_model(rng, (2, c) + hw, (m, c // group) + kernel, attrs, True)
+    check(model, feeds, "kernel.conv2d", atol=1e-5)
