@@ -48,7 +48,7 @@ def pool2d(op, inputs, outputs, workspaces):
             _pool_axis(x[image], middle, 1, rows, combine)
             _pool_axis(middle, y[image], 2, cols, combine)
     else:
-        _pool_windows(x, y, padded, config, combine)
+        _pool_windows(x, y, padded, ((kh, kw), (sh, sw), (dh, dw), (top, left)), combine)
     if is_max:
         return
     divisor = ws.get("divisor")
@@ -104,13 +104,11 @@ def _pool_axis(src, dst, axis, taps, combine):
         combine(window, at(src, tap), out=window)
 
 
-def _pool_windows(x, y, padded, config, combine):
-    """Every kernel offset's strided window combined into Y, through the padded image."""
+def _pool_windows(x, y, padded, geometry, combine):
+    """Every kernel offset's strided window combined into Y, through the padded image;
+    `geometry` = (kernel, strides, dilations, (top, left) pads)."""
     n, c, h, wd = x.shape
-    kh, kw = config["kernel_shape"]
-    sh, sw = config["strides"]
-    dh, dw = config["dilations"]
-    top, left = config["pads"][0], config["pads"][1]
+    (kh, kw), (sh, sw), (dh, dw), (top, left) = geometry
     ho, wo = y.shape[2], y.shape[3]
     if padded is not None:
         if combine is np.add:

@@ -47,6 +47,17 @@ def _conv_model(rng, x_shape, w_shape, attrs, bias, dtype=np.float32):
     return model_of([node("Conv", ins, attrs)], {"x": x}, consts), {"x": x}
 
 
+def _checked(monkeypatch, path, seed, x_shape, w_shape, attrs, bias=True,
+             dtype=np.float32) -> list:
+    """A one-Conv model (random X, W, bias) checked at the kernel level (sums of up to 49
+    products: atol 1e-5); the calls of kernel_ops_conv.`path` it made."""
+    calls = _counting(monkeypatch, path)
+    model, feeds = _conv_model(np.random.default_rng(seed), x_shape, w_shape, attrs, bias,
+                               dtype)
+    check(model, feeds, "kernel.conv2d", atol=1e-5)
+    return calls
+
+
 @pytest.mark.parametrize("c, mg, hw, kernel, strides, dilations, pads, n, bias, dtype", [
     (8, 1, (20, 18), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 2, True, np.float32),
     (5, 2, (11, 13), (5, 5), (1, 1), (1, 1), (2, 2, 2, 2), 1, False, np.float32),
@@ -62,23 +73,16 @@ def _conv_model(rng, x_shape, w_shape, attrs, bias, dtype=np.float32):
 ])
 def test_depthwise_rows_first(monkeypatch, c, mg, hw, kernel, strides, dilations, pads, n,
                               bias, dtype):
-    calls = _counting(monkeypatch, "_depthwise_rows_first")
-    rng = np.random.default_rng(c + mg)
     attrs = {"group": c, "pads": list(pads), "strides": list(strides),
              "dilations": list(dilations)}
-    model, feeds = _conv_model(rng, (n, c) + hw, (c * mg, 1) + kernel, attrs, bias, dtype)
-    check(model, feeds, "kernel.conv2d", atol=1e-5)   # sums of up to 25 products
-    assert calls
+    assert _checked(monkeypatch, "_depthwise_rows_first", c + mg, (n, c) + hw,
+                    (c * mg, 1) + kernel, attrs, bias, dtype)
 
 
 def test_depthwise_small_images_keep_im2col(monkeypatch):
     """A 7x7 image: kh BLAS calls per channel cost more than the copies they save."""
-    calls = _counting(monkeypatch, "_depthwise_rows_first")
-    rng = np.random.default_rng(7)
-    attrs = {"group": 16, "pads": [2, 2, 2, 2]}
-    model, feeds = _conv_model(rng, (1, 16, 7, 7), (16, 1, 5, 5), attrs, True)
-    check(model, feeds, "kernel.conv2d", atol=1e-5)
-    assert not calls
+    assert not _checked(monkeypatch, "_depthwise_rows_first", 7, (1, 16, 7, 7),
+                        (16, 1, 5, 5), {"group": 16, "pads": [2, 2, 2, 2]})
 
 
 # Dense convs, stride 1 along the height, 32x32 outputs or more: `_conv_kernel_rows`
@@ -93,11 +97,9 @@ def test_depthwise_small_images_keep_im2col(monkeypatch):
 ])
 def test_dense_kernel_rows(monkeypatch, c, m, hw, kernel, strides, dilations, pads, n,
                            bias, dtype):
-    calls = _counting(monkeypatch, "_conv_kernel_rows")
-    rng = np.random.default_rng(c * 3 + m)
     attrs = {"pads": list(pads), "strides": list(strides), "dilations": list(dilations)}
-    model, feeds = _conv_model(rng, (n, c) + hw, (m, c) + kernel, attrs, bias, dtype)
-    check(model, feeds, "kernel.conv2d", atol=1e-5)
+    calls = _checked(monkeypatch, "_conv_kernel_rows", c * 3 + m, (n, c) + hw,
+                     (m, c) + kernel, attrs, bias, dtype)
     assert len(calls) == n
 
 
@@ -110,11 +112,8 @@ def test_dense_kernel_rows(monkeypatch, c, m, hw, kernel, strides, dilations, pa
 ])
 def test_dense_kernel_rows_in_bands(monkeypatch, hw, kernel, dilations, pads):
     monkeypatch.setattr(conv, "_KERNEL_ROWS_BAND", 1)
-    calls = _counting(monkeypatch, "_conv_kernel_rows")
-    rng = np.random.default_rng(sum(hw))
-    attrs = {"pads": list(pads), "dilations": list(dilations)}
-    model, feeds = _conv_model(rng, (1, 3) + hw, (4, 3) + kernel, attrs, True)
-    check(model, feeds, "kernel.conv2d", atol=1e-5)
+    calls = _checked(monkeypatch, "_conv_kernel_rows", sum(hw), (1, 3) + hw, (4, 3) + kernel,
+                     {"pads": list(pads), "dilations": list(dilations)})
     assert calls and calls[0][5] == 8   # the band: output rows
 
 
@@ -130,12 +129,8 @@ def test_dense_kernel_rows_with_epilogue(monkeypatch):
 
 
 def test_dense_small_images_keep_im2col(monkeypatch):
-    calls = _counting(monkeypatch, "_conv_kernel_rows")
-    rng = np.random.default_rng(5)
-    model, feeds = _conv_model(rng, (1, 8, 20, 20), (8, 8, 3, 3), {"pads": [1, 1, 1, 1]},
-                               True)
-    check(model, feeds, "kernel.conv2d", atol=1e-5)
-    assert not calls
+    assert not _checked(monkeypatch, "_conv_kernel_rows", 5, (1, 8, 20, 20), (8, 8, 3, 3),
+                        {"pads": [1, 1, 1, 1]})
 
 
 # The im2col in bands of output rows (forced here: bands of one row), the bias added
@@ -149,8 +144,7 @@ def test_im2col_bands_add_bias(monkeypatch, c, m, group, hw, kernel, strides, di
                                pads):
     monkeypatch.setattr(conv, "_CHUNK_FROM", 0)
     monkeypatch.setattr(conv, "_CHUNK_BYTES", 1)
-    rng = np.random.default_rng(c * m)
     attrs = {"group": group, "pads": list(pads), "strides": list(strides),
              "dilations": list(dilations)}
-    model, feeds = _conv_model(rng, (2, c) + hw, (m, c // group) + kernel, attrs, True)
-    check(model, feeds, "kernel.conv2d", atol=1e-5)
+    _checked(monkeypatch, "_im2col_rows_first", c * m, (2, c) + hw, (m, c // group) + kernel,
+             attrs)
