@@ -10,7 +10,7 @@ where every partial sum is an integer below 2**24, else in float64.
 | matmul_integer (8-bit, per-tensor A zero point, per-tensor/column B's) | A centred into one temporary (float32 where exact; a large A a cache-sized block of rows at a time) and one GEMM (per block) |
 | conv_integer (2-D, 8-bit, per-tensor x zero point, per-tensor/channel W's) | im2col of the centred input (a strided window view, copied once) and one grouped GEMM |
 | dynamic_quantize_linear (f32) | min/max, then divide, rint, saturate and add the zero point into the uint8 out, a cache-sized block at a time |
-| dynamic_quantize_lstm (LSTM's default activations, no clip, peepholes or short sequences) | both directions side by side in one loop over time, in preallocated buffers |
+| dynamic_quantize_lstm (LSTM's default activations, no clip, peepholes or short sequences) | X projected by one GEMM per direction; one loop over time for both directions (or one after the other where that keeps each R in L2), in preallocated buffers |
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ import numpy as np
 
 from palimpsest.backends.numpy.kernels import FAST, _overlaps
 from palimpsest.dialects.graph.reference.quant import centred
-
-_EXACT32 = 2.0 ** 24
 
 
 def _exact_floats(a, zero: float, weight):
