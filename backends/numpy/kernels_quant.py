@@ -146,15 +146,14 @@ def _dynamic_quantize_linear(inputs, attrs, outs):
             or (len(outs) > 2 and (outs[2].dtype != np.uint8 or outs[2].size != 1)) \
             or _overlaps(y, x):
         return False
-    zero32 = np.float32(0)
-    low = np.minimum(zero32, x.min()) if x.size else zero32
-    high = np.maximum(zero32, x.max()) if x.size else zero32
-    scale = (high - low) / np.float32(255)
-    if not np.isfinite(scale):
+    quantization = _quantization([float(x.min()) if x.size else 0.0],
+                                   [float(x.max()) if x.size else 0.0])
+    if quantization is None:
         return False
+    _, (top,), (scale,) = quantization
+    scale, zero = np.float32(scale), np.uint8(255 - top)
     if scale:
-        zero = np.uint8(np.clip(np.rint(zero32 - low / scale), 0, 255))
-        offset, top = np.float32(zero), np.float32(255 - int(zero))
+        offset, top = np.float32(zero), np.float32(top)
         flat = x.flags.c_contiguous and y.flags.c_contiguous
         xs, ys = (x.reshape(-1), y.reshape(-1)) if flat else (x, y)
         block = max(1, _l2_bytes() // 16) if flat else x.size   # elements, float32
@@ -166,8 +165,7 @@ def _dynamic_quantize_linear(inputs, attrs, outs):
             # rint(x / scale) >= rint(min(0, min x) / scale) = -zero: only the top saturates
             np.minimum(part, top, out=part)
             np.add(part, offset, out=ys[start:start + block] if flat else ys, casting="unsafe")
-    else:
-        zero = np.uint8(0)
+    else:   # x all zeros
         y.fill(0)
     if len(outs) > 1:
         outs[1].reshape(-1)[0] = scale
@@ -176,12 +174,12 @@ def _dynamic_quantize_linear(inputs, attrs, outs):
     return True
 
 
-def _h_quantization(lows, highs):
-    """Per direction, DynamicQuantizeLinear's float32 scale and zero point over
-    [min(0, low), max(0, high)] as (divisors, 255 - zero points, scales): Python floats
-    rounded to float32 after each operation, which for +, -, * and / of float32 values
-    is the float32 operation's result; a zero scale (an all-zero h) divides by 1.
-    None where a scale is not finite."""
+def _quantization(lows, highs):
+    """Per range (an LSTM direction's h, or all of x), DynamicQuantizeLinear's float32
+    scale and zero point over [min(0, low), max(0, high)] as (divisors, 255 - zero
+    points, scales): Python floats rounded to float32 after each operation, which for +,
+    -, * and / of float32 values is the float32 operation's result (and far fewer numpy
+    calls); a zero scale (all zeros) divides by 1. None where a scale is not finite."""
     divisors, tops, scales = [], [], []
     for low, high in zip(lows, highs):
         low, high = min(low, 0.0), max(high, 0.0)
@@ -233,7 +231,7 @@ def _lstm_steps(projected, r_floats, r_scale, r_bias, h, c, hs) -> bool:
     r_scales = r_scale.reshape(dirs, -1)[:, 0].tolist() if r_scale.size == dirs else None
     for s in range(len(projected)):
         flat = h.reshape(dirs, -1)
-        quantization = _h_quantization(np.minimum.reduce(flat, axis=1).tolist(),
+        quantization = _quantization(np.minimum.reduce(flat, axis=1).tolist(),
                                        np.maximum.reduce(flat, axis=1).tolist())
         if quantization is None:
             return False
