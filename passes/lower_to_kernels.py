@@ -566,6 +566,7 @@ def _f16_in_f32(computes: list, packer) -> tuple:
     wanted = set(computes)
     shadows: dict = {}   # f16 buffer -> its values cast to f32, while its memory is unwritten
     rounded: dict = {}   # f16 buffer -> (the f32 result it rounds, that cast), likewise
+    elementwise: list = []   # lifted elementwise computes (written in place after the walk)
     for op in list(computes[0].parent.ops):
         if op.name in BETWEEN_OK:
             continue
@@ -625,7 +626,39 @@ def _f16_in_f32(computes: list, packer) -> tuple:
         out.append(op)
         out.extend(results)
         lifted += 1
+        if op.properties["op"].value in K.STEPS and len(written) == 1:
+            elementwise.append(op)
+    for op in elementwise:
+        _in_place(op)
     return out, lifted
+
+
+def _in_place(op: Operation) -> None:
+    """A lifted elementwise compute writes its f32 result over an f32 in of its type
+    that nothing reads after it (a temporary of `_f16_in_f32`: a cast's or a lifted
+    producer's), as bufferize writes f32 in place: its own temporary goes."""
+    target = op.outs[0]
+    alloc = target.op
+    if not isinstance(alloc, AllocOp) or alloc.kind.value != "activation" \
+            or any(u is not op and u.name != "buffer.compute" for u in target.users()):
+        return
+    position = None
+    for value in op.ins:
+        owner = getattr(value, "op", None)
+        if value.type != target.type or not isinstance(owner, AllocOp) \
+                or owner.kind.value != "activation" or owner.parent is not op.parent:
+            continue
+        if position is None:
+            position = {o: i for i, o in enumerate(op.parent.ops)}
+        if any(u.name != "buffer.compute" or position.get(u, len(position)) > position[op]
+               for u in value.users() if u is not op):
+            continue
+        for user in list(target.users()):
+            for index, operand in enumerate(user.operands):
+                if operand is target:
+                    user.set_operand(index, value)
+        alloc.erase()
+        return
 
 
 # Ops whose result rounds to f16 as their operand's rounding would: monotone, exact on
