@@ -277,7 +277,6 @@ def _dynamic_quantize_lstm(inputs, attrs, outs):
     LSTM's default activations without clip, peepholes, input_forget, layout 1 or
     sequences shorter than X: the reference."""
     from palimpsest.dialects.graph.reference._common import i_attr, s_attr
-    from palimpsest.dialects.graph.reference.quant import dynamic_quantize_linear
     from palimpsest.dialects.graph.reference.recurrent import quantized_weights
 
     if len(inputs) != 12 or not 1 <= len(outs) <= 3:
@@ -317,9 +316,15 @@ def _dynamic_quantize_lstm(inputs, attrs, outs):
     r_scale = r_scale.astype(f32).reshape(dirs, 1, -1)
 
     # every step's X W^T, in step order: direction d's step s is its time reversed(d)[s]
-    xq, x_scale, x_zero = dynamic_quantize_linear([x.reshape(-1, size)], {})
+    quantization = _quantization([float(x.min())], [float(x.max())])
+    if quantization is None:
+        return False
+    (divisor,), (top,), (x_scale,) = quantization
     w_floats = quantized_weights(w, w_zero).floats(255)
-    xc = np.subtract(xq, w_floats.dtype.type(x_zero), dtype=w_floats.dtype)
+    xc = np.divide(x.reshape(-1, size), f32(divisor))    # X quantized, centred
+    np.rint(xc, out=xc)
+    np.minimum(xc, f32(top), out=xc)
+    xc = xc.astype(w_floats.dtype, copy=False)
     projected = np.empty((steps, dirs, batch, gates), f32)
     for d in range(dirs):
         view = projected[::-1, d] if direction == "reverse" or d == 1 else projected[:, d]
