@@ -194,7 +194,7 @@ class ExecutorLoop:
         values = self._constants_of(plan)
         values.update(zip(func.entry_block.args, arrays))
         pools = None
-        if self.caching and plan.arena_ops:
+        if self.caching and plan.lean is not None:
             program, pools = self._bind_fixed(plan, values, depth)
         poison_after = plan.poison_after if self.poison else None
         profiler = self.profiler
@@ -259,6 +259,7 @@ class ExecutorLoop:
                 return dict(bound)
         values: dict = {}
         attrs = []
+        plan.fixed_pools = plan.fixed_values = None   # views of the old constants
         for op in plan.constant_ops:
             self._constant(op, values, 0)
             attrs.append((op, op.properties["value"]))
@@ -489,7 +490,7 @@ class FunctionPlan:
         self.arena_ops, fixed = _fixed_ops(block, self.poison_after)
         self.fixed_results = [op.results[0] for op in fixed]
         self.program = _program(func)
-        if self.arena_ops:
+        if self.arena_ops or fixed:
             self.unpooled = [step for step in self.program if step[1] not in self.arena_ops]
             skip = fixed | set(self.arena_ops)
             self.lean = [step for step in self.program if step[1] not in skip]
@@ -556,12 +557,15 @@ def _program(func) -> list:
     return program
 
 
+_FIXED_ROOTS = frozenset({"memory.arena", "buffer.constant"})
+
+
 def _fixed_ops(block, poison_after: dict) -> tuple[list, set]:
     """The block's `memory.arena` ops, when every one comes before any op but a
     `buffer.constant`, and the `buffer.view`s (static offset and shape) and
-    `buffer.reshape`s (static shape) of them, directly or through each other, after which
-    nothing is poisoned: what one run binds is what the next binds on the same arenas.
-    ([], set()) when the arenas are not all at the head."""
+    `buffer.reshape`s (static shape) of them or of constants, directly or through each
+    other, after which nothing is poisoned: what one run binds is what the next binds on
+    the same arenas and constants. ([], set()) when the arenas are not all at the head."""
     arenas, fixed, head = [], set(), True
     for op in block.ops:
         name = op.name
@@ -576,7 +580,7 @@ def _fixed_ops(block, poison_after: dict) -> tuple[list, set]:
             continue
         source = getattr(op.operands[0], "op", None)
         type_ = op.results[0].type
-        if source is None or (source not in fixed and source.name != "memory.arena") \
+        if source is None or (source not in fixed and source.name not in _FIXED_ROOTS) \
                 or None in type_.shape or (name == "buffer.view" and (
                     "offset" not in op.properties or len(op.operands) != 1)):
             continue

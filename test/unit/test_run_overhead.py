@@ -167,3 +167,40 @@ def test_recurrence_read_from_a_run_time_r(op, seq, batch):
     kernel = next(op for op in session.last_plan.module.walk()
                   if op.name in ("kernel.lstm", "kernel.gru"))
     assert "packed_r" not in kernel.properties   # (a run-time R is never prepacked)
+
+
+def test_fixed_reshapes_of_a_constant_follow_a_new_value():
+    """A 1-D conv's weights reach its kernel through a `buffer.reshape` of the constant,
+    bound from the last run like the arena views; a constant given a new value (a pass
+    rewrote it) is read again and the reshape made again from it."""
+    from palimpsest.ir import attributes as A
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 3, 12)).astype(np.float32)
+    weights = [rng.standard_normal((4, 3, 3)).astype(np.float32) for _ in range(2)]
+
+    def conv(w):
+        node = h.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3])
+        graph = h.make_graph([node], "conv", [h.make_tensor_value_info("x", T.FLOAT, x.shape)],
+                             [h.make_tensor_value_info("y", T.FLOAT, None)],
+                             initializer=[numpy_helper.from_array(w, "w")])
+        model = h.make_model(graph, opset_imports=[h.make_opsetid("", 14)])
+        model.ir_version = 8
+        return model
+
+    want = [ort.InferenceSession(conv(w).SerializeToString()).run(["y"], {"x": x})[0]
+            for w in weights]
+    session = Session(import_onnx(conv(weights[0])), poison=True)
+    for _ in range(3):
+        np.testing.assert_allclose(session.run({"x": x})["y"], want[0], rtol=1e-5, atol=1e-5)
+    module = session.last_plan.module
+    plan = session.last_plan.executor.plans[session.last_plan.func]
+    constant = next(op for op in module.walk() if op.name == "buffer.constant"
+                    and op.results[0].type.shape == (4, 3, 3))
+    reshape = next(op for op in module.walk() if op.name == "buffer.reshape"
+                   and op.operands[0] is constant.results[0])
+    assert reshape.results[0] in plan.fixed_results
+    old = constant.properties["value"]
+    constant.properties["value"] = A.DenseElementsAttr.from_numpy(weights[1], old.type)
+    for _ in range(2):
+        np.testing.assert_allclose(session.run({"x": x})["y"], want[1], rtol=1e-5, atol=1e-5)
