@@ -25,6 +25,7 @@ from palimpsest.dialects.graph.from_onnx import import_onnx  # noqa: E402
 from palimpsest.passes.pass_manager import PassManager, parse_pipeline  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
+from example_models import onnxruntime_run  # noqa: E402
 from opencl_support import compare_backends, requires_opencl  # noqa: E402
 
 H = np.float16
@@ -128,13 +129,8 @@ MODELS = {"conv_bn_swish": conv_bn_swish, "conv_bn": conv_bn,
 
 
 def _onnxruntime(model, feeds):
-    ort = pytest.importorskip("onnxruntime")
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    return dict(zip(names, session.run(names, feeds)))
+    pytest.importorskip("onnxruntime")
+    return onnxruntime_run(model, feeds)
 
 
 def _reference(model, feeds):
