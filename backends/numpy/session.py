@@ -412,7 +412,7 @@ class Session:
         hit = None
         compile_seconds = 0.0
         if self.specialize:
-            signature = tuple(tuple(arrays[n].shape) for n in self.input_names)
+            signature = tuple([a.shape for a in arrays.values()])   # (in input order)
             plan, hit = self._lookup(signature)
             if not hit:
                 compile_seconds = plan.compile_seconds
