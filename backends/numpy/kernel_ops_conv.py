@@ -436,6 +436,19 @@ def _depthwise_rows_band(size, c, mg, kernel, strides, dh, ho, wo):
     return max(1, min(c, min(size, _DEPTHWISE_L2) // per))
 
 
+def _live_kernel_rows(kh, dh, sh, ho, top, h):
+    """The kernel rows [lo, hi) whose windows reach the image: row p reads padded rows
+    p*dh, p*dh + sh, ... (Ho of them), all in the pads (zeros) outside [lo, hi), as the
+    outer rows of a 5x5 kernel over a 2-row image with 2 pads."""
+    lo = 0
+    while lo < kh and lo * dh + (ho - 1) * sh < top:
+        lo += 1
+    hi = kh
+    while hi > lo and (hi - 1) * dh >= top + h:
+        hi -= 1
+    return lo, hi
+
+
 def _depthwise_rows_first(x, weights, bias, y, padded, cols, band, kernel, pads, strides,
                           dilations):
     """Depthwise without an im2col: per band of channels, T = the padded image's rows
@@ -444,8 +457,9 @@ def _depthwise_rows_first(x, weights, bias, y, padded, cols, band, kernel, pads,
     a channel are then runs of T (phase p*dh % sh, from its row p*dh // sh), Hq*Wo*sh
     apart: a BLAS matrix as it lies, so one batched matmul per phase multiplies each
     channel's kernel rows (kw weights each) by them, and the kh products are summed into
-    Y (exactly Ho x Wo: nothing to copy out), the bias added while they are in cache.
-    Two passes over kw copies of the image's rows 1/sh, where the im2col copies kh*kw."""
+    Y (exactly Ho x Wo: nothing to copy out), the bias added while they are in cache;
+    kernel rows that read only pads are left out. Two passes over kw copies of the
+    image's rows 1/sh, where the im2col copies kh*kw."""
     n, c, h, wd = x.shape
     _, mg, taps = weights.shape
     kh, kw = kernel
@@ -457,6 +471,7 @@ def _depthwise_rows_first(x, weights, bias, y, padded, cols, band, kernel, pads,
     # kernel rows p0, p0 + step, ... share a phase and lie `rise` rows apart in it
     step = sh // math.gcd(sh, dh)
     rise = dh // math.gcd(sh, dh)
+    live = _live_kernel_rows(kh, dh, sh, ho, top, h)
     by_row = _view_as(weights, (c, mg, kh, kw)).transpose(0, 2, 1, 3)
     flat = _view_as(cols, (cols.size,))
     item = flat.itemsize
@@ -479,15 +494,18 @@ def _depthwise_rows_first(x, weights, bias, y, padded, cols, band, kernel, pads,
                           _as_strided(src[c0:c0 + k, phase:], (k, kw, rows, wo),
                                       (s0, s2 * dw, s1 * sh, s2 * sw)))
             products = _view_as(flat[t_size:t_size + k * kh * mg * size], (k, kh, mg, size))
-            for p0 in range(min(step, kh)):
+            for p0 in range(live[0], min(live[0] + step, live[1])):
                 start = (p0 * dh % sh * hq + p0 * dh // sh) * wo
-                count = len(range(p0, kh, step))
-                np.matmul(by_row[c0:c0 + k, p0::step],
+                count = len(range(p0, live[1], step))
+                np.matmul(by_row[c0:c0 + k, p0:live[1]:step],
                           _as_strided(flat[start:], (k, count, kw, size),
                                       (kw * plane * item, rise * wo * item, plane * item,
                                        item)),
-                          out=products[:, p0::step])
+                          out=products[:, p0:live[1]:step])
             out = target[c0:c0 + k]
-            np.add.reduce(products, axis=1, out=out)
+            if live[1] > live[0]:
+                np.add.reduce(products[:, live[0]:live[1]], axis=1, out=out)
+            else:
+                out.fill(0)
             if bias is not None:
                 np.add(out, _view_as(bias[c0 * mg:(c0 + k) * mg], (k, mg, 1)), out=out)

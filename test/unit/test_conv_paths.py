@@ -5,8 +5,8 @@ back, run with poisoning on (test_kernels.check), and the path itself must have 
 - depthwise with kh*kw*Ho*Wo >= 2500 (3x3 from 17x17 outputs, 5x5 from 10x10):
   `_depthwise_rows_first` (T by kernel column and row phase, a batched matmul per band
   and phase, kernel rows summed into Y): pads or none (X read as it lies), a multiplier,
-  dilations, strides (2x2, 3x2, 2x1, with a dilation), several bands, a batch, f64;
-  smaller images keep the im2col path.
+  dilations, strides (2x2, 3x2, 2x1, with a dilation), several bands, a batch, f64,
+  kernel rows that read only pads; smaller images keep the im2col path.
 - dense, stride 1 along the height, 32x32 outputs or more: `_conv_kernel_rows` (T by
   kernel column, one GEMM per kernel row summed into Y, in bands of output rows).
 - the im2col in bands of output rows, the bias added band by band (strided, grouped,
@@ -70,6 +70,11 @@ def _checked(monkeypatch, path, seed, x_shape, w_shape, attrs, bias=True,
     (5, 1, (43, 40), (3, 3), (3, 2), (2, 1), (2, 1, 0, 2), 1, False, np.float32),
     (3, 1, (41, 40), (3, 3), (2, 1), (2, 1), (0, 0, 0, 0), 1, True, np.float64),
     (40, 1, (44, 44), (5, 5), (2, 2), (1, 1), (2, 1, 1, 2), 1, True, np.float32),
+    # kernel rows that read only pads (left out): above and below a 2-row image, around
+    # a 1-row image strided, dilated
+    (6, 1, (2, 100), (5, 5), (1, 1), (1, 1), (2, 2, 2, 2), 1, True, np.float32),
+    (4, 2, (1, 240), (5, 5), (2, 2), (1, 1), (2, 2, 2, 2), 1, True, np.float32),
+    (3, 1, (2, 200), (3, 3), (1, 1), (2, 1), (2, 1, 2, 1), 1, False, np.float32),
 ])
 def test_depthwise_rows_first(monkeypatch, c, mg, hw, kernel, strides, dilations, pads, n,
                               bias, dtype):
