@@ -281,17 +281,27 @@ def _chain_launch(call, steps, wiring, props) -> Launch:
 @generator("graph.cast")
 def cast(call) -> list:
     """A `kernel.generic` graph.cast: C conversion (float to integer truncates toward
-    zero, as numpy's astype); to bool is `!= 0`. f16 has no C type here: the host."""
+    zero, as numpy's astype); to bool is `!= 0`. f16 to and from f32 (lower-to-kernels
+    runs f16 ops in f32 between such casts) through vload_half / vstore_half_rte, core
+    OpenCL C without cl_khr_fp16 (PoCL's CPU device has no f16 arithmetic); f16 with any
+    other type: the host."""
     x, y = call.ins[0], call.outs[0]
-    source, target = x.ctype, y.ctype
+    half = {x.dtype.name, y.dtype.name} == {"float16", "float32"}
+    source = "half" if half and x.dtype.name == "float16" else x.ctype
+    target = "half" if half and y.dtype.name == "float16" else y.ctype
     value = "(x[i] != 0)" if y.dtype.kind == "b" else "x[i]"
+    store = f"y[i] = ({target})({value});"
+    if source == "half":
+        store = "y[i] = vload_half(i, x);"
+    elif target == "half":
+        store = "vstore_half_rte(x[i], i, y);"
     buffers = [("x", source, False), ("y", target, True)]
     size = y.size
     program = (f"__kernel void cast({params(*buffers)}) {{\n"
                f"  const long i = get_global_id(0);\n"
                f"  if (i >= {size}L) return;\n"
                f"{bind(*buffers)}\n"
-               f"  y[i] = ({target})({value});\n}}\n")
+               f"  {store}\n}}\n")
     local = 256 if size >= 256 else None
     return [Launch(program, "cast", (round_up(size, local or 1),), (local,) if local else None,
                    [ref("in", 0), ref("out", 0)])]
