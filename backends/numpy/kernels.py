@@ -38,6 +38,7 @@ dropout data when they are not aliases): a copy, but no temporary.
 
 from __future__ import annotations
 
+import inspect
 from types import SimpleNamespace
 
 import numpy as np
@@ -48,12 +49,31 @@ from palimpsest.ir.opdef import OPTIONAL, lookup_op, segment_sizes
 FAST: dict = {}
 
 
-def fast(*names):
+def fast(*names, family: bool = False):
+    """Registers the fast path of ops `names`: `fn(attrs, out, *inputs)` writes the op's
+    one result into `out` and returns True, or returns False having written nothing (the
+    reference kernel then runs). Its parameters say how many inputs it takes: a call with
+    another number, or with several outs, is not its case. `family=True`: `fn(name)`
+    makes such a function for each op of a table. (numpy's error state is set by the
+    executor, once per run.)"""
     def register(fn):
         for name in names:
-            FAST[name] = fn
+            FAST[name] = _one_out(fn(name) if family else fn)
         return fn
     return register
+
+
+def _one_out(run):
+    """`run(attrs, out, *inputs)` as FAST calls it: (inputs, attrs, outs) -> bool."""
+    params = list(inspect.signature(run).parameters.values())[2:]
+    least = sum(p.kind == p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in params)
+    most = None if any(p.kind == p.VAR_POSITIONAL for p in params) else len(params)
+
+    def call(inputs, attrs, outs):
+        count = len(inputs)
+        return len(outs) == 1 and least <= count and (most is None or count <= most) \
+            and run(attrs, outs[0], *inputs)
+    return call
 
 
 # -- the op's description, once per op ---------------------------------------------------------
@@ -129,8 +149,8 @@ def infer_out_shapes(info: ComputeInfo, inputs: list, ins_types: list) -> list |
 
 
 # -- the fast paths -----------------------------------------------------------------------------
-# Each takes (inputs, attrs, outs) with every out materialized and returns True when it
-# wrote the results, False (having written nothing) when the reference kernel must run.
+# FAST[op](inputs, attrs, outs), with every out materialized, returns True when it wrote
+# the results, False (having written nothing) when the reference kernel must run.
 
 def _same_dtype(out, *xs) -> bool:
     return all(x is not None and x.dtype == out.dtype for x in xs)
@@ -152,17 +172,14 @@ _BINARY = {"graph.add": (np.add, "iuf"), "graph.sub": (np.subtract, "iuf"),
            "graph.mul": (np.multiply, "iuf"), "graph.div": (np.true_divide, "f")}
 
 
-@fast(*_BINARY)
+@fast(*_BINARY, family=True)
 def _binary(name):
     ufunc, kinds = _BINARY[name]
 
-    def run(inputs, attrs, outs):
-        out = outs[0]
-        if len(inputs) != 2 or not _same_dtype(out, *inputs) or out.dtype.kind not in kinds \
-                or not _fits(out, *inputs):
+    def run(attrs, out, a, b):
+        if not _same_dtype(out, a, b) or out.dtype.kind not in kinds or not _fits(out, a, b):
             return False
-        with np.errstate(all="ignore"):
-            ufunc(inputs[0], inputs[1], out=out)
+        ufunc(a, b, out=out)
         return True
     return run
 
@@ -170,12 +187,11 @@ def _binary(name):
 _VARIADIC = {"graph.max": np.maximum, "graph.min": np.minimum}
 
 
-@fast(*_VARIADIC)
+@fast(*_VARIADIC, family=True)
 def _variadic(name):
     ufunc = _VARIADIC[name]
 
-    def run(inputs, attrs, outs):
-        out = outs[0]
+    def run(attrs, out, *inputs):
         xs = [x for x in inputs if x is not None]
         if not xs or not _same_dtype(out, *xs) or out.dtype.kind not in "iuf" \
                 or not _fits(out, *xs) or _overlaps(out, *xs[2:]):
@@ -193,16 +209,14 @@ def _variadic(name):
 _COMPARE = {"graph.equal": np.equal, "graph.less": np.less, "graph.greater": np.greater}
 
 
-@fast(*_COMPARE)
+@fast(*_COMPARE, family=True)
 def _compare(name):
     ufunc = _COMPARE[name]
 
-    def run(inputs, attrs, outs):
-        out = outs[0]
-        if len(inputs) != 2 or inputs[0].dtype != inputs[1].dtype or out.dtype != np.bool_ \
-                or not _fits(out, *inputs):
+    def run(attrs, out, a, b):
+        if a.dtype != b.dtype or out.dtype != np.bool_ or not _fits(out, a, b):
             return False
-        ufunc(inputs[0], inputs[1], out=out)
+        ufunc(a, b, out=out)
         return True
     return run
 
@@ -222,83 +236,64 @@ def _same_shape_and_kind(out, x, kinds: str) -> bool:
     return _same_dtype(out, x) and out.dtype.kind in kinds and x.shape == out.shape
 
 
-@fast(*_UNARY)
+@fast(*_UNARY, family=True)
 def _unary(name):
     ufunc, kinds = _UNARY[name]
 
-    def run(inputs, attrs, outs):
-        out = outs[0]
-        if len(inputs) != 1 or not _same_shape_and_kind(out, inputs[0], kinds):
+    def run(attrs, out, x):
+        if not _same_shape_and_kind(out, x, kinds):
             return False
-        with np.errstate(all="ignore"):
-            ufunc(inputs[0], out=out)
+        ufunc(x, out=out)
         return True
     return run
 
 
 @fast("graph.clip")
-def _clip(name):
-    def run(inputs, attrs, outs):
-        out = outs[0]
-        x = inputs[0]
-        if not _same_shape_and_kind(out, x, "iuf"):
-            return False
-        lo = inputs[1] if len(inputs) > 1 else None
-        hi = inputs[2] if len(inputs) > 2 else None
-        lo = attrs.get("min") if lo is None else lo
-        hi = attrs.get("max") if hi is None else hi
-        bounds = [(np.maximum, b) for b in [lo] if b is not None and np.size(b)] + \
-                 [(np.minimum, b) for b in [hi] if b is not None and np.size(b)]
-        source = x
-        for ufunc, bound in bounds:
-            ufunc(source, np.asarray(bound, dtype=x.dtype).reshape(()), out=out)
-            source = out
-        if not bounds:
-            np.copyto(out, x)
-        return True
-    return run
+def _clip(attrs, out, x, lo=None, hi=None):
+    if not _same_shape_and_kind(out, x, "iuf"):
+        return False
+    lo = attrs.get("min") if lo is None else lo
+    hi = attrs.get("max") if hi is None else hi
+    bounds = [(np.maximum, b) for b in [lo] if b is not None and np.size(b)] + \
+             [(np.minimum, b) for b in [hi] if b is not None and np.size(b)]
+    source = x
+    for ufunc, bound in bounds:
+        ufunc(source, np.asarray(bound, dtype=x.dtype).reshape(()), out=out)
+        source = out
+    if not bounds:
+        np.copyto(out, x)
+    return True
 
 
 @fast("graph.cast")
-def _cast(name):
-    def run(inputs, attrs, outs):
-        out = outs[0]
-        x = inputs[0]
-        if x.dtype.isbuiltin != 1 or out.dtype.isbuiltin != 1 or x.shape != out.shape:
-            return False   # ml_dtypes' small types: saturation and rounding, the reference's
-        with np.errstate(all="ignore"):
-            if out.dtype == np.bool_:
-                np.not_equal(x, 0, out=out)
-            else:
-                np.copyto(out, x, casting="unsafe")
-        return True
-    return run
+def _cast(attrs, out, x):
+    if x.dtype.isbuiltin != 1 or out.dtype.isbuiltin != 1 or x.shape != out.shape:
+        return False   # ml_dtypes' small types: saturation and rounding, the reference's
+    if out.dtype == np.bool_:
+        np.not_equal(x, 0, out=out)
+    else:
+        np.copyto(out, x, casting="unsafe")
+    return True
 
 
 @fast("graph.where")
-def _where(name):
-    def run(inputs, attrs, outs):
-        out = outs[0]
-        if len(inputs) != 3:
+def _where(attrs, out, cond, x, y):
+    if cond.dtype != np.bool_ or not _same_dtype(out, x, y) or not _fits(out, cond, x, y):
+        return False
+    if _same_view(out, y):
+        if _overlaps(out, cond) or (_overlaps(out, x) and not _same_view(out, x)):
             return False
-        cond, x, y = inputs
-        if cond.dtype != np.bool_ or not _same_dtype(out, x, y) or not _fits(out, cond, x, y):
+        np.copyto(out, x, where=cond)
+    elif _same_view(out, x):
+        if _overlaps(out, cond, y):
             return False
-        if _same_view(out, y):
-            if _overlaps(out, cond) or (_overlaps(out, x) and not _same_view(out, x)):
-                return False
-            np.copyto(out, x, where=cond)
-        elif _same_view(out, x):
-            if _overlaps(out, cond, y):
-                return False
-            np.copyto(out, y, where=np.logical_not(cond))
-        else:
-            if _overlaps(out, cond, x, y):
-                return False
-            np.copyto(out, y)
-            np.copyto(out, x, where=cond)
-        return True
-    return run
+        np.copyto(out, y, where=np.logical_not(cond))
+    else:
+        if _overlaps(out, cond, x, y):
+            return False
+        np.copyto(out, y)
+        np.copyto(out, x, where=cond)
+    return True
 
 
 def _same_view(a, b) -> bool:
@@ -307,80 +302,63 @@ def _same_view(a, b) -> bool:
 
 
 @fast("graph.matmul")
-def _matmul(name):
-    def run(inputs, attrs, outs):
-        out = outs[0]
-        if len(inputs) != 2 or not _same_dtype(out, *inputs) or out.dtype.kind not in "iuf" \
-                or _overlaps(out, *inputs):
-            return False
-        a, b = inputs
-        if a.ndim < 2 or b.ndim < 2:
-            return False
-        try:
-            batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-        except ValueError:
-            return False
-        if a.shape[-1] != b.shape[-2] or batch + (a.shape[-2], b.shape[-1]) != out.shape:
-            return False
-        np.matmul(a, b, out=out)
-        return True
-    return run
+def _matmul(attrs, out, a, b):
+    if not _same_dtype(out, a, b) or out.dtype.kind not in "iuf" or _overlaps(out, a, b) \
+            or a.ndim < 2 or b.ndim < 2:
+        return False
+    try:
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError:
+        return False
+    if a.shape[-1] != b.shape[-2] or batch + (a.shape[-2], b.shape[-1]) != out.shape:
+        return False
+    np.matmul(a, b, out=out)
+    return True
 
 
 @fast("graph.gemm")
-def _gemm(name):
-    def run(inputs, attrs, outs):
-        out = outs[0]
-        a, b = inputs[0], inputs[1]
-        c = inputs[2] if len(inputs) > 2 else None
-        if out.dtype not in (np.float32, np.float64) or not _same_dtype(out, a, b) \
-                or a.ndim != 2 or b.ndim != 2 or _overlaps(out, a, b, c):
-            return False
-        if int(attrs.get("transA", 0)):
-            a = a.T
-        if int(attrs.get("transB", 0)):
-            b = b.T
-        if a.shape[1] != b.shape[0] or (a.shape[0], b.shape[1]) != out.shape:
-            return False
-        if c is not None and (c.dtype != out.dtype or not _fits(out, out, c)):
-            return False
-        alpha = float(attrs.get("alpha", 1.0))
-        beta = float(attrs.get("beta", 1.0))
-        np.matmul(a, b, out=out)
-        if alpha != 1.0:
-            np.multiply(out, np.asarray(alpha, dtype=out.dtype), out=out)
-        if c is not None:
-            if beta == 1.0:
-                np.add(out, c, out=out)
-            else:
-                np.add(out, c * np.asarray(beta, dtype=out.dtype), out=out)
-        return True
-    return run
+def _gemm(attrs, out, a, b, c=None):
+    if out.dtype not in (np.float32, np.float64) or not _same_dtype(out, a, b) \
+            or a.ndim != 2 or b.ndim != 2 or _overlaps(out, a, b, c):
+        return False
+    if int(attrs.get("transA", 0)):
+        a = a.T
+    if int(attrs.get("transB", 0)):
+        b = b.T
+    if a.shape[1] != b.shape[0] or (a.shape[0], b.shape[1]) != out.shape:
+        return False
+    if c is not None and (c.dtype != out.dtype or not _fits(out, out, c)):
+        return False
+    alpha = float(attrs.get("alpha", 1.0))
+    beta = float(attrs.get("beta", 1.0))
+    np.matmul(a, b, out=out)
+    if alpha != 1.0:
+        np.multiply(out, np.asarray(alpha, dtype=out.dtype), out=out)
+    if c is not None:
+        if beta == 1.0:
+            np.add(out, c, out=out)
+        else:
+            np.add(out, c * np.asarray(beta, dtype=out.dtype), out=out)
+    return True
 
 
 @fast("graph.batch_norm")
-def _batch_norm(name):
-    def run(inputs, attrs, outs):
-        out = outs[0]
-        if len(outs) != 1 or len(inputs) != 5 or int(attrs.get("training_mode", 0)):
-            return False
-        x, scale, bias, mean, var = inputs
-        if out.dtype not in (np.float32, np.float64) or not _same_dtype(out, x) \
-                or x.shape != out.shape or x.ndim < 2 or _overlaps(out, scale, bias, mean, var):
-            return False
-        shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+def _batch_norm(attrs, out, x, scale, bias, mean, var):
+    if int(attrs.get("training_mode", 0)) or out.dtype not in (np.float32, np.float64) \
+            or not _same_dtype(out, x) or x.shape != out.shape or x.ndim < 2 \
+            or _overlaps(out, scale, bias, mean, var):
+        return False
+    shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
 
-        def bc(t):
-            return np.asarray(t).astype(out.dtype, copy=False).reshape(shape)
+    def bc(t):
+        return np.asarray(t).astype(out.dtype, copy=False).reshape(shape)
 
-        eps = np.asarray(float(attrs.get("epsilon", 1e-5)), out.dtype)
-        with np.errstate(all="ignore"):
-            np.subtract(x, bc(mean), out=out)
-            np.divide(out, np.sqrt(bc(var) + eps), out=out)
-            np.multiply(out, bc(scale), out=out)
-            np.add(out, bc(bias), out=out)
-        return True
-    return run
+    eps = np.asarray(float(attrs.get("epsilon", 1e-5)), out.dtype)
+    np.subtract(x, bc(mean), out=out)
+    np.divide(out, np.sqrt(bc(var) + eps), out=out)
+    np.multiply(out, bc(scale), out=out)
+    np.add(out, bc(bias), out=out)
+    return True
 
 
 def _axis(attrs, ndim, default=-1):
@@ -391,186 +369,143 @@ def _axis(attrs, ndim, default=-1):
 
 
 @fast("graph.softmax")
-def _softmax(name):
-    def run(inputs, attrs, outs):
-        out = outs[0]
-        x = inputs[0]
-        if out.dtype not in (np.float32, np.float64) or not _same_dtype(out, x) \
-                or x.shape != out.shape or x.ndim == 0:
-            return False
-        axis = _axis(attrs, x.ndim)
-        if axis is None or (attrs.get("coerce_2d") and axis != x.ndim - 1):
-            return False   # softmax over flattened dims: the reference kernel
-        with np.errstate(all="ignore"):
-            np.subtract(x, x.max(axis=axis, keepdims=True), out=out)
-            np.exp(out, out=out)
-            np.divide(out, out.sum(axis=axis, keepdims=True), out=out)
-        return True
-    return run
+def _softmax(attrs, out, x):
+    if out.dtype not in (np.float32, np.float64) or not _same_dtype(out, x) \
+            or x.shape != out.shape or x.ndim == 0:
+        return False
+    axis = _axis(attrs, x.ndim)
+    if axis is None or (attrs.get("coerce_2d") and axis != x.ndim - 1):
+        return False   # softmax over flattened dims: the reference kernel
+    np.subtract(x, x.max(axis=axis, keepdims=True), out=out)
+    np.exp(out, out=out)
+    np.divide(out, out.sum(axis=axis, keepdims=True), out=out)
+    return True
 
 
 @fast("graph.layer_norm")
-def _layer_norm(name):
-    def run(inputs, attrs, outs):
-        out = outs[0]
-        if len(outs) != 1 or len(inputs) < 2:
-            return False
-        x, scale = inputs[0], inputs[1]
-        bias = inputs[2] if len(inputs) > 2 else None
-        if out.dtype not in (np.float32, np.float64) or not _same_dtype(out, x, scale) \
-                or x.shape != out.shape or x.ndim == 0 or int(attrs.get("stash_type", 1)) != \
-                {np.dtype(np.float32): 1, np.dtype(np.float64): 11}[out.dtype] \
-                or (bias is not None and bias.dtype != out.dtype) or _overlaps(out, scale, bias):
-            return False
-        axis = _axis(attrs, x.ndim)
-        if axis is None:
-            return False
-        axes = tuple(range(axis, x.ndim))
-        eps = np.asarray(float(attrs.get("epsilon", 1e-5)), out.dtype)
-        with np.errstate(all="ignore"):
-            mean = x.mean(axis=axes, keepdims=True)
-            np.subtract(x, mean, out=out)
-            var = (out * out).mean(axis=axes, keepdims=True)  # the one full-size temporary
-            np.multiply(out, 1 / np.sqrt(var + eps), out=out)
-            np.multiply(out, scale, out=out)
-            if bias is not None:
-                np.add(out, bias, out=out)
-        return True
-    return run
+def _layer_norm(attrs, out, x, scale, bias=None):
+    if out.dtype not in (np.float32, np.float64) or not _same_dtype(out, x, scale) \
+            or x.shape != out.shape or x.ndim == 0 or int(attrs.get("stash_type", 1)) != \
+            {np.dtype(np.float32): 1, np.dtype(np.float64): 11}[out.dtype] \
+            or (bias is not None and bias.dtype != out.dtype) or _overlaps(out, scale, bias):
+        return False
+    axis = _axis(attrs, x.ndim)
+    if axis is None:
+        return False
+    axes = tuple(range(axis, x.ndim))
+    eps = np.asarray(float(attrs.get("epsilon", 1e-5)), out.dtype)
+    mean = x.mean(axis=axes, keepdims=True)
+    np.subtract(x, mean, out=out)
+    var = (out * out).mean(axis=axes, keepdims=True)  # the one full-size temporary
+    np.multiply(out, 1 / np.sqrt(var + eps), out=out)
+    np.multiply(out, scale, out=out)
+    if bias is not None:
+        np.add(out, bias, out=out)
+    return True
 
 
 @fast("graph.global_average_pool")
-def _global_average_pool(name):
-    def run(inputs, attrs, outs):
-        out = outs[0]
-        x = inputs[0]
-        if out.dtype not in (np.float32, np.float64) or not _same_dtype(out, x) or x.ndim < 2 \
-                or out.shape != x.shape[:2] + (1,) * (x.ndim - 2):
-            return False
-        np.mean(x, axis=tuple(range(2, x.ndim)), keepdims=True, dtype=out.dtype, out=out)
-        return True
-    return run
+def _global_average_pool(attrs, out, x):
+    if out.dtype not in (np.float32, np.float64) or not _same_dtype(out, x) or x.ndim < 2 \
+            or out.shape != x.shape[:2] + (1,) * (x.ndim - 2):
+        return False
+    np.mean(x, axis=tuple(range(2, x.ndim)), keepdims=True, dtype=out.dtype, out=out)
+    return True
 
 
 @fast("graph.transpose")
-def _transpose(name):
-    def run(inputs, attrs, outs):
-        out = outs[0]
-        x = inputs[0]
-        perm = attrs.get("perm")
-        perm = list(range(x.ndim))[::-1] if perm is None else [int(p) for p in perm]
-        if sorted(perm) != list(range(x.ndim)) or not _same_dtype(out, x) \
-                or tuple(x.shape[p] for p in perm) != out.shape or _overlaps(out, x):
-            return False
-        np.copyto(out, x.transpose(perm))
-        return True
-    return run
+def _transpose(attrs, out, x):
+    perm = attrs.get("perm")
+    perm = list(range(x.ndim))[::-1] if perm is None else [int(p) for p in perm]
+    if sorted(perm) != list(range(x.ndim)) or not _same_dtype(out, x) \
+            or tuple(x.shape[p] for p in perm) != out.shape or _overlaps(out, x):
+        return False
+    np.copyto(out, x.transpose(perm))
+    return True
 
 
 @fast("graph.concat")
-def _concat(name):
-    def run(inputs, attrs, outs):
-        out = outs[0]
-        xs = [x for x in inputs if x is not None]
-        if not xs or "axis" not in attrs or not _same_dtype(out, *xs) or _overlaps(out, *xs):
-            return False
-        axis = _axis(attrs, xs[0].ndim, 0)
-        if axis is None or any(x.ndim != out.ndim for x in xs) or out.ndim == 0:
-            return False
-        expected = list(xs[0].shape)
-        expected[axis] = sum(x.shape[axis] for x in xs)
-        if tuple(expected) != out.shape:
-            return False
-        np.concatenate(xs, axis=axis, out=out)
-        return True
-    return run
+def _concat(attrs, out, *inputs):
+    xs = [x for x in inputs if x is not None]
+    if not xs or "axis" not in attrs or not _same_dtype(out, *xs) or _overlaps(out, *xs):
+        return False
+    axis = _axis(attrs, xs[0].ndim, 0)
+    if axis is None or any(x.ndim != out.ndim for x in xs) or out.ndim == 0:
+        return False
+    expected = list(xs[0].shape)
+    expected[axis] = sum(x.shape[axis] for x in xs)
+    if tuple(expected) != out.shape:
+        return False
+    np.concatenate(xs, axis=axis, out=out)
+    return True
 
 
 @fast("graph.gather")
-def _gather(name):
-    def run(inputs, attrs, outs):
-        out = outs[0]
-        if len(inputs) != 2:
-            return False
-        x, idx = inputs
-        if idx.dtype.kind not in "iu" or not _same_dtype(out, x) or x.ndim == 0 \
-                or _overlaps(out, x, idx):
-            return False
-        axis = _axis(attrs, x.ndim, 0)
-        if axis is None or x.shape[:axis] + idx.shape + x.shape[axis + 1:] != out.shape:
-            return False
-        dim = x.shape[axis]
-        if idx.size and (dim == 0 or idx.min() < -dim or idx.max() >= dim):
-            return False  # the reference kernel reports it
-        np.take(x, idx.astype(np.intp, copy=False), axis=axis, out=out, mode="wrap")
-        return True
-    return run
+def _gather(attrs, out, x, idx):
+    if idx.dtype.kind not in "iu" or not _same_dtype(out, x) or x.ndim == 0 \
+            or _overlaps(out, x, idx):
+        return False
+    axis = _axis(attrs, x.ndim, 0)
+    if axis is None or x.shape[:axis] + idx.shape + x.shape[axis + 1:] != out.shape:
+        return False
+    dim = x.shape[axis]
+    if idx.size and (dim == 0 or idx.min() < -dim or idx.max() >= dim):
+        return False  # the reference kernel reports it
+    np.take(x, idx.astype(np.intp, copy=False), axis=axis, out=out, mode="wrap")
+    return True
 
 
 @fast("graph.expand")
-def _expand(name):
-    def run(inputs, attrs, outs):
-        out = outs[0]
-        if len(inputs) != 2 or not _same_dtype(out, inputs[0]) or _overlaps(out, inputs[0]):
+def _expand(attrs, out, x, shape):
+    if not _same_dtype(out, x) or _overlaps(out, x):
+        return False
+    shape = tuple(int(d) for d in np.asarray(shape).reshape(-1))
+    try:
+        if np.broadcast_shapes(x.shape, shape) != out.shape:
             return False
-        x = inputs[0]
-        shape = tuple(int(d) for d in np.asarray(inputs[1]).reshape(-1))
-        try:
-            if np.broadcast_shapes(x.shape, shape) != out.shape:
-                return False
-        except ValueError:
-            return False
-        np.copyto(out, np.broadcast_to(x, out.shape))
-        return True
-    return run
+    except ValueError:
+        return False
+    np.copyto(out, np.broadcast_to(x, out.shape))
+    return True
 
 
 _SCATTER_REDUCE = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
 @fast("graph.scatter_nd")
-def _scatter_nd(name):
+def _scatter_nd(attrs, out, data, indices, updates):
     """ScatterND as one fancy-indexed assignment (reduction none: duplicate indices keep
     the last update, as the reference's loop does) or one `ufunc.at` (add, mul, max,
     min), into the out after copying `data` in; indices checked against the data's
     shape first (the reference kernel reports what does not fit)."""
-    def run(inputs, attrs, outs):
-        out = outs[0]
-        if len(inputs) != 3 or len(outs) != 1:
+    reduction = attrs.get("reduction", "none")
+    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+    if reduction != "none" and reduction not in _SCATTER_REDUCE:
+        return False
+    if not _same_dtype(out, data, updates) or indices.dtype.kind not in "iu" \
+            or data.shape != out.shape or indices.ndim < 1 or _overlaps(out, indices, updates):
+        return False
+    depth = indices.shape[-1]
+    if not 1 <= depth <= data.ndim:
+        return False
+    flat = indices.reshape(-1, depth).astype(np.intp, copy=False)
+    if updates.shape != indices.shape[:-1] + data.shape[depth:]:
+        return False
+    limits = np.asarray(data.shape[:depth], np.intp)
+    if flat.size and (np.any(flat < -limits) or np.any(flat >= limits)):
+        return False
+    rows = updates.reshape((flat.shape[0],) + data.shape[depth:])
+    if not _same_view(out, data):
+        if _overlaps(out, data):
             return False
-        data, indices, updates = inputs
-        reduction = attrs.get("reduction", "none")
-        reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
-        if reduction != "none" and reduction not in _SCATTER_REDUCE:
-            return False
-        if not _same_dtype(out, data, updates) or indices.dtype.kind not in "iu" \
-                or data.shape != out.shape or indices.ndim < 1 or _overlaps(out, indices, updates):
-            return False
-        depth = indices.shape[-1]
-        if not 1 <= depth <= data.ndim:
-            return False
-        flat = indices.reshape(-1, depth).astype(np.intp, copy=False)
-        if updates.shape != indices.shape[:-1] + data.shape[depth:]:
-            return False
-        limits = np.asarray(data.shape[:depth], np.intp)
-        if flat.size and (np.any(flat < -limits) or np.any(flat >= limits)):
-            return False
-        rows = updates.reshape((flat.shape[0],) + data.shape[depth:])
-        if not _same_view(out, data):
-            if _overlaps(out, data):
-                return False
-            np.copyto(out, data)
-        at = tuple(flat.T)
-        if reduction == "none":
-            out[at] = rows
-        else:
-            _SCATTER_REDUCE[reduction].at(out, at, rows)
-        return True
-    return run
+        np.copyto(out, data)
+    at = tuple(flat.T)
+    if reduction == "none":
+        out[at] = rows
+    else:
+        _SCATTER_REDUCE[reduction].at(out, at, rows)
+    return True
 
-
-for _name, _factory in list(FAST.items()):
-    FAST[_name] = _factory(_name)
 
 # the quantized ops' fast paths (matmul_integer, conv_integer, dynamic_quantize_linear,
 # dynamic_quantize_lstm) register themselves
