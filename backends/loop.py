@@ -14,6 +14,7 @@ ndarray, OpenCL's DeviceArray) and implements the hooks:
 | `constant(host)` | `buffer.constant` (once per op and value) | the weights, where kernels read them |
 | `copy(source, target)` | `buffer.copy` | a copy on the backend |
 | `run_kernel(op, values)` | `kernel.*` but `kernel.generic` | the kernel, on the backend |
+| `kernel_runner()` | each function's run | `run_kernel` as a callable f(op, values) (a backend may hand its dispatch function itself, one call less per kernel) |
 | `run_generic(op, values)` | `buffer.compute`, `kernel.generic` | the graph op, on the backend or its host |
 | `poison_array(array)` | with `poison=True`: an allocation made, freed, a pool view whose liveness ended | fill it with poison |
 | `bind_input(index, array, plan)` / `read_output(name, result, user, copy)` | `run` | inputs in, results out (zero-copy where the backend can) |
@@ -123,6 +124,10 @@ class ExecutorLoop:
     def run_generic(self, op, values) -> None:
         raise NotImplementedError
 
+    def kernel_runner(self):
+        """`run_kernel` as the loop calls it for one function's run: f(op, values)."""
+        return self.run_kernel
+
     def poison_array(self, array) -> None:
         pass
 
@@ -198,7 +203,14 @@ class ExecutorLoop:
             program, pools = self._bind_fixed(plan, values, depth)
         poison_after = plan.poison_after if self.poison else None
         profiler = self.profiler
-        run_kernel = self.run_kernel
+        run_kernel = self.kernel_runner()
+        if profiler is None and not poison_after:   # the loop of a plain run
+            for handler, op, _ in program:
+                if handler is None:
+                    run_kernel(op, values)
+                else:
+                    handler(self, op, values, depth)
+            program = ()
         array_type = self.ARRAY
         for handler, op, timed in program:
             if profiler is not None and timed:

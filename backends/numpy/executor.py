@@ -30,6 +30,7 @@ from __future__ import annotations
 import sys
 import threading
 import weakref
+from functools import partial
 
 import numpy as np
 
@@ -286,11 +287,14 @@ class Executor(ExecutorLoop):
 
     # -- ops hooks -----------------------------------------------------------------------------------
     def run_kernel(self, op, values) -> None:  # kernel level: backends/numpy/kernel_ops.py
+        self.kernel_runner()(op, values)
+
+    def kernel_runner(self):
         global _execute_kernel
         if _execute_kernel is None:
             from palimpsest.backends.numpy.kernel_ops import execute_kernel
             _execute_kernel = execute_kernel
-        _execute_kernel(self, op, values)
+        return partial(_execute_kernel, self)   # (a local of the run: no cycle kept)
 
     def run_generic(self, op, values) -> None:
         self._compute(op, values)
