@@ -636,14 +636,20 @@ def _f16_in_f32(computes: list, packer) -> tuple:
 def _in_place(op: Operation) -> None:
     """A lifted elementwise compute writes its f32 result over an f32 in of its type
     that nothing reads after it (a temporary of `_f16_in_f32`: a cast's or a lifted
-    producer's), as bufferize writes f32 in place: its own temporary goes."""
+    producer's), as bufferize writes f32 in place (an in its graph op's InPlace trait
+    allows): its own temporary goes."""
+    from palimpsest.ir.opdef import InPlace, lookup_op
+
     target = op.outs[0]
     alloc = target.op
-    if not isinstance(alloc, AllocOp) or alloc.kind.value != "activation" \
+    trait = next((t for t in lookup_op(op.properties["op"].value).traits
+                  if isinstance(t, InPlace)), None)
+    if trait is None or not isinstance(alloc, AllocOp) or alloc.kind.value != "activation" \
             or any(u is not op and u.name != "buffer.compute" for u in target.users()):
         return
     position = None
-    for value in op.ins:
+    allowed = range(len(op.ins)) if trait.operands is None else trait.operands
+    for value in [op.ins[i] for i in allowed if i < len(op.ins)]:
         owner = getattr(value, "op", None)
         if value.type != target.type or not isinstance(owner, AllocOp) \
                 or owner.kind.value != "activation" or owner.parent is not op.parent:
