@@ -378,6 +378,13 @@ def _fast_gru(order, r_t, projected, rows, y, linear_before_reset) -> np.ndarray
     rbh = rows["bias"][3] if linear_before_reset and "bias" in rows else None
     r_zr, r_cand = r_t[:2], r_t[2]
     h = rows["hidden"][0]
+    summed, p_summed, p_after = zr, p_zr, p_cand
+    if rbh is not None and len(order) > 2:
+        # X·Whᵀ + Wbh parked in Y's rows (each read by its step before the step writes its
+        # state there) and Rbh in their place in `projected`: one add of every gate a step
+        np.copyto(y, p_cand)
+        np.copyto(p_cand, rbh)
+        summed, p_summed, p_after, rbh = g, projected, y, None
     for t in order:
         h_next = y[t]
         if linear_before_reset:     # h~ = g(xWh + Wbh + r * (H Rhᵀ + Rbh))
@@ -386,14 +393,14 @@ def _fast_gru(order, r_t, projected, rows, y, linear_before_reset) -> np.ndarray
                 add(cand, rbh, cand)
         else:                       # h~ = g(xWh + (r * H) Rhᵀ + Wbh + Rbh)
             matmul(h, r_zr, zr)
-        add(zr, p_zr[:, t], zr)
+        add(summed, p_summed[:, t], summed)
         sigmoid(zr, half)
         if linear_before_reset:
             mul(cand, reset, cand)
         else:
             mul(reset, h, gated)
             matmul(gated, r_cand, cand)
-        add(cand, p_cand[t], cand)
+        add(cand, p_after[t], cand)
         tanh(cand, cand)
         sub(h, cand, h_next)        # H' = (1 - z) * h~ + z * H
         mul(h_next, z, h_next)
