@@ -69,10 +69,20 @@ class Segment:
         self.session = None
         self._ins = [(f"in{i}", v) for i, v in enumerate(self.inputs)]
         self._outs = [(f"out{i}", v) for i, v in enumerate(self.outputs)]
+        # only graph.identity ops (a branch that passes values on): each output is the
+        # array of the value it passes on, no session (planning one would copy it)
+        self.passes_on = None
+        if all(op.name == "graph.identity" for op in ops):
+            self.passes_on = [(value, _passed_on(value)) for value in self.outputs]
 
     def run(self, scope: "Scope") -> None:
         from palimpsest.backends.numpy.session import Session
 
+        if self.passes_on is not None:
+            own = scope.own
+            for value, source in self.passes_on:
+                own[value] = scope[source]
+            return
         if self.session is None:
             self.session = Session(self.module, **self.options)
         arrays = {name: scope[v] for name, v in self._ins}
@@ -149,6 +159,15 @@ class BlockPlan:
             else:
                 for region in step[1]:
                     yield from region.segments()
+
+
+def _passed_on(value):
+    """The value a chain of graph.identity ops ending in `value` starts from."""
+    owner = getattr(value, "op", None)
+    while owner is not None and owner.name == "graph.identity":
+        value = owner.operands[0]
+        owner = getattr(value, "op", None)
+    return value
 
 
 def _operands(op):

@@ -204,3 +204,43 @@ def test_fixed_reshapes_of_a_constant_follow_a_new_value():
     constant.properties["value"] = A.DenseElementsAttr.from_numpy(weights[1], old.type)
     for _ in range(2):
         np.testing.assert_allclose(session.run({"x": x})["y"], want[1], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_identity_branches_pass_their_values_on(flag):
+    """An If branch of Identity ops only (as Silero VAD's shape checks have) passes its
+    values on without a session of its own: an outer input, a chain of identities, an
+    initializer; the other branch computes; both against onnxruntime, poisoned, and a
+    result held across runs keeps its values."""
+    then = h.make_graph(
+        [h.make_node("Identity", ["x"], ["a"]), h.make_node("Identity", ["a"], ["b"]),
+         h.make_node("Identity", ["k"], ["c"])],
+        "then", [], [h.make_tensor_value_info(n, T.FLOAT, None) for n in ("b", "c")])
+    other = h.make_graph(
+        [h.make_node("Relu", ["x"], ["r"]), h.make_node("Neg", ["k"], ["n"])],
+        "else", [], [h.make_tensor_value_info(n, T.FLOAT, None) for n in ("r", "n")])
+    graph = h.make_graph(
+        [h.make_node("Tanh", ["x0"], ["x"]),
+         h.make_node("If", ["flag"], ["y", "z"], then_branch=then, else_branch=other),
+         h.make_node("Add", ["y", "x"], ["s"])],
+        "g", [h.make_tensor_value_info("x0", T.FLOAT, [2, 3]),
+              h.make_tensor_value_info("flag", T.BOOL, [])],
+        [h.make_tensor_value_info(n, T.FLOAT, None) for n in ("y", "z", "s")],
+        initializer=[numpy_helper.from_array(np.arange(4, dtype=np.float32), "k")])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    sess = ort.InferenceSession(model.SerializeToString())
+    session = Session(import_onnx(model), poison=True)
+    held = None
+    for seed in range(3):
+        feeds = {"x0": np.random.default_rng(seed).standard_normal((2, 3)).astype(np.float32),
+                 "flag": np.array(flag)}
+        got = session.run(feeds)
+        for name, expected in zip(("y", "z", "s"), sess.run(["y", "z", "s"], feeds)):
+            np.testing.assert_allclose(got[name], expected, rtol=1e-6, atol=1e-6)
+        if held is None:
+            held, kept = got["y"], got["y"].copy()
+    np.testing.assert_array_equal(held, kept)
+    passing = [s for s in session.last_plan.executor.plan.segments()
+               if s.passes_on is not None]
+    assert len(passing) == 1 and passing[0].session is None
