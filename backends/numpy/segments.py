@@ -11,7 +11,9 @@ operands and results) are arrays held here, and a loop body's plan is compiled o
 reused on every iteration.
 
 Constants are not boundary values: a segment that reads one gets its own copy of the
-constant op (its weights shared, not copied), so it stays a constant to the planner."""
+constant op (its weights shared, not copied), so it stays a constant to the planner. A
+segment of graph.identity ops only (a branch passing values on) has no session: each of
+its outputs is the array of the value it passes on."""
 
 from __future__ import annotations
 
