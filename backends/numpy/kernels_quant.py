@@ -8,6 +8,7 @@ where every partial sum is an integer below 2**24, else in float64.
 | graph op | how |
 |---|---|
 | matmul_integer (8-bit, per-tensor A zero point, per-tensor/column B's) | A centred into one temporary (float32 where exact; a large A a cache-sized block of rows at a time) and one GEMM (per block) |
+| matmul_integer_to_float (as matmul_integer; float32 scales and bias per tensor/column) | matmul_integer's GEMM written as float32 into the out, then scaled (and the bias added) in place, per block while cached |
 | conv_integer (2-D, 8-bit, per-tensor x zero point, per-tensor/channel W's) | im2col of the centred input (a strided window view, copied once) and one grouped GEMM |
 | dynamic_quantize_linear (f32) | min/max, then divide, rint, saturate and add the zero point into the uint8 out, a cache-sized block at a time |
 | dynamic_quantize_lstm (LSTM's default activations, no clip, peepholes or short sequences) | X projected by one GEMM per direction; one loop over time for both directions (or one after the other where that keeps each R in L2), in preallocated buffers |
@@ -55,21 +56,39 @@ def _matmul_integer(inputs, attrs, outs):
     """MatMulInteger as one BLAS GEMM of the centred operands. Per-tensor A zero point,
     per-tensor or per-column B zero point; anything else: the reference kernel."""
     operands = _integer_operands(inputs, outs)
-    if operands is None:
-        return False
-    out, a, b, a_zero, b_zero = operands
+    return operands is not None and _centred_matmul(*operands)
+
+
+def _centred_matmul(out, a, b, a_zero, b_zero, epilogue=None) -> bool:
+    """out = (a - a_zero) @ (b - b_zero) through BLAS on the centred operands (float32
+    where exact), into out's type: int32, or float32 (the exact integer rounded once,
+    as a cast of the int32 rounds it), then `epilogue(rows)` on each block of rows
+    written. A 2-D b, per-tensor A zero point, per-tensor or per-column B's; False
+    (nothing written) otherwise, or where an int32 could overflow."""
     if a.ndim < 2 or b.ndim != 2 or (b_zero is not None and b_zero.size not in (1, b.shape[-1])) \
             or a.shape[-1] != b.shape[0] or out.shape != a.shape[:-1] + b.shape[-1:]:
         return False
     weight = centred(b, b_zero, (1, -1) if b_zero is not None and b_zero.size > 1 else (),
                      (0,))
     zero = 0.0 if a_zero is None else float(a_zero.reshape(-1)[0])
+    info = np.iinfo(a.dtype)
+    if weight.bound * max(zero - info.min, info.max - zero) >= 2.0 ** 31:
+        return False
     dtype, right = _exact_floats(a, zero, weight)
+    direct = out.dtype == right.dtype     # a float32 product straight into the out
+
+    def store(rows, centred_rows):
+        if direct:
+            np.matmul(centred_rows, right, out=rows)
+        else:
+            np.copyto(rows, np.matmul(centred_rows, right), casting="unsafe")
+        if epilogue is not None:
+            epilogue(rows)
+
     depth = a.shape[-1]
     chunk = max(1, _l2_bytes() // 4 // (depth * right.itemsize))
     if a.size <= chunk * depth or not (a.flags.c_contiguous and out.flags.c_contiguous):
-        np.copyto(out, np.matmul(np.subtract(a, dtype(zero), dtype=dtype), right),
-                  casting="unsafe")
+        store(out, np.subtract(a, dtype(zero), dtype=dtype))
         return True
     # a large A centred a block of rows at a time, into a buffer that stays in cache
     rows, products = a.reshape(-1, depth), out.reshape(-1, out.shape[-1])
@@ -77,8 +96,40 @@ def _matmul_integer(inputs, attrs, outs):
     for start in range(0, len(rows), chunk):
         block = buffer[:len(rows) - start] if start + chunk > len(rows) else buffer
         np.subtract(rows[start:start + chunk], dtype(zero), out=block, dtype=dtype)
-        np.copyto(products[start:start + chunk], np.matmul(block, right), casting="unsafe")
+        store(products[start:start + chunk], block)
     return True
+
+
+def _matmul_integer_to_float(inputs, attrs, outs):
+    """com.microsoft MatMulIntegerToFloat as the reference computes it, bit for bit: the
+    product written as float32 (`_centred_matmul`), then, a block of rows at a time
+    while it is in cache, times a_scale · b_scale (multiplied first, in float32) and
+    plus the bias, in place. float32 scales, bias and out; the scale and bias
+    broadcasting along the rows (per tensor, per column); else the reference."""
+    if not 4 <= len(inputs) <= 7 or len(outs) != 1:
+        return False
+    a, b, a_scale, b_scale, a_zero, b_zero, bias = (list(inputs) + [None] * 3)[:7]
+    out = outs[0]
+    if any(v is None for v in (a, b, a_scale, b_scale)) or out.dtype != np.float32 \
+            or any(v is not None and v.dtype != np.float32 for v in (a_scale, b_scale, bias)) \
+            or any(v.dtype.kind not in "iu" or v.dtype.itemsize != 1 for v in (a, b)) \
+            or (a_zero is not None and a_zero.size != 1) \
+            or _overlaps(out, a, b, a_scale, b_scale, a_zero, b_zero, bias):
+        return False
+    scale = np.multiply(a_scale, b_scale)
+    if not all(v is None or v.ndim == 0 or (
+            v.ndim <= out.ndim and v.shape[-1] in (1, out.shape[-1])
+            and all(d == 1 for d in v.shape[:-1])) for v in (scale, bias)):
+        return False
+    scale = scale.reshape(scale.shape[-1:])
+    bias = None if bias is None else bias.reshape(bias.shape[-1:])
+
+    def epilogue(rows):
+        np.multiply(rows, scale, out=rows)
+        if bias is not None:
+            np.add(rows, bias, out=rows)
+
+    return _centred_matmul(out, a, b, a_zero, b_zero, epilogue)
 
 
 def _conv_integer(inputs, attrs, outs):
@@ -357,6 +408,7 @@ def _dynamic_quantize_lstm(inputs, attrs, outs):
 
 
 for _name, _run in (("graph.matmul_integer", _matmul_integer),
+                    ("graph.matmul_integer_to_float", _matmul_integer_to_float),
                     ("graph.conv_integer", _conv_integer),
                     ("graph.dynamic_quantize_linear", _dynamic_quantize_linear),
                     ("graph.dynamic_quantize_lstm", _dynamic_quantize_lstm)):

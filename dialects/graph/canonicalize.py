@@ -387,3 +387,6 @@ def attach(patterns) -> None:
 
 
 attach(PATTERNS)
+
+# the quantized ops' patterns (MatMulInteger, Cast and scale Muls into one op)
+from palimpsest.dialects.graph import canonicalize_quant  # noqa: E402,F401

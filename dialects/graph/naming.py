@@ -216,6 +216,7 @@ ONNX_TO_GRAPH: dict[str, str] = {
 # quantization tool emits. (domain, op type) -> graph op name.
 CONTRIB_TO_GRAPH: dict[tuple[str, str], str] = {
     ("com.microsoft", "DynamicQuantizeLSTM"): "graph.dynamic_quantize_lstm",
+    ("com.microsoft", "MatMulIntegerToFloat"): "graph.matmul_integer_to_float",
 }
 
 # graph op -> the ONNX op type it imports from (a contrib op: `domain.OpType`)

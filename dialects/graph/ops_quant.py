@@ -1,7 +1,9 @@
 """Quantization graph ops: QuantizeLinear and DequantizeLinear (per tensor, per axis,
 blocked; integer, float8 and 4-bit types), DynamicQuantizeLinear, QLinearMatMul,
-QLinearConv, ConvInteger and MatMulInteger. Quantized tensors are 1-byte (or smaller)
-element types, so the planner counts their bytes as such."""
+QLinearConv, ConvInteger and MatMulInteger, and onnxruntime's com.microsoft
+MatMulIntegerToFloat (canonicalize_quant.py makes it from MatMulInteger, Cast and the
+scale multiplies). Quantized tensors are 1-byte (or smaller) element types, so the planner
+counts their bytes as such."""
 
 from __future__ import annotations
 
@@ -126,6 +128,42 @@ class MatMulIntegerOp(GraphOp):
     @classmethod
     def rule(cls, args):
         return [tensor(S.matmul(args.shape("a"), args.shape("b")), i32)]
+
+
+def _into(shape, result, what) -> None:
+    """A scale or bias broadcasts into the product `result` without growing it."""
+    if shape is not None and result is not None \
+            and not S.unidirectional_broadcastable(shape, result):
+        raise ShapeError(f"'{what}' must broadcast into the {S.fmt(result)} product, "
+                         f"got {S.fmt(shape)}")
+
+
+@register_op
+class MatMulIntegerToFloatOp(GraphOp):
+    """onnxruntime's com.microsoft MatMulIntegerToFloat: MatMulInteger's int32 product
+    cast to the scales' float type, times a_scale · b_scale (that product first, in that
+    type), plus the bias: y = float(A·B) · (a_scale · b_scale) + bias, each step rounded
+    as the unfused Cast, Mul and Add round it. The scales and the bias broadcast into the
+    product (onnxruntime's: per tensor, or per output column)."""
+
+    name = "graph.matmul_integer_to_float"
+    a = operand(NumericTensor)
+    b = operand(NumericTensor)
+    a_scale = operand(FloatTensor)
+    b_scale = operand(FloatTensor)
+    a_zero_point = optional_operand(NumericTensor)
+    b_zero_point = optional_operand(NumericTensor)
+    bias = optional_operand(FloatTensor)
+    y = result_def(FloatTensor)
+    operandSegmentSizes = segments_prop()
+
+    @classmethod
+    def rule(cls, args):
+        element = args.same_element("a_scale", "b_scale", "bias")
+        shape = S.matmul(args.shape("a"), args.shape("b"))
+        for what in ("a_scale", "b_scale", "bias"):
+            _into(args.shape(what), shape, what)
+        return [tensor(shape, element)]
 
 
 @register_op

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import ONNX_DTYPES, i_attr, kernel, norm_axis, op_error, opt, req
+from palimpsest.dialects.graph.naming import CONTRIB_TO_GRAPH
+
+from ._common import KERNELS, ONNX_DTYPES, i_attr, kernel, norm_axis, op_error, opt, req
 from .elementwise import cast_to
 from .nn import conv
 
@@ -197,6 +199,30 @@ def matmul_integer(inputs, attrs):
     right = b.astype(np.float64) - (0 if b_zero is None else _along(
         b_zero, b, -1, 0, "MatMulInteger").astype(np.float64))
     return [np.matmul(left, right).astype(np.int32)]
+
+
+def matmul_integer_to_float(inputs, attrs, num_results=None):
+    """com.microsoft MatMulIntegerToFloat as the chain it fuses computes it: the int32
+    product (exact; MatMulInteger's kernel), cast to the scales' float type (rounded
+    above 2**24 in float32), times a_scale · b_scale (multiplied first, in that type),
+    plus the bias, each step rounded in that type."""
+    what = "MatMulIntegerToFloat"
+    a, b = req(what, inputs, 0, "A"), req(what, inputs, 1, "B")
+    a_scale, b_scale = req(what, inputs, 2, "a_scale"), req(what, inputs, 3, "b_scale")
+    a_zero, b_zero, bias = opt(inputs, 4), opt(inputs, 5), opt(inputs, 6)
+    if a_scale.dtype != b_scale.dtype or a_scale.dtype.kind != "f" \
+            or (bias is not None and bias.dtype != a_scale.dtype):
+        raise op_error(what, f"the scales and the bias must be of one float type, got "
+                             f"{a_scale.dtype}, {b_scale.dtype}"
+                             + (f" and {bias.dtype}" if bias is not None else ""))
+    product = matmul_integer([a, b, a_zero, b_zero], attrs)[0].astype(a_scale.dtype)
+    y = np.multiply(product, np.multiply(a_scale, b_scale))
+    if bias is not None:
+        y = np.add(y, bias)
+    return [y]
+
+
+KERNELS[CONTRIB_TO_GRAPH[("com.microsoft", "MatMulIntegerToFloat")]] = matmul_integer_to_float
 
 
 def _conv_attrs(attrs):
