@@ -99,6 +99,7 @@ def test_depthwise_small_images_keep_im2col(monkeypatch):
     (4, 6, (40, 70), (3, 2), (1, 2), (2, 1), (2, 0, 1, 1), 1, True, np.float32),
     (6, 3, (33, 33), (2, 2), (1, 1), (1, 1), (0, 0, 1, 1), 1, True, np.float64),
     (2, 5, (32, 40), (5, 5), (1, 1), (1, 2), (2, 4, 2, 4), 1, True, np.float32),
+    (3, 4, (40, 36), (3, 1), (1, 1), (1, 1), (1, 0, 1, 0), 1, True, np.float32),
 ])
 def test_dense_kernel_rows(monkeypatch, c, m, hw, kernel, strides, dilations, pads, n,
                            bias, dtype):
