@@ -300,3 +300,54 @@ def test_contrib_op_imported_as_onnxruntime_runs_it(case):
     _assert_bit_identical(want, got)
     np.testing.assert_allclose(got["y"], _onnxruntime(model, feeds)["y"], rtol=1e-5,
                                atol=1e-4)
+
+
+def test_float16_chain_fused_bit_identical():
+    """A cast to float16 and float16 scales: the reference kernel's steps round in
+    float16 as the chain's (the numpy fast path leaves it to the reference)."""
+    rng = np.random.default_rng(8)
+    nodes = [helper.make_node("MatMulInteger", ["a", "w"], ["p"]),
+             helper.make_node("Cast", ["p"], ["c"], to=TensorProto.FLOAT16),
+             helper.make_node("Mul", ["as", "ws"], ["s"]),
+             helper.make_node("Mul", ["c", "s"], ["m"]),
+             helper.make_node("Add", ["m", "bias"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("a", TensorProto.INT8, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)],
+        [numpy_helper.from_array(_weights(rng, np.int8), "w"),
+         numpy_helper.from_array(np.array(0.0123, np.float16), "as"),
+         numpy_helper.from_array(rng.uniform(0.01, 0.05, 8).astype(np.float16), "ws"),
+         numpy_helper.from_array(rng.normal(0, 1, 8).astype(np.float16), "bias")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"a": rng.integers(-128, 128, (4, 16)).astype(np.int8)}
+    unfused, fused, got, _, names = _runs(model, feeds)
+    assert names == [FUSED]
+    _assert_bit_identical(unfused, fused, got)
+
+
+@pytest.mark.parametrize("scale,bias,error", [
+    ("tensor<1x6xf32>", "tensor<6xf32>", None),
+    ("tensor<5x6xf32>", "tensor<6xf32>", None),
+    ("tensor<3x6xf32>", "tensor<6xf32>", "'b_scale' must broadcast into the 5x6 product"),
+    ("tensor<f32>", "tensor<f16>", "must have the same element type")])
+def test_verifier_scales_and_bias(scale, bias, error):
+    """The scales and the bias broadcast into the product without growing it, in one
+    float type."""
+    from palimpsest.dialects import load_all
+    from palimpsest.ir.diagnostics import DiagnosticError
+    from palimpsest.ir.parser import parse
+    from palimpsest.ir.verifier import verify
+
+    load_all()
+    text = f"""func.func @f(%a: tensor<5x8xi8>, %b: tensor<8x6xi8>, %s: tensor<f32>,
+        %t: {scale}, %c: {bias}) -> tensor<5x6xf32> {{
+      %y = graph.matmul_integer_to_float %a, %b, %s, %t, %c {{operandSegmentSizes =
+        array<i32: 1, 1, 1, 1, 0, 0, 1>}} : (tensor<5x8xi8>, tensor<8x6xi8>, tensor<f32>,
+        {scale}, {bias}) -> tensor<5x6xf32>
+      func.return %y : tensor<5x6xf32>
+    }}"""
+    if error is None:
+        verify(parse(text, "f.pal"))
+    else:
+        with pytest.raises(DiagnosticError, match=error):
+            verify(parse(text, "f.pal"))
