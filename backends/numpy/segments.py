@@ -224,6 +224,9 @@ class SegmentedFunction:
             arrays = bind_inputs(func, inputs)
         with ErrorsIgnored():   # once for every segment's run
             results = dict(zip(names[1], self.plan.run(Scope(), arrays)))
+        for name, array in results.items():
+            if any(array is a for a in arrays):   # passed on by identities: the caller's
+                results[name] = array.copy()      # own array, never handed back as a result
         for name, array in (outputs or {}).items():
             np.copyto(array, results[name])
             results[name] = array

@@ -244,3 +244,23 @@ def test_identity_branches_pass_their_values_on(flag):
     passing = [s for s in session.last_plan.executor.plan.segments()
                if s.passes_on is not None]
     assert len(passing) == 1 and passing[0].session is None
+
+
+def test_an_input_passed_on_to_a_result_is_copied():
+    """A model whose If branch passes an input on to a result returns a copy: the caller's
+    array is never handed back as a result."""
+    then = h.make_graph([h.make_node("Identity", ["x"], ["a"])], "then", [],
+                        [h.make_tensor_value_info("a", T.FLOAT, None)])
+    other = h.make_graph([h.make_node("Neg", ["x"], ["b"])], "else", [],
+                         [h.make_tensor_value_info("b", T.FLOAT, None)])
+    graph = h.make_graph(
+        [h.make_node("If", ["flag"], ["y"], then_branch=then, else_branch=other)], "g",
+        [h.make_tensor_value_info("x", T.FLOAT, [3]),
+         h.make_tensor_value_info("flag", T.BOOL, [])],
+        [h.make_tensor_value_info("y", T.FLOAT, None)])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    x = np.arange(3, dtype=np.float32)
+    y = Session(import_onnx(model)).run({"x": x, "flag": np.array(True)})["y"]
+    np.testing.assert_array_equal(y, x)
+    assert not np.may_share_memory(y, x)
