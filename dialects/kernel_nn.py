@@ -42,6 +42,11 @@ class Conv2dOp(Epilogue, KernelOp):
     # about this many elements, one channel at least (f32: 2 MiB; a 256 KiB band, kept in
     # L2, ran MobileNetV2 32% slower: its per-band numpy calls cost more than the misses)
     DEPTHWISE_BAND = 1 << 19
+    # Any other conv's im2col matrix (C*kh*kw x Ho*Wo) holds at most this many elements
+    # (f32: 4 MiB) unless one output row's columns need more: the kernels fill and
+    # multiply it a band of output rows at a time (a 256x256 decoder conv's whole
+    # matrix was 75 MB of the arena)
+    IM2COL_BAND = 1 << 20
 
     @classmethod
     def is_depthwise(cls, w_shape, config) -> bool:
@@ -80,7 +85,13 @@ class Conv2dOp(Epilogue, KernelOp):
             if total is None:
                 return (None,)
             return (max(per, min(total, cls.DEPTHWISE_BAND)),)
-        return (_times(x[1], w[2], w[3]), _times(out[2], out[3]))
+        rows, columns = _times(x[1], w[2], w[3]), _times(out[2], out[3])
+        if rows is None or columns is None:
+            return (rows, columns)
+        # the whole matrix while it is small, else about IM2COL_BAND elements, one output
+        # row's columns at least: the kernels take as many whole output rows a band as
+        # fit (monotone in the shapes, so a bound's size holds every smaller shape)
+        return (rows, min(columns, max(out[3], cls.IM2COL_BAND // max(1, rows))))
 
 
 # -- matrix products ----------------------------------------------------------------------------

@@ -98,9 +98,10 @@ def conv2d(op, inputs, outputs, workspaces):
                       out=_view_as(y[image], (group, mg, ho * wo)))
     else:
         flat = _view_as(cols, (cols.size,))
-        band = ho
-        if cols.nbytes > _CHUNK_FROM:
-            band = max(1, min(ho, _CHUNK_BYTES // max(1, cols.itemsize * c * kh * kw * wo)))
+        row_size = max(1, c * kh * kw * wo)   # one output row's im2col columns
+        band = min(ho, cols.size // row_size)   # what the workspace holds (IM2COL_BAND)
+        if row_size * ho * cols.itemsize > _CHUNK_FROM:
+            band = max(1, min(band, _CHUNK_BYTES // (cols.itemsize * row_size)))
         phases = _phase_layout(padded, c, (kh, kw), (sh, sw), (dh, dw))
         rows_first = None
         if phases is None and sh == 1:

@@ -446,24 +446,42 @@ def conv2d(call) -> list:
                     Operand("y", f"z * {mg * pixels}", pixels, 1), bias,
                     buffers=[("x", t, False)] + buffers, ix=ix, epilogue=epilogue)
         return [gemm.vector_launch([ref("in", 0)] + args + [np.int32(0)])]
-    gemm = Gemm(t, mg, pixels, depth, group, Operand("w", weights, depth, 1),
-                Operand("cols", f"z * {depth * pixels}", pixels, 1),
-                Operand("y", f"image * {g['m'] * pixels} + z * {mg * pixels}", pixels, 1),
-                bias, buffers=[("cols", t, False)] + buffers, ix=ix, epilogue=epilogue)
-    unfold = _im2col(t, g, ix)
+    # the im2col workspace holds `band` whole output rows (kernel_nn's IM2COL_BAND): per
+    # image, each band of rows is filled, then multiplied into its rows of Y; `image`
+    # counts bands (image * bands + band)
+    width = call.workspaces["im2col"].shape[1]
+    band = max(1, min(g["ho"], width // g["wo"]))
+    bands = -(-g["ho"] // band)
+    y_at = (f"(image / {bands}) * {g['m'] * pixels} + z * {mg * pixels} + "
+            f"(image % {bands}) * {band * g['wo']}")
+    gemms = {}
     launches = []
     for image in range(g["n"]):
-        if depth and g["c"]:
-            launches.append(Launch(unfold[0], "im2col", unfold[1],
-                                   _local_size(unfold[1], IM2COL_ITEMS),
-                                   [ref("in", 0), ref("ws", "im2col"), np.int32(image)]))
-        launches.append(gemm.vector_launch([ref("ws", "im2col")] + args + [np.int32(image)]))
+        for b in range(bands):
+            rows = min(band, g["ho"] - b * band)
+            if rows not in gemms:
+                gemms[rows] = Gemm(t, mg, rows * g["wo"], depth, group,
+                                   Operand("w", weights, depth, 1),
+                                   Operand("cols", f"z * {depth * width}", width, 1),
+                                   Operand("y", y_at, pixels, 1), bias,
+                                   buffers=[("cols", t, False)] + buffers, ix=ix,
+                                   epilogue=epilogue)
+            unfold = _im2col(t, g, ix, rows, band, bands, width)
+            if depth and g["c"]:
+                launches.append(Launch(unfold[0], "im2col", unfold[1],
+                                       _local_size(unfold[1], IM2COL_ITEMS),
+                                       [ref("in", 0), ref("ws", "im2col"),
+                                        np.int32(image * bands + b)]))
+            launches.append(gemms[rows].vector_launch([ref("ws", "im2col")] + args
+                                                      + [np.int32(image * bands + b)]))
     return launches
 
 
-def _im2col(t: str, g: dict, ix: str):
-    """One image's (C * kh * kw) x (Ho * Wo) matrix: row (c, p, q) holds the input pixels
-    kernel offset (p, q) of channel c meets, zero where that is padding."""
+def _im2col(t: str, g: dict, ix: str, rows: int, band: int, bands: int, width: int):
+    """`rows` output rows of one image's (C * kh * kw) x (Ho * Wo) matrix, from row
+    (image % bands) * band on (`image` = image * bands + band index), into rows of
+    `width` elements: row (c, p, q) holds the input pixels kernel offset (p, q) of
+    channel c meets, zero where that is padding."""
     lanes = _pow2_at_most(g["wo"], CONV_LANES)
     vt = _vtype(t, lanes)
     taps = g["kh"] * g["kw"]
@@ -473,7 +491,8 @@ def _im2col(t: str, g: dict, ix: str):
     store = _store_row(t, lanes, "v", "out", "ow0", g["wo"])
     source = (
         f"__kernel void im2col({params(*buffers)}, const int image) {{\n{bind(*buffers)}\n"
-        f"  const {ix} ow0 = get_global_id(0) * {lanes}, oh = get_global_id(1);\n"
+        f"  const {ix} ow0 = get_global_id(0) * {lanes}, ob = get_global_id(1);\n"
+        f"  const {ix} oh = (image % {bands}) * {band} + ob, n = image / {bands};\n"
         f"  const {ix} row = get_global_id(2);\n"
         f"  const {ix} c = row / {taps}, p = (row / {g['kw']}) % {g['kh']}, "
         f"q = row % {g['kw']};\n"
@@ -481,14 +500,14 @@ def _im2col(t: str, g: dict, ix: str):
         f"  const {ix} iw = ow0 * {g['sw']} + q * {g['dw']} - {g['left']};\n"
         f"  {vt} v = 0;\n"
         f"  if (ih >= 0 && ih < {g['h']}) {{\n"
-        f"    __global const {t}* xrow = x + ((image * {g['c']} + c) * {g['h']} + ih) * "
+        f"    __global const {t}* xrow = x + ((n * {g['c']} + c) * {g['h']} + ih) * "
         f"{g['wd']};\n"
         f"    __global const {t}* xr = xrow + iw;\n"
         f"    if (iw >= 0 && iw + {span - 1} < {g['wd']}) v = {fast};\n"
         f"    else v = {checked};\n  }}\n"
-        f"  __global {t}* out = cols + row * {g['ho'] * g['wo']} + oh * {g['wo']} + ow0;\n"
+        f"  __global {t}* out = cols + row * {width} + ob * {g['wo']} + ow0;\n"
         f"  {store}\n}}\n")
-    return source, (-(-g["wo"] // lanes), g["ho"], g["c"] * taps)
+    return source, (-(-g["wo"] // lanes), rows, g["c"] * taps)
 
 
 def _depthwise(call, t: str, g: dict, has_bias: bool, epilogue) -> Launch:
