@@ -35,9 +35,10 @@ program (`_program`: per op its handler, or None for a kernel op, which goes str
 `run_kernel`), its constants are read once and rebound per run (checked by attribute
 identity), inputs of exactly the declared static shape and dtype are bound without the
 full check, and with `CACHE_VIEWS` (the numpy backend) the static views and reshapes of
-the pool arenas (`_fixed_ops`) are bound all at once from the last run's, their ops left
-out of the program, while the backend's `pool` hands back the same arenas (it does when
-no result of the last run is alive).
+the pool arenas and constants (`_fixed_ops`) are bound all at once from the last run's,
+their ops left out of the program, while the backend's `pool` hands back the same arenas
+(it does when no result of the last run is alive) and the constants are unchanged; a
+plain run (no profiler, no poison) walks the program with no per-op check for either.
 """
 
 from __future__ import annotations
@@ -81,10 +82,10 @@ class ExecutorLoop:
     LEVELS = ""                 # the IR it runs, in errors
     ARRAY: type = object        # the backend's array type
     PENDING = Pending
-    # True: the views and reshapes of a function's pool arenas at static offsets and
-    # shapes (`FunctionPlan.fixed_results`) are kept from one run to the next and bound
-    # as they are, their ops skipped, while the backend's `pool` gives the very same
-    # arena arrays back (`_bind_fixed`)
+    # True: the views and reshapes of a function's pool arenas and constants at static
+    # offsets and shapes (`FunctionPlan.fixed_results`) are kept from one run to the next
+    # and bound as they are, their ops skipped, while the backend's `pool` gives the very
+    # same arena arrays back (`_bind_fixed`) and no constant was read again
     CACHE_VIEWS = False
 
     def __init__(self, poison: bool, stats):
@@ -465,7 +466,7 @@ class FunctionPlan:
         self.constants = None         # their result -> array, once read
         self.constant_attrs: list = []
         self.arena_ops: list = []     # the memory.arena ops, when all are at the head
-        self.fixed_results: list = []  # their static views and reshapes (CACHE_VIEWS)
+        self.fixed_results: list = []  # static views, reshapes of them, constants (CACHE_VIEWS)
         self.lean = self.unpooled = None   # the program less those ops / less the arenas
         self.fixed_values = None      # fixed result -> array, as the last full run bound
         self.fixed_pools = None       # the arena arrays of that run
