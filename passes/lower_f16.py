@@ -1,0 +1,210 @@
+"""float16 computed in float32, as onnxruntime's CPU provider computes it: part of
+`lower-to-kernels` (its `f16-in-f32` option), before the computes become kernels.
+
+Each f16 compute that has an f32 kernel (kernel_rules.F16_IN_F32) is rewritten to casts
+of its f16 ins to f32 (a constant's once, at compile time), the compute on f32 buffers,
+and a cast of each result back to f16: every op's result rounded to f16 as onnxruntime's
+InsertCastTransformer rounds it. The casts are `buffer.compute graph.cast` (both
+backends run them; the planner sees the f32 temporaries). An f16 buffer's f32 copy
+serves later lifted computes until its memory is written; an op that rounds alike
+before or after (ROUNDING_COMMUTES) reads its producer's f32 result, so the pair shares
+one rounding and may fold into one kernel; a lifted elementwise compute writes over an
+f32 temporary nothing reads after it."""
+
+from __future__ import annotations
+
+from palimpsest.dialects import kernel as K
+from palimpsest.dialects.buffer import AllocOp, ConstantOp
+from palimpsest.ir import attributes as A
+from palimpsest.ir.core import Operation
+from palimpsest.passes.fuse_elementwise import BETWEEN_OK, _root
+from palimpsest.passes.kernel_rules import _i, _s, computes_f16_in_f32, is_f16
+
+
+def f16_in_f32_computes(computes: list, packer) -> tuple:
+    """Each f16 compute of F16_IN_F32 (kernel_rules.py) with static shapes becomes
+    casts of its f16 ins to f32 (a constant's once, at compile time, through `packer`),
+    the compute on f32 buffers, and a cast of each f16 result back into its f16 out:
+    onnxruntime's CPU provider (InsertCastTransformer) computes so, each op's result
+    rounded to f16. An f16 buffer cast to f32 serves the later lifted computes that read
+    it until something writes its memory. Returns (the computes, casts included, in
+    block order; how many computes were lifted)."""
+    from palimpsest.dialects.buffer import BufferType, ComputeOp
+    from palimpsest.ir.types import f32, i32
+
+    segments = A.DenseArrayAttr(i32, (1, 1))
+
+    def insert_cast(anchor, source, target, to: int, before: bool) -> Operation:
+        cast = ComputeOp([source, target], [], {"op": _s("graph.cast"), "to": _i(to),
+                                                "operandSegmentSizes": segments})
+        cast.location, cast.source_loc = anchor.location, anchor.source_loc
+        if before:
+            anchor.parent.insert_before(anchor, cast)
+        else:
+            anchor.parent.insert_after(anchor, cast)
+        return cast
+
+    def temporary(anchor, value) -> object:
+        hint = value.name_hint
+        alloc = AllocOp([], [BufferType(tuple(value.type.shape), f32)],
+                        {"kind": _s("activation")},
+                        result_names=[f"{hint}_f32" if hint else None])
+        alloc.location, alloc.source_loc = anchor.location, anchor.source_loc
+        anchor.parent.insert_before(anchor, alloc)
+        return alloc.results[0]
+
+    def widened(array):
+        return array.astype("float32"), BufferType(array.shape, f32)
+
+    lifted = 0
+    out: list = []
+    if not computes:
+        return out, lifted
+    wanted = set(computes)
+    shadows: dict = {}   # f16 buffer -> its values cast to f32, while its memory is unwritten
+    rounded: dict = {}   # f16 buffer -> (the f32 result it rounds, that cast), likewise
+    elementwise: list = []   # lifted elementwise computes (written in place after the walk)
+    for op in list(computes[0].parent.ops):
+        if op.name in BETWEEN_OK:
+            continue
+        if op.name != "buffer.compute" or op.regions:
+            shadows.clear()   # (writes what it may)
+            rounded.clear()
+            continue
+        if op not in wanted:
+            continue
+        ins, outs = list(op.ins), list(op.outs)
+        halves = [v for v in ins + outs if is_f16(v.type.element_type)]
+        if not halves or not computes_f16_in_f32(op) or any(
+                None in v.type.shape for v in halves):
+            _forget_written(shadows, outs)
+            _forget_written(rounded, outs)
+            out.append(op)
+            continue
+        replaced = _unrounded(op, ins, outs, rounded, out)
+        for value in ins:
+            if value in replaced or not is_f16(value.type.element_type):
+                continue
+            wide = None
+            if isinstance(getattr(value, "op", None), ConstantOp):
+                wide = packer.packed(value, "f32", widened,
+                                     f"{value.name_hint or 'weights'}_f32")
+            if wide is None:
+                wide = shadows.get(value)
+            if wide is None:
+                wide = temporary(op, value)
+                out.append(insert_cast(op, value, wide, 1, before=True))
+                shadows[value] = wide
+            replaced[value] = wide
+        _forget_written(shadows, outs)
+        _forget_written(rounded, outs)
+        anchor = op
+        results = []
+        written = {}   # (an out may be an in too: written in place)
+        for value in outs:
+            if value in written or not is_f16(value.type.element_type):
+                continue
+            wide = written[value] = temporary(op, value)
+            anchor = insert_cast(anchor, wide, value, 10, before=False)
+            results.append(anchor)
+            rounded[value] = (wide, anchor)
+        for index, value in enumerate(op.operands):
+            wide = (replaced if index < len(ins) else written).get(value)
+            if wide is not None:
+                op.set_operand(index, wide)
+        for value in ins:   # an f16 buffer that only a rounding cast wrote, now unread
+            owner = getattr(value, "op", None)
+            if value in replaced and value not in outs and isinstance(owner, AllocOp) \
+                    and owner.kind.value == "activation" and all(
+                        u.name == "buffer.dealloc" for u in value.users()):
+                for user in list(value.users()):
+                    user.erase()
+                owner.erase()
+        out.append(op)
+        out.extend(results)
+        lifted += 1
+        if op.properties["op"].value in K.STEPS and len(written) == 1:
+            elementwise.append(op)
+    for op in elementwise:
+        _in_place(op)
+    return out, lifted
+
+
+def _in_place(op: Operation) -> None:
+    """A lifted elementwise compute writes its f32 result over an f32 in of its type
+    that nothing reads after it (a temporary of `f16_in_f32_computes`: a cast's or a lifted
+    producer's), as bufferize writes f32 in place (an in its graph op's InPlace trait
+    allows): its own temporary goes."""
+    from palimpsest.ir.opdef import InPlace, lookup_op
+
+    target = op.outs[0]
+    alloc = target.op
+    trait = next((t for t in lookup_op(op.properties["op"].value).traits
+                  if isinstance(t, InPlace)), None)
+    if trait is None or not isinstance(alloc, AllocOp) or alloc.kind.value != "activation" \
+            or any(u is not op and u.name != "buffer.compute" for u in target.users()):
+        return
+    position = None
+    allowed = range(len(op.ins)) if trait.operands is None else trait.operands
+    for value in [op.ins[i] for i in allowed if i < len(op.ins)]:
+        owner = getattr(value, "op", None)
+        if value.type != target.type or not isinstance(owner, AllocOp) \
+                or owner.kind.value != "activation" or owner.parent is not op.parent:
+            continue
+        if position is None:
+            position = {o: i for i, o in enumerate(op.parent.ops)}
+        if any(u.name != "buffer.compute" or position.get(u, len(position)) > position[op]
+               for u in value.users() if u is not op):
+            continue
+        for user in list(target.users()):
+            for index, operand in enumerate(user.operands):
+                if operand is target:
+                    user.set_operand(index, value)
+        alloc.erase()
+        return
+
+
+# Ops whose result rounds to f16 as their operand's rounding would: monotone, exact on
+# f16 values (relu(round(x)) = round(relu(x)); max(round(a), b) = round(max(a, b)) for
+# an f16 b). Such an op after a lifted compute reads the compute's f32 result, not its
+# rounding, when nothing else reads that: one rounding after both, and the pair can fold
+# (an epilogue) as onnxruntime's would not, with the same numbers.
+ROUNDING_COMMUTES = ("graph.relu", "graph.abs", "graph.neg", "graph.clip", "graph.max",
+                     "graph.min", "graph.max_pool")
+
+
+def _unrounded(op: Operation, ins: list, outs: list, rounded: dict, computes: list) -> dict:
+    """{f16 in: the f32 result its rounding cast reads} for the one in of `op` (of
+    ROUNDING_COMMUTES) that a lifted compute's cast wrote and only `op` reads; that cast
+    goes (from the block and from `computes`)."""
+    name = op.properties["op"].value
+    if name not in ROUNDING_COMMUTES or (name == "graph.max_pool" and len(outs) != 1):
+        return {}
+    candidates = ins[:1] if name not in ("graph.max", "graph.min") else ins
+    for value in candidates:
+        found = rounded.get(value)
+        if found is None or ins.count(value) != 1:
+            continue
+        wide, cast = found
+        others = [u for u in value.users()
+                  if u is not op and u is not cast and u.name != "buffer.dealloc"]
+        if _root(value) is not value or any(u.name != "buffer.compute" for u in others):
+            continue   # (an alias might read it)
+        if others:   # only ops done with it before the cast, or, when `op` writes it in
+            position = {o: i for i, o in enumerate(op.parent.ops)}   # place, after `op`
+            if any(not position.get(u, -1) < position[cast] and not (
+                    value in outs and position.get(u, -1) > position[op]) for u in others):
+                continue
+        del rounded[value]
+        computes.remove(cast)
+        cast.erase()
+        return {value: wide}
+    return {}
+
+
+def _forget_written(shadows: dict, outs: list) -> None:
+    if not shadows:
+        return
+    written = {_root(v) for v in outs}
+    for value in [v for v in shadows if _root(v) in written]:
+        del shadows[value]
