@@ -114,7 +114,8 @@ def test_other_domain_is_refused_naming_it():
         import_onnx(model)
     message = str(error.value)
     assert "node 'fc' (com.microsoft.QOrderedMatMul, opset 1)" in message
-    assert "of domain 'com.microsoft' only DynamicQuantizeLSTM, FusedConv (activation" in message
+    assert "of domain 'com.microsoft' only DynamicQuantizeLSTM, MatMulIntegerToFloat, FusedConv " \
+        "(activation" in message
     assert "\n" not in message
 
 
