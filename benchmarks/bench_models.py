@@ -25,24 +25,37 @@ alike, and each engine's median is over its own runs; the ratio is numpy ms / or
 (numpy; with `--opencl` also OpenCL and the faster of the two per model), the BLAS and
 its kernel set (`blas_summary()`), the threads and the load average during the run.
 
-    python benchmarks/bench_models.py [--runs 5] [--opencl] [--no-rss] [--models a,b]
+    python benchmarks/bench_models.py [--runs 5] [--threads 1] [--opencl] [--no-rss] [--models a,b]
                                       [--profile N] [--json FILE]
 
-BLAS threads are pinned to one before numpy loads, onnxruntime to one intra-op thread.
+BLAS threads are pinned before numpy loads (one, or `--threads N`), onnxruntime to as many
+intra-op threads, the Session too (PoCL's workers included).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
+
+def _threads_argument(argv) -> int:
+    """`--threads N` read before numpy loads: BLAS takes its thread count then."""
+    for i, arg in enumerate(argv):
+        if arg == "--threads" and i + 1 < len(argv):
+            return int(argv[i + 1])
+        if arg.startswith("--threads="):
+            return int(arg.split("=", 1)[1])
+    return 1
+
+
+THREADS = _threads_argument(sys.argv)
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+    os.environ.setdefault(_var, str(THREADS))
 
 import argparse  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -74,7 +87,7 @@ def ort_session(path, optimize: bool):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
+    options.intra_op_num_threads = THREADS
     options.inter_op_num_threads = 1
     options.log_severity_level = 4
     if not optimize:
@@ -163,7 +176,7 @@ def top_kinds(path, feeds, runs: int, count: int = 3) -> str:
     "conv2d 61%, elementwise 20%, ..." (kernel. left out)."""
     from palimpsest.backends.numpy.session import Session
 
-    session = Session(str(path), profile=True, threads=1)
+    session = Session(str(path), profile=True, threads=THREADS)
     session.run(feeds)
     profiler = session.profiler
     profiler.__init__()   # the first run compiled: left out
@@ -244,7 +257,7 @@ def run_model(name: str, entry: dict, runs: int, opencl: bool, rss: bool,
         try:
             # one thread on every engine: BLAS is pinned above, and PoCL would otherwise
             # take the machine's cores (Session's default, as onnxruntime's)
-            session = Session(str(path), backend=backend, threads=1)
+            session = Session(str(path), backend=backend, threads=THREADS)
             got = session.run(feeds)
             numpy_session = numpy_session or session
         except Exception as error:  # noqa: BLE001 - reported in the table
@@ -308,6 +321,9 @@ def table(rows: list, opencl: bool) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="timed runs per engine (median)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="threads of every engine: BLAS (set before numpy loads), "
+                             "onnxruntime's intra-op, the Session's (default 1)")
     parser.add_argument("--opencl", action="store_true", help="also run the OpenCL backend")
     parser.add_argument("--no-rss", action="store_true", help="skip onnxruntime's peak RSS")
     parser.add_argument("--models", help="comma-separated model names (default: all)")
@@ -360,8 +376,8 @@ def summary(rows: list, opencl: bool, loads: list) -> str:
                          f"{by_model[worst]:.2f}x; above 2x: {sum(v > 2 for v in by_model.values())}"
                          f", above 2.5x: {sum(v > 2.5 for v in by_model.values())}")
     lines.append(blas_summary())
-    lines.append(f"threads: BLAS {os.environ.get('OPENBLAS_NUM_THREADS')}, onnxruntime 1 "
-                 f"intra-op; load average (1 min) during the run: {min(loads):.1f}-"
+    lines.append(f"threads: BLAS {os.environ.get('OPENBLAS_NUM_THREADS')}, onnxruntime "
+                 f"{THREADS} intra-op, Palimpsest {THREADS} (PoCL's workers too); load average (1 min) during the run: {min(loads):.1f}-"
                  f"{max(loads):.1f} on {os.cpu_count()} CPUs")
     return "\n".join(lines)
 
