@@ -20,6 +20,7 @@ lower bound (the most bytes live at one moment, in the order schedule-for-memory
 Timing is paired: after a warm-up each, the engines (onnxruntime, the numpy backend, and
 OpenCL with `--opencl`) take turns run by run, so a machine loaded by others slows them
 alike, and each engine's median is over its own runs; the ratio is numpy ms / ort ms.
+(With `--threads` above 1, each engine's runs form one block: see `paired_medians`.)
 `--profile N` (default 3) profiles N more numpy runs (at least 0.5 s of them; up to 200)
 (backends/profile.py) and names the top three op kinds by share of the run time. Last lines: the geometric mean of the ratios
 (numpy; with `--opencl` also OpenCL and the faster of the two per model), the BLAS and
@@ -157,10 +158,22 @@ def median_seconds(fn, runs: int) -> float:
 
 def paired_medians(fns: dict, runs: int) -> dict:
     """Median seconds per engine (name -> callable), the engines taking turns run by run
-    (the order rotating) after a warm-up each (and the plan's compile)."""
+    (the order rotating) after a warm-up each (and the plan's compile). At more than one
+    thread each engine runs its timed runs in one block after a discarded one instead:
+    pool threads an engine leaves spinning (onnxruntime's by default, OpenBLAS's, PoCL's)
+    take the cores of the next engine's run (ppocr_v4_det at 2 threads: the numpy run
+    right after onnxruntime's 52 ms, alone 30)."""
     for fn in fns.values():
         fn()
     times: dict = {name: [] for name in fns}
+    if THREADS > 1:
+        for name, fn in fns.items():
+            fn()
+            for _ in range(runs):
+                start = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - start)
+        return {name: statistics.median(t) for name, t in times.items()}
     order = list(fns)
     for index in range(runs):
         shift = index % len(order)
