@@ -1,0 +1,77 @@
+"""OpenCL elementwise chains that call a math function run on vectors of CHAIN_LANES
+elements per work-item (backends/opencl/kernels/elementwise.py): the vector and the
+element-by-element tail agree with the numpy backend (poisoned), row-broadcast and
+last-dim ins load as one scalar / one vload where a vector stays in one row, and a
+vector f32 tanh is rounded from double as the scalar one is."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from opencl_support import compare_backends, requires_opencl
+
+pytestmark = requires_opencl
+
+
+def _chain(shape, b_shape, c_shape, dtype="f32"):
+    s = "x".join(map(str, shape))
+    b = "x".join(map(str, b_shape))
+    c = "x".join(map(str, c_shape))
+    t, tb, tc = f"tensor<{s}x{dtype}>", f"tensor<{b}x{dtype}>", f"tensor<{c}x{dtype}>"
+    # GELU (tanh form) of a + b, times c, then sigmoid, exp and a leaky relu
+    return f"""func.func @main(%a: {t}, %b: {tb}, %c: {tc}) -> {t} {{
+      %s = graph.add %a, %b : ({t}, {tb}) -> {t}
+      %g = graph.gelu %s {{approximate = "tanh"}} : ({t}) -> {t}
+      %h = graph.tanh %g : ({t}) -> {t}
+      %m = graph.mul %h, %c : ({t}, {tc}) -> {t}
+      %e = graph.sigmoid %m : ({t}) -> {t}
+      %l = graph.leaky_relu %e {{alpha = 0.1 : f32}} : ({t}) -> {t}
+      %r = graph.max %l, %a : ({t}, {t}) -> {t}
+      func.return %r : {t}
+    }}"""
+
+
+CASES = {
+    # last dim a multiple of 16: row broadcast one scalar, last-dim in one vload
+    "rows": ((2, 3, 32), (2, 3, 1), (32,)),
+    # last dim not a multiple: lanes cross rows (gathers), a tail of 5 elements
+    "gathers": ((1, 5, 37), (1, 5, 1), (37,)),
+    # fewer elements than one vector: the scalar form
+    "small": ((1, 3, 4), (3, 1), (4,)),
+    # a whole-tensor broadcast and a scalar
+    "scalars": ((4, 48), (1,), (1, 1)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_vector_chains_match_numpy(case, dtype):
+    shape, b_shape, c_shape = CASES[case]
+    np_type = np.float32 if dtype == "f32" else np.float64
+    rng = np.random.default_rng(1)
+    inputs = {"a": rng.standard_normal(shape).astype(np_type) * 2,
+              "b": rng.standard_normal(b_shape).astype(np_type),
+              "c": rng.standard_normal(c_shape).astype(np_type)}
+    _, _, stats = compare_backends(_chain(shape, b_shape, c_shape, dtype), inputs,
+                                   poison=True)
+    assert stats.device_launches == 1
+
+
+def test_vector_and_tail_tanh_are_rounded_from_double():
+    from palimpsest.backends.numpy.session import Session
+    from palimpsest.backends.opencl.runtime import device
+    from palimpsest.dialects import load_all
+    from palimpsest.ir.parser import parse
+
+    if not device().device.double_fp_config:
+        pytest.skip("the device has no fp64: pal_tanh is its float tanh")
+    load_all()
+    n = 65536 + 13   # 4096 vectors and a tail
+    text = f"""func.func @f(%x: tensor<{n}xf32>) -> tensor<{n}xf32> {{
+      %y = graph.tanh %x : tensor<{n}xf32>
+      func.return %y : tensor<{n}xf32>
+    }}"""
+    x = np.random.default_rng(3).standard_normal(n).astype(np.float32) * 3
+    (got,) = Session(parse(text, "<tanh>"), backend="opencl").run({"x": x}).values()
+    np.testing.assert_array_equal(got, np.tanh(x.astype(np.float64)).astype(np.float32))
