@@ -19,7 +19,10 @@ RELAYOUTS = frozenset({"graph.reshape", "graph.flatten", "graph.squeeze", "graph
 
 # generic graph ops with a generator (kernels/) whose out has the shape of their first in
 SAME_SHAPE_GENERICS = frozenset({"graph.cast"})
-
+# ... whose out has their ins' numpy-broadcast shape
+BROADCAST_GENERICS = frozenset({"graph.equal", "graph.less", "graph.greater",
+                                "graph.less_or_equal", "graph.greater_or_equal",
+                                "graph.and", "graph.or", "graph.xor"})
 
 
 class GenericOps:
@@ -64,19 +67,31 @@ class GenericOps:
 
     def _generic_on_device(self, op, values) -> bool:
         """A `kernel.generic` whose graph op has a generator (graph.cast: out shaped like
-        its in): launched like a kernel op; False when there is none or it declines."""
+        its in; comparisons and logical ops: like their ins broadcast; graph.expand: its
+        data broadcast to the shape operand, read back only when the out's shape is not
+        planned): launched like a kernel op; False when there is none or it declines."""
         info = self._infos[op]
         generate = GENERATORS.get(info.name)
-        if generate is None or info.name not in SAME_SHAPE_GENERICS or len(op.outs) != 1:
+        if generate is None or len(op.outs) != 1:
             return False
         ins = [self._materialized(op, values, v) for v in op.ins]
-        key = (op, tuple(a.shape for a in ins), tuple(a.dtype for a in ins))
+        if info.name in SAME_SHAPE_GENERICS:
+            shape = lambda: ins[0].shape  # noqa: E731
+        elif info.name in BROADCAST_GENERICS:
+            shape = lambda: tuple(np.broadcast_shapes(*(a.shape for a in ins)))  # noqa: E731
+        elif info.name == "graph.expand" and len(ins) == 2:
+            def shape():
+                self.stats.transfer_bytes += ins[1].nbytes
+                return tuple(np.broadcast_shapes(
+                    ins[0].shape, tuple(int(d) for d in self._download(ins[1]))))
+        else:
+            return False
+        out = self._sized(values, op.outs[0], shape)
+        key = (op, tuple(a.shape for a in ins), tuple(a.dtype for a in ins), out.shape)
         launches = self.launches.get(key)
         if launches is None:
-            out_type = op.outs[0].type
             call = KernelCall(info.name, info.attrs, [Arg(a.shape, a.dtype) for a in ins],
-                              [Arg(ins[0].shape, dtype_of(out_type.element_type))],
-                              {}, self.device.limits)
+                              [Arg(out.shape, out.dtype)], {}, self.device.limits)
             try:
                 launches = generate(call)
             except Unsupported as reason:
@@ -84,7 +99,6 @@ class GenericOps:
             self.launches[key] = launches
         if isinstance(launches, Unsupported):
             return False
-        out = self._sized(values, op.outs[0], lambda: ins[0].shape)
         self._enqueue(launches, {"in": ins, "out": [out], "ws": {}})
         return True
 

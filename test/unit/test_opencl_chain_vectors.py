@@ -75,3 +75,60 @@ def test_vector_and_tail_tanh_are_rounded_from_double():
     x = np.random.default_rng(3).standard_normal(n).astype(np.float32) * 3
     (got,) = Session(parse(text, "<tanh>"), backend="opencl").run({"x": x}).values()
     np.testing.assert_array_equal(got, np.tanh(x.astype(np.float64)).astype(np.float32))
+
+
+# -- comparisons, logical ops and expand on the device ------------------------------------------
+
+def _model(tmp_path, nodes, inputs, outputs, initializers=()):
+    import onnx
+    from onnx import TensorProto, helper
+
+    types = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int32): TensorProto.INT32,
+             np.dtype(np.int64): TensorProto.INT64, np.dtype(np.bool_): TensorProto.BOOL}
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, types[np.dtype(d)], s)
+                     for n, d, s in inputs],
+        [helper.make_tensor_value_info(n, types[np.dtype(d)], s) for n, d, s in outputs],
+        list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    return str(path)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_comparisons_and_logical_ops_run_on_the_device(tmp_path, dtype):
+    from onnx import helper
+
+    nodes = [helper.make_node("Equal", ["a", "b"], ["eq"]),
+             helper.make_node("Less", ["a", "b"], ["lt"]),
+             helper.make_node("Greater", ["b", "a"], ["gt"]),
+             helper.make_node("LessOrEqual", ["a", "b"], ["le"]),
+             helper.make_node("GreaterOrEqual", ["a", "b"], ["ge"]),
+             helper.make_node("And", ["lt", "eq"], ["both"]),
+             helper.make_node("Or", ["lt", "gt"], ["either"]),
+             helper.make_node("Xor", ["le", "ge"], ["one"]),
+             helper.make_node("Cast", ["one"], ["f"], to=1)]
+    path = _model(tmp_path, nodes, [("a", dtype, [3, 1, 5]), ("b", dtype, [4, 1])],
+                  [("both", np.bool_, [3, 4, 5]), ("either", np.bool_, [3, 4, 5]),
+                   ("f", np.float32, [3, 4, 5])])
+    rng = np.random.default_rng(2)
+    inputs = {"a": rng.integers(-2, 3, (3, 1, 5)).astype(dtype),
+              "b": rng.integers(-2, 3, (4, 1)).astype(dtype)}
+    _, _, stats = compare_backends(path, inputs, poison=True)
+    assert stats.transfer_bytes == 0
+
+
+def test_expand_runs_on_the_device(tmp_path):
+    from onnx import helper, numpy_helper
+
+    shape = numpy_helper.from_array(np.array([2, 3, 4, 5], np.int64), "shape")
+    nodes = [helper.make_node("Expand", ["x", "shape"], ["y"]),
+             helper.make_node("Expand", ["x", "dims"], ["z"])]
+    path = _model(tmp_path, nodes, [("x", np.float32, [3, 1, 5]), ("dims", np.int64, [3])],
+                  [("y", np.float32, [2, 3, 4, 5]), ("z", np.float32, None)], [shape])
+    inputs = {"x": np.random.default_rng(4).standard_normal((3, 1, 5)).astype(np.float32),
+              "dims": np.array([1, 6, 5], np.int64)}
+    expected, actual, stats = compare_backends(path, inputs, poison=True)
+    assert actual["z"].shape == (3, 6, 5)
+    assert not stats.host_ops

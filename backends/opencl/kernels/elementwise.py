@@ -353,3 +353,57 @@ def cast(call) -> list:
     local = 256 if size >= 256 else None
     return [Launch(program, "cast", (round_up(size, local or 1),), (local,) if local else None,
                    [ref("in", 0), ref("out", 0)])]
+
+
+_COMPARISONS = {"graph.equal": "==", "graph.less": "<", "graph.greater": ">",
+                "graph.less_or_equal": "<=", "graph.greater_or_equal": ">="}
+_LOGICAL = {"graph.and": "&&", "graph.or": "||", "graph.xor": "!="}
+
+
+def _broadcast_launch(call, name: str, expression) -> list:
+    """One work-item per out element: `expression(loads)` of each in read at its
+    numpy-broadcast index (`loads`: the C expressions), stored in the out."""
+    out = call.outs[0]
+    ins = call.ins
+    buffers = [(f"in{k}", a.ctype, False) for k, a in enumerate(ins)] + \
+        [("y", out.ctype, True)]
+    size = out.size
+    if size == 0:
+        return []
+    loads = [f"in{k}[{broadcast_index(out.shape, a.shape, 'i')}]" for k, a in enumerate(ins)]
+    source = (f"__kernel void {name}({params(*buffers)}) {{\n"
+              f"  const long i = get_global_id(0);\n"
+              f"  if (i >= {size}L) return;\n"
+              f"{bind(*buffers)}\n"
+              f"  y[i] = {expression(loads)};\n}}\n")
+    local = 256 if size >= 256 else None
+    return [Launch(source, name, (round_up(size, local or 1),), (local,) if local else None,
+                   [ref("in", k) for k in range(len(ins))] + [ref("out", 0)])]
+
+
+@generator(*_COMPARISONS, *_LOGICAL)
+def compare(call) -> list:
+    """A `kernel.generic` comparison (bool out: 0 or 1) or logical and / or / xor of
+    bools, its ins numpy-broadcast to the out (NaN compares unequal, as numpy's)."""
+    name = call.op_name
+    symbol = _COMPARISONS.get(name) or _LOGICAL[name]
+    if name in _LOGICAL:
+        return _broadcast_launch(call, "logical",
+                                 lambda v: f"(uchar)(({v[0]} != 0) {symbol} ({v[1]} != 0))")
+    return _broadcast_launch(call, "compare", lambda v: f"(uchar)({v[0]} {symbol} {v[1]})")
+
+
+@generator("graph.expand")
+def expand(call) -> list:
+    """A `kernel.generic` graph.expand: the data numpy-broadcast to the out's shape (the
+    executor sizes the out; the shape operand is not read)."""
+    data = KernelCallView(call, call.ins[:1])
+    return _broadcast_launch(data, "expand", lambda v: v[0])
+
+
+class KernelCallView:
+    """A call seen with only some of its ins (graph.expand's data, not its shape)."""
+
+    def __init__(self, call, ins):
+        self.op_name, self.config, self.ins, self.outs = call.op_name, call.config, ins, \
+            call.outs
