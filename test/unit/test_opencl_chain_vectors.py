@@ -132,3 +132,32 @@ def test_expand_runs_on_the_device(tmp_path):
     expected, actual, stats = compare_backends(path, inputs, poison=True)
     assert actual["z"].shape == (3, 6, 5)
     assert not stats.host_ops
+
+
+# -- max pools as two separable passes (kernels/normalize.py, _separable_max) ------------------
+
+SEPARABLE = [
+    ("spp 5", (1, 3, 13, 13), [5, 5], {"pads": [2, 2, 2, 2]}),
+    ("spp 13", (1, 2, 13, 13), [13, 13], {"pads": [6, 6, 6, 6]}),
+    ("dilated", (2, 2, 14, 15), [5, 5], {"dilations": [2, 2], "pads": [4, 4, 4, 4]}),
+    ("uneven pads", (1, 2, 12, 16), [7, 5], {"pads": [3, 1, 2, 2]}),
+    ("stride 2, ceil", (1, 2, 16, 20), [9, 9], {"strides": [2, 1], "pads": [4, 4, 4, 4],
+                                                "ceil_mode": 1}),
+]
+
+
+@pytest.mark.parametrize("name, shape, kernel, props", SEPARABLE, ids=[s[0] for s in SEPARABLE])
+@pytest.mark.parametrize("dtype, np_dtype", [("f32", np.float32), ("i32", np.int32)])
+def test_separable_max_pool(name, shape, kernel, props, dtype, np_dtype):
+    from palimpsest.backends.opencl.kernels.normalize import SEPARABLE_WIDTH
+    from test_opencl_normalize import _data, _pool_graph
+
+    graph = _pool_graph("max", shape, kernel, dtype, **props)
+    x = _data(shape, np_dtype) if dtype != "f32" else _data(shape)
+    if dtype == "f32":
+        x[0, 0, 3, 4] = np.nan   # NaN wins, as np.maximum's
+    _, actual, _ = compare_backends(graph, {"x": x}, poison=True)
+    (y,) = actual.values()
+    kh, kw = kernel
+    # the shape is one the separable form takes
+    assert shape[3] <= SEPARABLE_WIDTH and kh * kw * y.shape[3] > 2 * (kh * shape[3] + kw * y.shape[3])
