@@ -23,6 +23,8 @@ SAME_SHAPE_GENERICS = frozenset({"graph.cast"})
 BROADCAST_GENERICS = frozenset({"graph.equal", "graph.less", "graph.greater",
                                 "graph.less_or_equal", "graph.greater_or_equal",
                                 "graph.and", "graph.or", "graph.xor"})
+# ... whose out is run on the device only where the plan sized it
+PLANNED_GENERICS = frozenset({"graph.range", "graph.constant_of_shape"})
 
 
 class GenericOps:
@@ -67,7 +69,8 @@ class GenericOps:
 
     def _generic_on_device(self, op, values) -> bool:
         """A `kernel.generic` whose graph op has a generator (graph.cast: out shaped like
-        its in; comparisons and logical ops: like their ins broadcast; graph.expand: its
+        its in; comparisons and logical ops: like their ins broadcast; range and
+        constant_of_shape: into an out the plan sized, else on the host; graph.expand: its
         data broadcast to the shape operand, read back only when the out's shape is not
         planned): launched like a kernel op; False when there is none or it declines."""
         info = self._infos[op]
@@ -79,6 +82,10 @@ class GenericOps:
             shape = lambda: ins[0].shape  # noqa: E731
         elif info.name in BROADCAST_GENERICS:
             shape = lambda: tuple(np.broadcast_shapes(*(a.shape for a in ins)))  # noqa: E731
+        elif info.name in PLANNED_GENERICS:
+            if isinstance(values[op.outs[0]], self.PENDING):
+                return False   # its size is in its operands' values: the host says it
+            shape = lambda: None  # noqa: E731
         elif info.name == "graph.expand" and len(ins) == 2:
             def shape():
                 self.stats.transfer_bytes += ins[1].nbytes

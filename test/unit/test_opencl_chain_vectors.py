@@ -161,3 +161,34 @@ def test_separable_max_pool(name, shape, kernel, props, dtype, np_dtype):
     kh, kw = kernel
     # the shape is one the separable form takes
     assert shape[3] <= SEPARABLE_WIDTH and kh * kw * y.shape[3] > 2 * (kh * shape[3] + kw * y.shape[3])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.int32])
+def test_range_and_constant_of_shape_into_planned_outs(tmp_path, dtype):
+    """As YOLO heads make their anchor grids: Range's limit and ConstantOfShape's shape
+    come from a shape, so the plan sizes the outs and both run on the device."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    to = {np.float32: TensorProto.FLOAT, np.int64: TensorProto.INT64,
+          np.int32: TensorProto.INT32}[dtype]
+    inits = [numpy_helper.from_array(np.array(3, np.int64), "axis3"),
+             numpy_helper.from_array(np.array(dtype(0.5 if dtype == np.float32 else -2)),
+                                     "start"),
+             numpy_helper.from_array(np.array(dtype(0.75 if dtype == np.float32 else 3)),
+                                     "delta"),
+             numpy_helper.from_array(np.array([1], np.int64), "one"),
+             numpy_helper.from_array(np.array([0], np.int64), "zero")]
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "axis3"], ["width"]),
+             helper.make_node("Cast", ["width"], ["limit"], to=to),
+             helper.make_node("Range", ["start", "limit", "delta"], ["r"]),
+             helper.make_node("Unsqueeze", ["width", "zero"], ["w1"]),
+             helper.make_node("Concat", ["w1", "one"], ["dims"], axis=0),
+             helper.make_node("ConstantOfShape", ["dims"], ["c"],
+                              value=numpy_helper.from_array(np.array([7], dtype)))]
+    path = _model(tmp_path, nodes, [("x", np.float32, [1, 3, 4, 10])],
+                  [("r", dtype, None), ("c", dtype, None)], inits)
+    x = np.zeros((1, 3, 4, 10), np.float32)
+    expected, actual, stats = compare_backends(path, {"x": x}, poison=True)
+    assert actual["c"].shape == (10, 1) and (actual["c"] == 7).all()
+    assert not stats.host_ops

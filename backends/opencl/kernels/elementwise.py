@@ -407,3 +407,54 @@ class KernelCallView:
     def __init__(self, call, ins):
         self.op_name, self.config, self.ins, self.outs = call.op_name, call.config, ins, \
             call.outs
+
+
+def _fill_launch(call, name: str, value: str, scalars=()) -> list:
+    """One work-item per out element stores `value` (a C expression of `i` and of the ins
+    named `in0`, ...: the ins are scalars)."""
+    out = call.outs[0]
+    size = out.size
+    if size == 0:
+        return []
+    buffers = [(f"in{k}", call.ins[k].ctype, False) for k in scalars] + \
+        [("y", out.ctype, True)]
+    source = (f"__kernel void {name}({params(*buffers)}) {{\n"
+              f"  const long i = get_global_id(0);\n"
+              f"  if (i >= {size}L) return;\n"
+              f"{bind(*buffers)}\n"
+              f"  y[i] = {value};\n}}\n")
+    local = 256 if size >= 256 else None
+    return [Launch(source, name, (round_up(size, local or 1),), (local,) if local else None,
+                   [ref("in", k) for k in scalars] + [ref("out", 0)])]
+
+
+@generator("graph.range")
+def range_(call) -> list:
+    """A `kernel.generic` graph.range into a planned out: start + i * delta, in double for
+    floats (where the device has it) and in long for integers, as the reference computes
+    it; the out's size is the plan's, so limit is not read."""
+    t = call.outs[0].ctype
+    if t in FLOATS:
+        value = ("(" + t + ")((double)in0[0] + (double)i * (double)in2[0])")
+        value = (f"\n#ifdef cl_khr_fp64\n  {value}\n#else\n  ({t})(in0[0] + ({t})i * in2[0])"
+                 f"\n#endif\n  ")
+    else:
+        value = f"({t})((long)in0[0] + i * (long)in2[0])"
+    return _fill_launch(call, "range", value, (0, 2))
+
+
+@generator("graph.constant_of_shape")
+def constant_of_shape(call) -> list:
+    """A `kernel.generic` graph.constant_of_shape into a planned out: its value stored
+    in every element (the shape operand is not read)."""
+    import numpy as np
+
+    out = call.outs[0]
+    value = call.config.get("value")
+    value = np.asarray(0.0 if value is None else value).reshape(-1)
+    if value.size != 1:
+        raise Unsupported("a value of one element")
+    t = out.ctype
+    v = value[0]
+    text = literal(float(v), t) if t in FLOATS else str(int(v))
+    return _fill_launch(call, "fill", f"({t})({text})")
