@@ -192,3 +192,41 @@ def test_range_and_constant_of_shape_into_planned_outs(tmp_path, dtype):
     expected, actual, stats = compare_backends(path, {"x": x}, poison=True)
     assert actual["c"].shape == (10, 1) and (actual["c"] == 7).all()
     assert not stats.host_ops
+
+
+# -- slices as rows (kernels/slicing.py, _rows) ----------------------------------------------------
+
+SLICES = {
+    "focus rows": ([0], [2 ** 31], [2], [2]),
+    "focus columns": ([1], [2 ** 31], [3], [2]),
+    "reversed columns": ([-2], [-2 ** 31], [3], [-3]),
+    "crop both": ([1, 2], [-1, 19], [2, 3], [1, 1]),
+    "three axes": ([1, 5, 0], [3, 1, 20], [1, 2, 3], [1, -2, 2]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SLICES))
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.int64])
+def test_row_slices(tmp_path, case, dtype):
+    from onnx import TensorProto, helper, numpy_helper
+
+    starts, ends, axes, steps = SLICES[case]
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n)
+             for n, v in (("starts", starts), ("ends", ends), ("axes", axes), ("steps", steps))]
+    shape = (2, 4, 10, 21)
+    x = (np.random.default_rng(5).standard_normal(shape) * 50).astype(dtype)
+    onnx_type = {np.float32: TensorProto.FLOAT, np.uint8: TensorProto.UINT8,
+                 np.int64: TensorProto.INT64}[dtype]
+    node = helper.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", onnx_type, shape)],
+                              [helper.make_tensor_value_info("y", onnx_type, None)], inits)
+    import onnx
+
+    path = tmp_path / "slice.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    _, actual, stats = compare_backends(str(path), {"x": x}, poison=True)
+    index = [slice(None)] * 4
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        index[a] = slice(s, None if abs(e) >= 2 ** 31 else e, st)
+    np.testing.assert_array_equal(actual["y"], x[tuple(index)])
+    assert not stats.host_ops

@@ -5,7 +5,9 @@ type of a size shares a program). Split launches once per non-empty out."""
 
 from __future__ import annotations
 
-from palimpsest.backends.opencl.kernels.base import generator, ref, strides_of
+from palimpsest.backends.opencl.kernels.base import (
+    Launch, bind, generator, params, ref, strides_of,
+)
 from palimpsest.backends.opencl.kernels.movement import (
     _coord, _kernel, _moved, _n, _per_element, _prelude,
 )
@@ -45,6 +47,9 @@ def slice_(call) -> list:
     base = sum(start * stride for start, size, stride in
                zip(config["starts"], config["sizes"], in_strides) if size != -1)
     terms = [_n(base)]
+    width = out.shape[-1] if out.shape else 1
+    if len(out.shape) >= 2 and width >= ROW_MIN:
+        return [_rows(x, out, config["steps"], in_strides, base, t)]
     for axis, (step, size) in enumerate(zip(config["steps"], config["sizes"])):
         if out.shape[axis] == 1:
             continue
@@ -53,3 +58,35 @@ def slice_(call) -> list:
     source = _prelude(x, out) + _kernel("slice", [("x", t, False), ("y", t, True)], out.size,
                                         body)
     return [_per_element(source, "slice", out.size, [ref("in", 0), ref("out", 0)])]
+
+
+ROW_MIN = 8      # out rows at least this long are copied by the 2-D form
+ROW_ITEMS = 256  # work-items of a work-group along the row
+
+
+def _rows(x, out, steps, in_strides, base: int, t: str) -> Launch:
+    """A slice as a 2-D launch: axis 0 runs along the out's last axis, axis 1 over its
+    rows, so a row's source is computed from the row index (uniform across a
+    work-group's row) and a work-group copies one stretch of a row (PoCL: 3-4x over one
+    work-item per element, whose index divides by every axis: YOLO's focus slices
+    0.32 -> 0.08 ms)."""
+    width = out.shape[-1]
+    rows = 1
+    for d in out.shape[:-1]:
+        rows *= d
+    row_shape = tuple(out.shape[:-1])
+    terms = [_n(base)]
+    for axis, step in enumerate(steps[:-1]):
+        if row_shape[axis] != 1:
+            terms.append(f"{_coord(row_shape, axis, 'row')} * {_n(step * in_strides[axis])}")
+    terms.append(f"j * {_n(steps[-1] * in_strides[-1])}")
+    buffers = [("x", t, False), ("y", t, True)]
+    source = (_prelude(x, out) +
+              f"__kernel void slice_rows({params(*buffers)}) {{\n"
+              f"  const IX j = get_global_id(0), row = get_global_id(1);\n{bind(*buffers)}\n"
+              f"  y[row * {_n(width)} + j] = x[{' + '.join(terms)}];\n}}\n")
+    local0 = max(d for d in range(1, min(width, ROW_ITEMS) + 1) if width % d == 0)
+    room = max(1, 64 // local0)
+    local1 = max(d for d in range(1, min(rows, room) + 1) if rows % d == 0)
+    return Launch(source, "slice_rows", (width, rows), (local0, local1),
+                  [ref("in", 0), ref("out", 0)])
