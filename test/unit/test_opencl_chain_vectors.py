@@ -230,3 +230,33 @@ def test_row_slices(tmp_path, case, dtype):
         index[a] = slice(s, None if abs(e) >= 2 ** 31 else e, st)
     np.testing.assert_array_equal(actual["y"], x[tuple(index)])
     assert not stats.host_ops
+
+
+# -- concat as blocks by outer count (kernels/movement.py) -----------------------------------------
+
+@pytest.mark.parametrize("axis, shapes", [
+    (1, [(1, 192, 6, 6), (1, 96, 6, 6), (1, 5, 6, 6)]),        # one outer: 2-D, batch 1
+    (1, [(3, 4, 5, 8), (3, 2, 5, 8)]),                          # three outers
+    (3, [(2, 3, 4, 17), (2, 3, 4, 1), (2, 3, 4, 13)]),          # prime blocks: 1-D
+    (0, [(2, 7), (5, 7)]),
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8])
+def test_concat(tmp_path, axis, shapes, dtype):
+    from onnx import TensorProto, helper
+
+    onnx_type = {np.float32: TensorProto.FLOAT, np.uint8: TensorProto.UINT8}[dtype]
+    names = [f"x{i}" for i in range(len(shapes))]
+    node = helper.make_node("Concat", names, ["y"], axis=axis)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(n, onnx_type, s)
+                      for n, s in zip(names, shapes)],
+        [helper.make_tensor_value_info("y", onnx_type, None)])
+    import onnx
+
+    path = tmp_path / "concat.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    rng = np.random.default_rng(6)
+    feeds = {n: (rng.standard_normal(s) * 50).astype(dtype) for n, s in zip(names, shapes)}
+    _, actual, stats = compare_backends(str(path), feeds, poison=True)
+    np.testing.assert_array_equal(actual["y"], np.concatenate(list(feeds.values()), axis))
+    assert not stats.host_ops
