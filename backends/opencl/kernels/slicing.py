@@ -1,7 +1,9 @@
 """`kernel.split` and `kernel.slice` in OpenCL (the numpy kernels in
 backends/numpy/kernel_ops_slicing.py are the reference): one work-item per out element,
 moving it as the unsigned integer of its size, as movement.py's copies do (every element
-type of a size shares a program). Split launches once per non-empty out."""
+type of a size shares a program). Split launches once per non-empty out; a split out
+with a block of 8+ work-items to group, and a slice with rows of 8+ elements, are 2-D
+launches with no division per element."""
 
 from __future__ import annotations
 
@@ -24,7 +26,21 @@ def split(call) -> list:
         inner *= d
     launches, start = [], 0
     for index, (out, size) in enumerate(zip(call.outs, call.config["sizes"])):
-        if out.size:
+        block = size * inner
+        local = max((d for d in range(1, min(block, ROW_ITEMS) + 1) if block % d == 0),
+                    default=1)
+        if out.size and local >= ROW_MIN:
+            # 2-D, as concat's: the out's block by the outer count, no division per element
+            buffers = [("x", t, False), ("y", t, True)]
+            source = (_prelude(x, out) +
+                      f"__kernel void split_rows({params(*buffers)}) {{\n"
+                      f"  const IX j = get_global_id(0), o = get_global_id(1);\n"
+                      f"{bind(*buffers)}\n"
+                      f"  y[o * {_n(block)} + j] = x[o * {_n(dim * inner)} + "
+                      f"{_n(start * inner)} + j];\n}}\n")
+            launches.append(Launch(source, "split_rows", (block, out.size // block),
+                                   (local, 1), [ref("in", 0), ref("out", index)]))
+        elif out.size:
             body = [f"const IX r = i % {_n(size * inner)};",
                     f"y[i] = x[(i / {_n(size * inner)}) * {_n(dim * inner)} + "
                     f"{_n(start * inner)} + r];"]
