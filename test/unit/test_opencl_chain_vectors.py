@@ -260,3 +260,24 @@ def test_concat(tmp_path, axis, shapes, dtype):
     _, actual, stats = compare_backends(str(path), feeds, poison=True)
     np.testing.assert_array_equal(actual["y"], np.concatenate(list(feeds.values()), axis))
     assert not stats.host_ops
+
+
+def test_row_slice_with_trailing_unit_axes(tmp_path):
+    """magika's conv slices: out (1, 12, 9, 1), the rows along axis 2."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n)
+             for n, v in (("starts", [1, 2]), ("ends", [13, 20]), ("axes", [1, 2]),
+                          ("steps", [1, 2]))]
+    shape = (1, 16, 20, 1)
+    x = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+    node = helper.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, shape)], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)], inits)
+    import onnx
+
+    path = tmp_path / "slice.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    _, actual, _ = compare_backends(str(path), {"x": x}, poison=True)
+    np.testing.assert_array_equal(actual["y"], x[:, 1:13, 2:20:2, :])
