@@ -322,15 +322,20 @@ def _chain_launch(call, steps, wiring, props) -> Launch:
                       (local,) if local else None,
                       [ref("in", k) for k in used] + [ref("out", 0)])
     buffers = [(f"in{k}", call.ins[k].ctype, False) for k in used] + [("y", t, True)]
-    source = (f"__kernel void elementwise({params(*buffers)}) {{\n"
+    return _per_element("elementwise", size, buffers,
+                        "\n".join(lines).strip() + f"\n  y[i] = {result};",
+                        [ref("in", k) for k in used] + [ref("out", 0)])
+
+
+def _per_element(name: str, size: int, buffers: list, statement: str, args: list) -> Launch:
+    """A kernel of one work-item per element `i` (< `size`) running `statement`."""
+    source = (f"__kernel void {name}({params(*buffers)}) {{\n"
               f"  const {_index(size)} i = get_global_id(0);\n"
               f"  if (i >= {size}L) return;\n"
-              f"{bind(*buffers)}\n" + "\n".join(lines) +
-              f"\n  y[i] = {result};\n}}\n")
+              f"{bind(*buffers)}\n  {statement}\n}}\n")
     local = 256 if size >= 256 else None
-    return Launch(source, "elementwise", (round_up(size, local or 1),),
-                  (local,) if local else None,
-                  [ref("in", k) for k in used] + [ref("out", 0)])
+    return Launch(source, name, (round_up(size, local or 1),), (local,) if local else None,
+                  args)
 
 
 @generator("graph.cast")
@@ -351,15 +356,7 @@ def cast(call) -> list:
     elif target == "half":
         store = "vstore_half_rte(x[i], i, y);"
     buffers = [("x", source, False), ("y", target, True)]
-    size = y.size
-    program = (f"__kernel void cast({params(*buffers)}) {{\n"
-               f"  const {_index(size)} i = get_global_id(0);\n"
-               f"  if (i >= {size}L) return;\n"
-               f"{bind(*buffers)}\n"
-               f"  {store}\n}}\n")
-    local = 256 if size >= 256 else None
-    return [Launch(program, "cast", (round_up(size, local or 1),), (local,) if local else None,
-                   [ref("in", 0), ref("out", 0)])]
+    return [_per_element("cast", y.size, buffers, store, [ref("in", 0), ref("out", 0)])]
 
 
 _COMPARISONS = {"graph.equal": "==", "graph.less": "<", "graph.greater": ">",
@@ -367,25 +364,25 @@ _COMPARISONS = {"graph.equal": "==", "graph.less": "<", "graph.greater": ">",
 _LOGICAL = {"graph.and": "&&", "graph.or": "||", "graph.xor": "!="}
 
 
+def _element_launch(call, name: str, value: str, ins) -> list:
+    """One work-item per out element stores `value`, a C expression of the element's
+    index `i` and of the ins `ins` (in k named `ink`)."""
+    out = call.outs[0]
+    size = out.size
+    if size == 0:
+        return []
+    buffers = [(f"in{k}", call.ins[k].ctype, False) for k in ins] + [("y", out.ctype, True)]
+    return [_per_element(name, size, buffers, f"y[i] = {value};",
+                         [ref("in", k) for k in ins] + [ref("out", 0)])]
+
+
 def _broadcast_launch(call, name: str, expression) -> list:
     """One work-item per out element: `expression(loads)` of each in read at its
     numpy-broadcast index (`loads`: the C expressions), stored in the out."""
     out = call.outs[0]
-    ins = call.ins
-    buffers = [(f"in{k}", a.ctype, False) for k, a in enumerate(ins)] + \
-        [("y", out.ctype, True)]
-    size = out.size
-    if size == 0:
-        return []
-    loads = [f"in{k}[{broadcast_index(out.shape, a.shape, 'i')}]" for k, a in enumerate(ins)]
-    source = (f"__kernel void {name}({params(*buffers)}) {{\n"
-              f"  const {_index(size)} i = get_global_id(0);\n"
-              f"  if (i >= {size}L) return;\n"
-              f"{bind(*buffers)}\n"
-              f"  y[i] = {expression(loads)};\n}}\n")
-    local = 256 if size >= 256 else None
-    return [Launch(source, name, (round_up(size, local or 1),), (local,) if local else None,
-                   [ref("in", k) for k in range(len(ins))] + [ref("out", 0)])]
+    loads = [f"in{k}[{broadcast_index(out.shape, a.shape, 'i')}]"
+             for k, a in enumerate(call.ins)]
+    return _element_launch(call, name, expression(loads), range(len(call.ins)))
 
 
 @generator(*_COMPARISONS, *_LOGICAL)
@@ -416,25 +413,6 @@ class KernelCallView:
             call.outs
 
 
-def _fill_launch(call, name: str, value: str, scalars=()) -> list:
-    """One work-item per out element stores `value` (a C expression of `i` and of the ins
-    named `in0`, ...: the ins are scalars)."""
-    out = call.outs[0]
-    size = out.size
-    if size == 0:
-        return []
-    buffers = [(f"in{k}", call.ins[k].ctype, False) for k in scalars] + \
-        [("y", out.ctype, True)]
-    source = (f"__kernel void {name}({params(*buffers)}) {{\n"
-              f"  const {_index(size)} i = get_global_id(0);\n"
-              f"  if (i >= {size}L) return;\n"
-              f"{bind(*buffers)}\n"
-              f"  y[i] = {value};\n}}\n")
-    local = 256 if size >= 256 else None
-    return [Launch(source, name, (round_up(size, local or 1),), (local,) if local else None,
-                   [ref("in", k) for k in scalars] + [ref("out", 0)])]
-
-
 @generator("graph.range")
 def range_(call) -> list:
     """A `kernel.generic` graph.range into a planned out: start + i * delta, in double for
@@ -447,7 +425,7 @@ def range_(call) -> list:
                  f"\n#endif\n  ")
     else:
         value = f"({t})((long)in0[0] + i * (long)in2[0])"
-    return _fill_launch(call, "range", value, (0, 2))
+    return _element_launch(call, "range", value, (0, 2))
 
 
 @generator("graph.constant_of_shape")
@@ -464,4 +442,4 @@ def constant_of_shape(call) -> list:
     t = out.ctype
     v = value[0]
     text = literal(float(v), t) if t in FLOATS else str(int(v))
-    return _fill_launch(call, "fill", f"({t})({text})")
+    return _element_launch(call, "fill", f"({t})({text})", ())
