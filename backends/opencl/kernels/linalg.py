@@ -28,6 +28,8 @@ gather and a mask at its edges), so the `padded` workspace is not used.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from palimpsest.backends.opencl.kernels.base import (
@@ -454,26 +456,25 @@ def conv2d(call) -> list:
     bands = -(-g["ho"] // band)
     y_at = (f"(image / {bands}) * {g['m'] * pixels} + z * {mg * pixels} + "
             f"(image % {bands}) * {band * g['wo']}")
-    gemms = {}
+    programs = {}   # rows -> (the im2col launch, the GEMM launch), made once each
     launches = []
     for image in range(g["n"]):
         for b in range(bands):
             rows = min(band, g["ho"] - b * band)
-            if rows not in gemms:
-                gemms[rows] = Gemm(t, mg, rows * g["wo"], depth, group,
-                                   Operand("w", weights, depth, 1),
-                                   Operand("cols", f"z * {depth * width}", width, 1),
-                                   Operand("y", y_at, pixels, 1), bias,
-                                   buffers=[("cols", t, False)] + buffers, ix=ix,
-                                   epilogue=epilogue)
-            unfold = _im2col(t, g, ix, rows, band, bands, width)
-            if depth and g["c"]:
-                launches.append(Launch(unfold[0], "im2col", unfold[1],
-                                       _local_size(unfold[1], IM2COL_ITEMS),
-                                       [ref("in", 0), ref("ws", "im2col"),
-                                        np.int32(image * bands + b)]))
-            launches.append(gemms[rows].vector_launch([ref("ws", "im2col")] + args
-                                                      + [np.int32(image * bands + b)]))
+            if rows not in programs:
+                gemm = Gemm(t, mg, rows * g["wo"], depth, group,
+                            Operand("w", weights, depth, 1),
+                            Operand("cols", f"z * {depth * width}", width, 1),
+                            Operand("y", y_at, pixels, 1), bias,
+                            buffers=[("cols", t, False)] + buffers, ix=ix, epilogue=epilogue)
+                source, size = _im2col(t, g, ix, rows, band, bands, width)
+                programs[rows] = (
+                    Launch(source, "im2col", size, _local_size(size, IM2COL_ITEMS),
+                           [ref("in", 0), ref("ws", "im2col"), None]),
+                    gemm.vector_launch([ref("ws", "im2col")] + args + [None]))
+            at = np.int32(image * bands + b)
+            for launch in programs[rows][0 if depth and g["c"] else 1:]:
+                launches.append(replace(launch, args=launch.args[:-1] + [at]))
     return launches
 
 
