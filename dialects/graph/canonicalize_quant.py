@@ -29,22 +29,15 @@ scales are not both 1 would round twice where the fused op rounds once: it decli
 
 from __future__ import annotations
 
-from palimpsest.dialects.graph.canonicalize import attach
+from palimpsest.dialects.graph.canonicalize import _float_element, attach
 from palimpsest.dialects.graph.ops_base import constant_values
 from palimpsest.dialects.graph.ops_constant import ConstantOp
 from palimpsest.ir import attributes as A
 from palimpsest.ir.opdef import lookup_op
 from palimpsest.ir.patterns import M, V, rules
-from palimpsest.ir.types import FloatType, TensorType, i32
+from palimpsest.ir.types import TensorType, i32
 
 FUSED = "graph.matmul_integer_to_float"
-_FLOATS = ("f16", "f32", "f64")
-
-
-def _float_tensor(value) -> bool:
-    t = value.type
-    return isinstance(t, TensorType) and isinstance(t.element_type, FloatType) \
-        and t.element_type.name in _FLOATS and t.shape is not None
 
 
 def _per_column(value, result) -> bool:
@@ -83,7 +76,7 @@ def _operands(op) -> list:
 def cast_of_matmul_integer(rewriter, cast, product):
     """cast<float>(matmul_integer(...)) → matmul_integer_to_float(..., scales 1, 1)."""
     result = cast.results[0]
-    if not _float_tensor(result) or result.type.shape != product.results[0].type.shape:
+    if not _float_element(result) or result.type.shape is None or result.type.shape != product.results[0].type.shape:
         return None
     one = rewriter.insert(ConstantOp.of([1.0], TensorType((), result.type.element_type)))
     unit = one.results[0]
