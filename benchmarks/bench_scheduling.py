@@ -45,10 +45,17 @@ def _text_module(text: str):
     return parse(text, "<generated>")
 
 
-class _Graph:
-    """A tiny builder of graph-level text: activations NxCxHxW f32."""
+def _act(c, hw):
+    """The type of an activation: one image of `c` channels, `hw` x `hw`."""
+    return f"tensor<1x{c}x{hw}x{hw}xf32>"
 
-    def __init__(self, seed: int = 0):
+
+class _Graph:
+    """A tiny builder of graph-level text: activations 1xCxHxW f32, from one input %x of
+    `channels` x `hw` x `hw`; `x, c, hw = g.input` starts a network."""
+
+    def __init__(self, channels: int, hw: int, seed: int = 0):
+        self.input = ("%x", channels, hw)
         self.lines = []
         self.count = 0
         self.rng = random.Random(seed)
@@ -66,8 +73,8 @@ class _Graph:
         ohw = (hw + 2 * pad - k) // stride + 1
         self.lines.append(
             f"  {out} = \"graph.conv\"({x}, {w}) <{{pads = array<i64: {pad}, {pad}, {pad}, "
-            f"{pad}>, strides = array<i64: {stride}, {stride}>}}> : (tensor<1x{cin}x{hw}x{hw}xf32>, "
-            f"tensor<{cout}x{cin}x{k}x{k}xf32>) -> tensor<1x{cout}x{ohw}x{ohw}xf32>")
+            f"{pad}>, strides = array<i64: {stride}, {stride}>}}> : ({_act(cin, hw)}, "
+            f"tensor<{cout}x{cin}x{k}x{k}xf32>) -> {_act(cout, ohw)}")
         return out, ohw
 
     def conv_relu(self, x, cin, cout, hw, k=1, stride=1):
@@ -77,29 +84,28 @@ class _Graph:
 
     def unary(self, op, x, c, hw):
         out = self._name("u")
-        self.lines.append(f"  {out} = graph.{op} {x} : tensor<1x{c}x{hw}x{hw}xf32>")
+        self.lines.append(f"  {out} = graph.{op} {x} : {_act(c, hw)}")
         return out
 
     def add(self, a, b, c, hw):
         out = self._name("a")
-        self.lines.append(f"  {out} = graph.add {a}, {b} : tensor<1x{c}x{hw}x{hw}xf32>")
+        self.lines.append(f"  {out} = graph.add {a}, {b} : {_act(c, hw)}")
         return out
 
     def concat(self, parts, hw):
         out = self._name("cat")
         total = sum(c for _, c in parts)
         names = ", ".join(p for p, _ in parts)
-        types = ", ".join(f"tensor<1x{c}x{hw}x{hw}xf32>" for _, c in parts)
+        types = ", ".join(_act(c, hw) for _, c in parts)
         self.lines.append(f"  {out} = \"graph.concat\"({names}) <{{axis = 1 : i64}}> : "
-                          f"({types}) -> tensor<1x{total}x{hw}x{hw}xf32>")
+                          f"({types}) -> {_act(total, hw)}")
         return out, total
 
     def pool(self, x, c, hw):
         out = self._name("p")
         self.lines.append(
             f"  {out} = \"graph.max_pool\"({x}) <{{kernel_shape = array<i64: 2, 2>, strides = "
-            f"array<i64: 2, 2>}}> : (tensor<1x{c}x{hw}x{hw}xf32>) -> "
-            f"tensor<1x{c}x{hw // 2}x{hw // 2}xf32>")
+            f"array<i64: 2, 2>}}> : ({_act(c, hw)}) -> {_act(c, hw // 2)}")
         return out, hw // 2
 
     def upsample(self, x, c, hw):
@@ -109,20 +115,22 @@ class _Graph:
         out = self._name("up")
         self.lines.append(
             f"  {out} = graph.resize {x}, {scales} {{mode = \"nearest\", operandSegmentSizes = "
-            f"array<i32: 1, 0, 1, 0>}} : (tensor<1x{c}x{hw}x{hw}xf32>, tensor<4xf32>) -> "
-            f"tensor<1x{c}x{hw * 2}x{hw * 2}xf32>")
+            f"array<i32: 1, 0, 1, 0>}} : ({_act(c, hw)}, tensor<4xf32>) -> "
+            f"{_act(c, hw * 2)}")
         return out, hw * 2
 
-    def text(self, x_c, x_hw, results):
-        outs = ", ".join(r for r, _ in results)
-        types = ", ".join(t for _, t in results)
-        return (f"func.func @main(%x: tensor<1x{x_c}x{x_hw}x{x_hw}xf32>) -> ({types}) {{\n"
+    def text(self, results):
+        """The function returning `results`, each (value, channels, hw)."""
+        outs = ", ".join(r for r, _, _ in results)
+        types = ", ".join(_act(c, hw) for _, c, hw in results)
+        _, c, hw = self.input
+        return (f"func.func @main(%x: {_act(c, hw)}) -> ({types}) {{\n"
                 + "\n".join(self.lines) + f"\n  func.return {outs} : {types}\n}}\n")
 
 
 def inception(blocks=4, seed=0):
-    g = _Graph(seed)
-    x, c, hw = "%x", 16, 32
+    g = _Graph(16, 32, seed)
+    x, c, hw = g.input
     for _ in range(blocks):
         b1, _ = g.conv(x, c, 16, hw, 1)
         b2, _ = g.conv(x, c, 24, hw, 1)
@@ -133,12 +141,13 @@ def inception(blocks=4, seed=0):
         b4 = g.unary("relu", x, c, hw)
         b4, _ = g.conv(b4, c, 16, hw, 1)
         x, c = g.concat([(b1, 16), (b2, 32), (b3, 16), (b4, 16)], hw)
-    return g.text(16, 32, [(x, f"tensor<1x{c}x{hw}x{hw}xf32>")])
+    return g.text([(x, c, hw)])
 
 
 def densenet(layers=8, growth=8, seed=0):
-    g = _Graph(seed)
-    feats, hw = [("%x", 16)], 16
+    g = _Graph(16, 16, seed)
+    x, c, hw = g.input
+    feats = [(x, c)]
     for _ in range(layers):
         cat, c = g.concat(feats, hw) if len(feats) > 1 else (feats[0][0], feats[0][1])
         h = g.unary("relu", cat, c, hw)
@@ -147,12 +156,12 @@ def densenet(layers=8, growth=8, seed=0):
         h, _ = g.conv(h, 4 * growth, growth, hw, 3)
         feats.append((h, growth))
     out, c = g.concat(feats, hw)
-    return g.text(16, 16, [(out, f"tensor<1x{c}x{hw}x{hw}xf32>")])
+    return g.text([(out, c, hw)])
 
 
 def unet(depth=3, seed=0):
-    g = _Graph(seed)
-    x, c, hw = "%x", 8, 64
+    g = _Graph(8, 64, seed)
+    x, c, hw = g.input
     skips = []
     for level in range(depth):
         x, _ = g.conv_relu(x, c, c * 2, hw, 3)
@@ -165,21 +174,21 @@ def unet(depth=3, seed=0):
         x, c = g.concat([(x, c), (skip, sc)], hw)
         x, _ = g.conv_relu(x, c, sc, hw, 3)
         c = sc
-    return g.text(8, 64, [(x, f"tensor<1x{c}x{hw}x{hw}xf32>")])
+    return g.text([(x, c, hw)])
 
 
 def ssd(levels=4, seed=0):
-    g = _Graph(seed)
-    x, c, hw = "%x", 8, 64
+    g = _Graph(8, 64, seed)
+    x, c, hw = g.input
     heads = []
     for _ in range(levels):
         x, hw = g.conv_relu(x, c, c * 2, hw, 3, stride=2)
         c *= 2
         cls, _ = g.conv(x, c, 12, hw, 3)
         box, _ = g.conv(x, c, 16, hw, 3)
-        heads.append((g.unary("sigmoid", cls, 12, hw), f"tensor<1x12x{hw}x{hw}xf32>"))
-        heads.append((box, f"tensor<1x16x{hw}x{hw}xf32>"))
-    return g.text(8, 64, heads)
+        heads.append((g.unary("sigmoid", cls, 12, hw), 12, hw))
+        heads.append((box, 16, hw))
+    return g.text(heads)
 
 
 def random_dag(n=100, seed=0):
@@ -187,9 +196,9 @@ def random_dag(n=100, seed=0):
     each node adds one to three earlier nodes (mostly recent ones) and applies a conv;
     channels vary per node, spatial size fixed."""
     rng = random.Random(seed)
-    g = _Graph(seed)
-    hw = 8
-    nodes = [("%x", 16)]
+    g = _Graph(16, 8, seed)
+    x, c, hw = g.input
+    nodes = [(x, c)]
     used = set()
     for i in range(n // 2):  # each node: an add (or one input) and a conv
         k = rng.choice((1, 1, 2, 2, 3))
@@ -208,9 +217,7 @@ def random_dag(n=100, seed=0):
             h = g.add(h, other, c_out, hw)
         h = g.unary("relu", h, c_out, hw)
         nodes.append((h, c_out))
-    results = [(nodes[j][0], f"tensor<1x{nodes[j][1]}x{hw}x{hw}xf32>")
-               for j in range(1, len(nodes)) if j not in used]
-    return g.text(16, hw, results)
+    return g.text([(*nodes[j], hw) for j in range(1, len(nodes)) if j not in used])
 
 
 GENERATED = {
@@ -225,14 +232,14 @@ GENERATED = {
 
 def chain_model(ops=1000):
     """A 1,000-op model for compile time: residual blocks of conv, relu, add."""
-    g = _Graph(0)
-    x, c, hw = "%x", 16, 16
+    g = _Graph(16, 16)
+    x, c, hw = g.input
     while len(g.lines) < ops:
         h, _ = g.conv_relu(x, c, c, hw, 3)
         h, _ = g.conv(h, c, c, hw, 3)
         x = g.add(h, x, c, hw)
         x = g.unary("relu", x, c, hw)
-    return g.text(16, 16, [(x, f"tensor<1x{c}x{hw}x{hw}xf32>")])
+    return g.text([(x, c, hw)])
 
 
 # ---------------------------------------------------------------------------- measuring

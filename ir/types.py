@@ -185,10 +185,11 @@ class ParametricType(Type):
         raise NotImplementedError
 
 
+@ir_data
 class ShapedType(ParametricType):
-    """Types with a shape and an element type. `shape` is None when unranked."""
+    """Types with a shape and an element type. `shape` is None when unranked. Its
+    subclasses add their trailing parameters (`extras`) as fields after these two."""
 
-    __slots__ = ()
     shape: tuple | None
     element_type: Type
 
@@ -293,8 +294,6 @@ class ShapedType(ParametricType):
 @register_type
 class TensorType(ShapedType):
     keyword: ClassVar[str] = "tensor"
-    shape: tuple | None
-    element_type: Type
     encoding: object = None
     extras: ClassVar[tuple] = ("encoding",)
 
@@ -311,8 +310,6 @@ class TensorType(ShapedType):
 @register_type
 class MemRefType(ShapedType):
     keyword: ClassVar[str] = "memref"
-    shape: tuple | None
-    element_type: Type
     layout: object = None
     memory_space: object = None
     extras: ClassVar[tuple] = ("layout", "memory_space")
@@ -321,8 +318,6 @@ class MemRefType(ShapedType):
 @register_type
 class VectorType(ShapedType):
     keyword: ClassVar[str] = "vector"
-    shape: tuple
-    element_type: Type
 
     @classmethod
     def from_params(cls, dims, params):

@@ -473,7 +473,6 @@ def _writes_only_private(op: Operation) -> bool:
 
 
 @register_pass
-@dataclass(frozen=True)
 class Bufferize(ModulePass):
     name = "bufferize"
     summary = ("graph level to buffer level (destination-passing style): allocs, "

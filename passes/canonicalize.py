@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from dataclasses import dataclass
 
 from palimpsest.ir.core import Operation
 from palimpsest.ir.diagnostics import DiagnosticError
@@ -79,7 +78,6 @@ def canonicalize(root: Operation, max_iterations: int = 10, patterns=None) -> Re
 
 
 @register_pass
-@dataclass(frozen=True)
 class Canonicalize(ModulePass):
     name = "canonicalize"
     summary = "simplify ops with their canonicalization patterns (greedily) and erase dead ones"

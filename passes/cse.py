@@ -5,7 +5,6 @@ blocks of the ops that enclose it (which dominate it); isolated regions start af
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from palimpsest.ir.core import Operation
 from palimpsest.ir.opdef import IsolatedFromAbove, is_pure
@@ -44,7 +43,6 @@ def eliminate_common_subexpressions(root: Operation, known: dict | None = None) 
 
 
 @register_pass
-@dataclass(frozen=True)
 class CommonSubexpressionElimination(ModulePass):
     name = "cse"
     summary = "replace duplicated side-effect-free operations by the first occurrence"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from palimpsest.ir.core import Operation, Region
 from palimpsest.ir.opdef import has_no_effects, is_pure
@@ -55,7 +54,6 @@ def eliminate_dead_code(root: Operation) -> int:
 
 
 @register_pass
-@dataclass(frozen=True)
 class DeadCodeElimination(ModulePass):
     name = "dce"
     summary = "erase operations whose results are unused and that have no side effects"

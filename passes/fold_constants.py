@@ -11,7 +11,6 @@ greedy driver folds chains in one sweep and erases the constants left unused.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from palimpsest.ir.core import Operation, OpResult
 from palimpsest.ir.diagnostics import DiagnosticError
@@ -120,7 +119,6 @@ def fold_constants(root: Operation, max_elements: int = DEFAULT_MAX_ELEMENTS,
 
 
 @register_pass
-@dataclass(frozen=True)
 class FoldConstants(ModulePass):
     name = "fold-constants"
     summary = "evaluate graph ops whose operands are all constants into constants"

@@ -313,7 +313,6 @@ def _retype_function(fn: Operation, ret: Operation, result: InferShapesResult) -
 
 
 @register_pass
-@dataclass(frozen=True)
 class InferShapes(ModulePass):
     name = "infer-shapes"
     summary = ("refine graph op result types from their shape rules, fold ONNX shape "

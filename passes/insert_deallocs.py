@@ -141,7 +141,6 @@ def _escapes(values, last: Operation) -> bool:
 
 
 @register_pass
-@dataclass(frozen=True)
 class InsertDeallocs(ModulePass):
     name = "insert-deallocs"
     summary = ("insert buffer.dealloc after the last use (aliases and nested regions "

@@ -344,7 +344,6 @@ def format_liveness(liveness: Liveness, names: dict | None = None) -> list[str]:
 
 
 @register_pass
-@dataclass(frozen=True)
 class TestPrintLiveness(ModulePass):
     name = "test-print-liveness"
     summary = "print the liveness of every buffer (test only)"

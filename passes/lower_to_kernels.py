@@ -574,7 +574,6 @@ def lower_to_kernels(module: Operation, fuse_elementwise: bool = True,
 
 
 @register_pass
-@dataclass(frozen=True)
 class LowerToKernels(ModulePass):
     name = "lower-to-kernels"
     summary = ("buffer level to kernel level: a kernel op per buffer.compute, workspaces "

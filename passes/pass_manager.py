@@ -1,10 +1,9 @@
 """Passes, their registry, the pipeline syntax, and the pass manager.
 
-A pass is a frozen dataclass with a kebab-case `name`; its fields are its options and
-`apply(module)` calls a plain function that does the work:
+A pass is a frozen dataclass (`register_pass` makes it one) with a kebab-case `name`;
+its fields are its options and `apply(module)` calls a plain function that does the work:
 
     @register_pass
-    @dataclass(frozen=True)
     class DeadCodeElimination(ModulePass):
         name = "dce"
         def apply(self, module): eliminate_dead_code(module)
@@ -78,6 +77,9 @@ _PASSES: dict[str, type] = {}
 
 
 def register_pass(cls):
+    """Class decorator of every pass: make `cls` a frozen dataclass (its fields are its
+    options) and let pipelines name it."""
+    cls = dataclasses.dataclass(frozen=True)(cls)
     if not cls.name:
         raise ValueError(f"{cls.__name__} has no pass name")
     _PASSES[cls.name] = cls

@@ -568,7 +568,6 @@ def _rewrite(func, items, placement, pools) -> None:
 
 
 @register_pass
-@dataclass(frozen=True)
 class PlanMemory(MemorySearchPass):
     name = "plan-memory"
     summary = ("plan every static buffer at an offset of a memory pool (liveness, pool "

@@ -30,7 +30,6 @@ multiplies by (numpy: a reshape, a view; OpenCL: read in place)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from palimpsest.dialects.buffer import BufferType, ConstantOp, tensor_of
 from palimpsest.ir import attributes as A
@@ -198,7 +197,6 @@ def _pack_recurrence(op: Operation, packer: _Packer) -> int:
 
 
 @register_pass
-@dataclass(frozen=True)
 class PrepackWeights(ModulePass):
     name = "prepack-weights"
     summary = ("constants reordered at compile time into the layout their kernel reads "

@@ -500,7 +500,6 @@ def schedule_for_memory(module: Operation, algorithm: str = "auto", time_budget:
 
 
 @register_pass
-@dataclass(frozen=True)
 class ScheduleForMemory(MemorySearchPass):
     name = "schedule-for-memory"
     summary = ("reorder each function's ops (a valid order: data, effects) so fewer bytes "

@@ -329,20 +329,17 @@ def _bool_operand(onnx_op: str, inputs, i: int, what: str) -> np.ndarray:
 
 
 def _logical(onnx_op: str, ufunc):
+    names = ("A", "B") if ufunc.nin == 2 else ("X",)  # ONNX's operand names
+
     def fn(inputs, attrs):
-        a = _bool_operand(onnx_op, inputs, 0, "A")
-        b = _bool_operand(onnx_op, inputs, 1, "B")
-        return [np.asarray(ufunc(a, b), dtype=np.bool_)]
+        operands = [_bool_operand(onnx_op, inputs, i, name) for i, name in enumerate(names)]
+        return [np.asarray(ufunc(*operands), dtype=np.bool_)]
 
     return fn
 
 
-kernels(_logical, {"And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor})
-
-
-@kernel("Not")
-def not_(inputs, attrs):
-    return [np.logical_not(_bool_operand("Not", inputs, 0, "X"))]
+kernels(_logical, {"And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor,
+                   "Not": np.logical_not})
 
 
 @kernel("Where")
