@@ -57,6 +57,7 @@ def pad(op, inputs, outputs, workspaces):
     for a in range(rank):  # axis by axis, over the already padded extent of earlier axes
         size = src.shape[a]
         b = lead[a]
+        e = y.shape[a] - b - size
         region = [slice(None)] * a + [None] + list(interior[a + 1:])
 
         def copy(target, source, _region=region, _a=a):
@@ -65,6 +66,11 @@ def pad(op, inputs, outputs, workspaces):
             _region[_a] = source
             np.copyto(y[dst], y[tuple(_region)])
 
+        slabs = _border_slabs(mode, b, size, e)
+        if slabs is not None:   # each side one copy of (a reversed, for reflect) slab
+            for target, source in slabs:
+                copy(target, source)
+            continue
         for j in range(b):
             offset = b - j  # distance before the first interior cell
             source = {"edge": b, "reflect": b + offset, "wrap": b + size - offset}[mode]
@@ -74,6 +80,29 @@ def pad(op, inputs, outputs, workspaces):
             source = {"edge": b + size - 1, "reflect": b + size - 1 - offset,
                       "wrap": b + offset - 1}[mode]
             copy(slice(j, j + 1), slice(source, source + 1))
+
+
+def _border_slabs(mode: str, b: int, size: int, e: int):
+    """[(target, source)] slices along one axis filling its `b` cells before and `e`
+    after an interior of `size` cells at `b`, each side in one copy whose source lies in
+    the interior (edge: the one border cell, broadcast; reflect: reversed; wrap: as it
+    is); None when a side's source would reach past the interior (cell by cell then)."""
+    last = b + size - 1
+    if mode == "edge":
+        fits = size >= 1
+        before, after = slice(b, b + 1), slice(last, last + 1)
+    elif mode == "reflect":
+        fits = b <= size - 1 and e <= size - 1
+        stop = last - 1 - e
+        before, after = slice(2 * b, b, -1), slice(last - 1, stop if stop >= 0 else None, -1)
+    elif mode == "wrap":
+        fits = b <= size and e <= size
+        before, after = slice(size, size + b), slice(b, b + e)
+    else:
+        return None
+    if not fits:
+        return None
+    return [(slice(0, b), before)] * (b > 0) + [(slice(last + 1, last + 1 + e), after)] * (e > 0)
 
 
 @impl("kernel.resize")

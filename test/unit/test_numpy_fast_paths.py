@@ -1,0 +1,26 @@
+"""Fast paths of the numpy kernels that cut per-run overhead on small models, each
+against the graph level (reference kernels) with poisoning on (test_kernels.check)."""
+
+from __future__ import annotations
+
+import pytest
+
+np = pytest.importorskip("numpy")
+pytest.importorskip("onnx")
+
+from test_kernels import check, model_of, node, rand  # noqa: E402  (test/unit on sys.path)
+
+
+# pads (begins then ends, per axis of a 3x4x5 x) whose borders are each one slab copy,
+# at the limits (a reflect pad of size - 1, its end slice stopping before index 0; a
+# wrap pad of size), and one reaching past the interior (cell by cell)
+@pytest.mark.parametrize("mode, pads", [
+    ("reflect", [0, 0, 4, 0, 3, 4]), ("reflect", [2, 3, 0, 2, 0, 1]),
+    ("edge", [3, 0, 6, 2, 5, 1]), ("wrap", [3, 4, 5, 3, 4, 5]),
+    ("edge", [0, -1, 2, 1, 0, -2])])
+def test_pad_border_slabs(mode, pads):
+    rng = np.random.default_rng(5)
+    x = rand(rng, (3, 4, 5))
+    model = model_of([node("Pad", ["x", "pads"], {"mode": mode})], {"x": x},
+                     {"pads": np.array(pads, np.int64)}, opset=18)
+    check(model, {"x": x}, "kernel.pad", roles=[])
