@@ -477,7 +477,8 @@ def _scatter_nd(attrs, out, data, indices, updates):
     """ScatterND as one fancy-indexed assignment (reduction none: duplicate indices keep
     the last update, as the reference's loop does) or one `ufunc.at` (add, mul, max,
     min), into the out after copying `data` in; indices checked against the data's
-    shape first (the reference kernel reports what does not fit)."""
+    shape before anything is scattered (by numpy's own check for the assignment), the
+    reference kernel reporting what does not fit."""
     reduction = attrs.get("reduction", "none")
     reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
     if reduction != "none" and reduction not in _SCATTER_REDUCE:
@@ -491,9 +492,10 @@ def _scatter_nd(attrs, out, data, indices, updates):
     flat = indices.reshape(-1, depth).astype(np.intp, copy=False)
     if updates.shape != indices.shape[:-1] + data.shape[depth:]:
         return False
-    limits = np.asarray(data.shape[:depth], np.intp)
-    if flat.size and (np.any(flat < -limits) or np.any(flat >= limits)):
-        return False
+    if reduction != "none":   # (the assignment below checks its indices itself)
+        limits = np.asarray(data.shape[:depth], np.intp)
+        if flat.size and (np.any(flat < -limits) or np.any(flat >= limits)):
+            return False
     rows = updates.reshape((flat.shape[0],) + data.shape[depth:])
     if not _same_view(out, data):
         if _overlaps(out, data):
@@ -501,7 +503,10 @@ def _scatter_nd(attrs, out, data, indices, updates):
         np.copyto(out, data)
     at = tuple(flat.T)
     if reduction == "none":
-        out[at] = rows
+        try:   # numpy checks every index (ONNX's range, [-dim, dim)) before it writes
+            out[at] = rows
+        except IndexError:
+            return False
     else:
         _SCATTER_REDUCE[reduction].at(out, at, rows)
     return True

@@ -24,3 +24,25 @@ def test_pad_border_slabs(mode, pads):
     model = model_of([node("Pad", ["x", "pads"], {"mode": mode})], {"x": x},
                      {"pads": np.array(pads, np.int64)}, opset=18)
     check(model, {"x": x}, "kernel.pad", roles=[])
+
+
+@pytest.mark.parametrize("index", [[-3, -1], [-4, 0], [0, 2], [3, 0]])
+def test_scatter_nd_index_range(index):
+    """ScatterND's fast path leaves the index check to numpy's assignment (ONNX's range
+    is numpy's, [-dim, dim)): an index outside it is still the op's error; a negative
+    one inside scatters as the reference does."""
+    from palimpsest.backends.numpy.session import Session
+    from palimpsest.dialects.graph.from_onnx import import_onnx
+    from palimpsest.ir.diagnostics import DiagnosticError
+
+    data = np.arange(6, dtype=np.float32).reshape(3, 2)
+    model = model_of([node("ScatterND", ["x", "i", "u"])], {"x": data},
+                     {"i": np.array([index], np.int64), "u": np.full(1, 9, np.float32)})
+    session = Session(import_onnx(model), poison=True)
+    if not all(-d <= i < d for i, d in zip(index, data.shape)):
+        with pytest.raises(DiagnosticError, match="out of"):
+            session.run({"x": data})
+        return
+    want = data.copy()
+    want[tuple(index)] = 9
+    np.testing.assert_array_equal(session.run({"x": data})["y"], want)
