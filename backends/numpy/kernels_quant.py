@@ -7,11 +7,11 @@ where every partial sum is an integer below 2**24, else in float64.
 
 | graph op | how |
 |---|---|
-| matmul_integer (8-bit, per-tensor A zero point, per-tensor/column B's) | A centred into one temporary (float32 where exact; a large A a cache-sized block of rows at a time) and one GEMM (per block) |
+| matmul_integer (8-bit, per-tensor A zero point, per-tensor/column B's) | A centred into one temporary (float32 where exact; a large A a cache-sized block of rows at a time) and one GEMM (per block); from 32 rows on, B's 8-bit columns converted into a float32 block in L2 and one GEMM per block of columns |
 | matmul_integer_to_float (as matmul_integer; float32 scales and bias per tensor/column) | matmul_integer's GEMM written as float32 into the out, then scaled (and the bias added) in place, per block while cached |
 | conv_integer (2-D, 8-bit, per-tensor x zero point, per-tensor/channel W's) | im2col of the centred input (a strided window view, copied once) and one grouped GEMM |
 | dynamic_quantize_linear (f32) | min/max, then divide, rint, saturate and add the zero point into the uint8 out, a cache-sized block at a time |
-| dynamic_quantize_lstm (LSTM's default activations, no clip, peepholes or short sequences) | X projected by one GEMM per direction; one loop over time for both directions (or one after the other where that keeps each R in L2), in preallocated buffers |
+| dynamic_quantize_lstm (LSTM's default activations, no clip, peepholes or short sequences) | X projected by one GEMM per direction (per block of W's columns, as matmul_integer's); one loop over time for both directions (or one after the other where that keeps each R in L2), in preallocated buffers |
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ def _matmul_integer(inputs, attrs, outs):
 def _centred_matmul(out, a, b, a_zero, b_zero, epilogue=None) -> bool:
     """out = (a - a_zero) @ (b - b_zero) through BLAS on the centred operands (float32
     where exact), into out's type: int32, or float32 (the exact integer rounded once,
-    as a cast of the int32 rounds it), then `epilogue(rows)` on each block of rows
-    written. A 2-D b, per-tensor A zero point, per-tensor or per-column B's; False
+    as a cast of the int32 rounds it), then `epilogue(block, columns)` on each block
+    written (a block of rows, and of `_weight_columns`'s columns). A 2-D b, per-tensor A zero point, per-tensor or per-column B's; False
     (nothing written) otherwise, or where an int32 could overflow."""
     if a.ndim < 2 or b.ndim != 2 or (b_zero is not None and b_zero.size not in (1, b.shape[-1])) \
             or a.shape[-1] != b.shape[0] or out.shape != a.shape[:-1] + b.shape[-1:]:
@@ -76,16 +76,18 @@ def _centred_matmul(out, a, b, a_zero, b_zero, epilogue=None) -> bool:
         return False
     dtype, right = _exact_floats(a, zero, weight)
     direct = out.dtype == right.dtype     # a float32 product straight into the out
+    depth = a.shape[-1]
 
     def store(rows, centred_rows):
-        if direct:
-            np.matmul(centred_rows, right, out=rows)
-        else:
-            np.copyto(rows, np.matmul(centred_rows, right), casting="unsafe")
-        if epilogue is not None:
-            epilogue(rows)
+        for columns, block in _weight_columns(b, b_zero, right, centred_rows.size // depth):
+            part = rows[..., columns]
+            if direct:
+                np.matmul(centred_rows, block, out=part)
+            else:
+                np.copyto(part, np.matmul(centred_rows, block), casting="unsafe")
+            if epilogue is not None:
+                epilogue(part, columns)
 
-    depth = a.shape[-1]
     chunk = max(1, _l2_bytes() // 4 // (depth * right.itemsize))
     if a.size <= chunk * depth or not (a.flags.c_contiguous and out.flags.c_contiguous):
         store(out, np.subtract(a, dtype(zero), dtype=dtype))
@@ -98,6 +100,38 @@ def _centred_matmul(out, a, b, a_zero, b_zero, epilogue=None) -> bool:
         np.subtract(rows[start:start + chunk], dtype(zero), out=block, dtype=dtype)
         store(products[start:start + chunk], block)
     return True
+
+
+# below this many rows a product reads its weight at most a few times per element: the
+# float copy, read once, costs no more than converting the 8-bit weight
+_CONVERT_ROWS = 32
+
+
+def _weight_columns(b, b_zero, right, rows):
+    """(column slice, float32 weight columns) covering the centred weight `right`
+    (float32 or float64; b less its zero point b_zero, per tensor or per column) for a
+    product by a block of `rows` rows of A. From `right` itself, in one piece, for a
+    float64 weight or fewer than _CONVERT_ROWS rows; else `b`'s 8-bit columns converted (and centred) a
+    block at a time into one float32 buffer of a quarter of L2: a weight read per run
+    (every model's weights together outgrow the caches) costs 1 byte per element from
+    memory instead of 4, and its float block is read by the GEMM from L2. Bit for bit:
+    both hold the same integers."""
+    if right.dtype != np.float32 or rows < _CONVERT_ROWS:
+        yield slice(None), right
+        return
+    depth, width = b.shape
+    step = max(16, _l2_bytes() // 4 // (4 * depth) // 16 * 16)
+    buffer = np.empty((depth, min(step, width)), np.float32)
+    zero = None if b_zero is None or not b_zero.any() else b_zero.reshape(-1)
+    for start in range(0, width, step):
+        columns = slice(start, min(start + step, width))
+        block = buffer[:, :columns.stop - start]
+        if zero is None:
+            np.copyto(block, b[:, columns], casting="unsafe")
+        else:
+            np.subtract(b[:, columns], zero if zero.size == 1 else zero[columns], out=block,
+                        dtype=np.float32)
+        yield columns, block
 
 
 def _matmul_integer_to_float(inputs, attrs, outs):
@@ -124,10 +158,10 @@ def _matmul_integer_to_float(inputs, attrs, outs):
     scale = scale.reshape(scale.shape[-1:])
     bias = None if bias is None else bias.reshape(bias.shape[-1:])
 
-    def epilogue(rows):
-        np.multiply(rows, scale, out=rows)
+    def epilogue(rows, columns):
+        np.multiply(rows, scale if scale.size == 1 else scale[columns], out=rows)
         if bias is not None:
-            np.add(rows, bias, out=rows)
+            np.add(rows, bias if bias.size == 1 else bias[columns], out=rows)
 
     return _centred_matmul(out, a, b, a_zero, b_zero, epilogue)
 
@@ -377,9 +411,12 @@ def _dynamic_quantize_lstm(inputs, attrs, outs):
     np.minimum(xc, f32(top), out=xc)
     xc = xc.astype(w_floats.dtype, copy=False)
     projected = np.empty((steps, dirs, batch, gates), f32)
+    product = np.empty((len(xc), gates), f32)     # (a float64 product rounded once)
+    w_zeros = w_zero.reshape(dirs, -1)
     for d in range(dirs):
         view = projected[::-1, d] if direction == "reverse" or d == 1 else projected[:, d]
-        product = np.matmul(xc, w_floats[d]).astype(f32, copy=False)
+        for columns, block in _weight_columns(w[d], w_zeros[d], w_floats[d], len(xc)):
+            np.matmul(xc, block, out=product[:, columns])
         np.multiply(product.reshape(steps, batch, gates), f32(x_scale) * w_scale[d], out=view)
         np.add(view, w_bias[d], out=view)
 

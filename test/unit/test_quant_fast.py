@@ -271,3 +271,83 @@ def test_dynamic_quantize_linear_by_blocks(case, monkeypatch):
     for name in ("y", "s", "z"):
         np.testing.assert_array_equal(got[name], want[name])
         np.testing.assert_array_equal(got[name], expected[name])
+
+
+@pytest.mark.parametrize("weight", ["int8", "uint8_per_tensor", "uint8_per_column"])
+@pytest.mark.parametrize("op", ["MatMulInteger", "MatMulIntegerToFloat"])
+def test_product_weight_converted_by_blocks_of_columns(weight, op, monkeypatch):
+    """A product of at least _CONVERT_ROWS rows reads the 8-bit weight, converted (and
+    centred) a block of columns at a time (a 64 KiB "L2": blocks of 64 columns of 64, the
+    last one short), each block scaled and biased: the reference's result bit for bit,
+    and onnxruntime's."""
+    from palimpsest.backends.numpy import kernels_quant
+
+    monkeypatch.setattr(kernels_quant, "_l2_bytes", lambda: 65536)
+    blocks = []
+    columns = kernels_quant._weight_columns
+    monkeypatch.setattr(kernels_quant, "_weight_columns", lambda *args: (
+        (blocks.append((part, block.dtype, block.base is not None)) or (part, block))
+        for part, block in columns(*args)))
+    rng = np.random.default_rng(12)
+    rows, depth, width = kernels_quant._CONVERT_ROWS + 3, 64, 150
+    a = rng.integers(0, 256, (rows, depth)).astype(np.uint8)
+    if weight == "int8":
+        b, b_zero = rng.integers(-128, 128, (depth, width)).astype(np.int8), np.int8(0)
+    else:
+        b = rng.integers(0, 256, (depth, width)).astype(np.uint8)
+        b_zero = rng.integers(100, 156, width if weight == "uint8_per_column" else ()
+                              ).astype(np.uint8)
+    consts = [numpy_helper.from_array(b, "b"), numpy_helper.from_array(np.uint8(131), "az"),
+              numpy_helper.from_array(np.asarray(b_zero), "bz")]
+    if op == "MatMulInteger":
+        node = helper.make_node(op, ["a", "b", "az", "bz"], ["y"])
+        out_type = TensorProto.INT32
+    else:
+        consts += [numpy_helper.from_array(np.float32(0.02), "sa"),
+                   numpy_helper.from_array(rng.uniform(0.01, 0.05, width).astype(np.float32),
+                                           "sb"),
+                   numpy_helper.from_array(rng.normal(0, 1, width).astype(np.float32), "c")]
+        node = helper.make_node(op, ["a", "b", "sa", "sb", "az", "bz", "c"], ["y"],
+                                domain="com.microsoft")
+        out_type = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("a", TensorProto.UINT8, list(a.shape))],
+        [helper.make_tensor_value_info("y", out_type, None)], consts)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    want, got, stats = _run_both(model, {"a": a})
+    assert not stats.temporary_ops
+    assert [(p.start, p.stop) for p, _, _ in blocks] == [(0, 64), (64, 128), (128, 150)]
+    assert all(dtype == np.float32 and converted for _, dtype, converted in blocks)
+    np.testing.assert_array_equal(got["y"], want["y"])
+    expected = _onnxruntime(model, {"a": a})["y"]
+    if op == "MatMulInteger":
+        np.testing.assert_array_equal(got["y"], expected)
+    else:
+        np.testing.assert_allclose(got["y"], expected, rtol=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+@pytest.mark.parametrize("case", ["plain", "per_column", "unsigned"])
+def test_dynamic_quantize_lstm_input_weight_by_blocks_of_columns(direction, case,
+                                                                 monkeypatch):
+    """At least _CONVERT_ROWS steps: X W^T from W's 8-bit columns, converted a block at a
+    time (a 4 KiB "L2": blocks of 16 of W's 64 gates): the reference's result bit for
+    bit, and onnxruntime's."""
+    from palimpsest.backends.numpy import kernels_quant
+
+    monkeypatch.setattr(kernels_quant, "_l2_bytes", lambda: 4096)
+    blocks = []
+    columns = kernels_quant._weight_columns
+    monkeypatch.setattr(kernels_quant, "_weight_columns", lambda *args: (
+        blocks.append(part) or (part, block) for part, block in columns(*args)))
+    model, feeds = _dq_lstm(direction, kernels_quant._CONVERT_ROWS + 1, 1, 12, 16, 4,
+                            per_column=case == "per_column", unsigned=case == "unsigned")
+    want, got, stats = _run_both(model, feeds)
+    assert "graph.dynamic_quantize_lstm" not in stats.temporary_ops
+    dirs = 2 if direction == "bidirectional" else 1
+    assert [(p.start, p.stop) for p in blocks] == [(0, 16), (16, 32), (32, 48), (48, 64)] * dirs
+    expected = _onnxruntime(model, feeds)
+    for name in ("y", "y_h", "y_c"):
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+        np.testing.assert_allclose(got[name], expected[name], atol=2e-3, err_msg=name)
