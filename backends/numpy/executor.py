@@ -64,6 +64,7 @@ class Executor(ExecutorLoop):
         self.pool_views: dict = {}    # memory.arena -> its views' (value, offset, bytes)
         self.errors_ignored = False   # inside `run`: numpy's floating-point errors ignored
         self.kept: dict = {}          # pool name -> the last run's Arena (see CACHE_VIEWS)
+        self.kernel_entries: dict = {}   # kernel op -> kernel_ops._Bound, at its first call
 
     @property
     def arenas(self) -> dict:

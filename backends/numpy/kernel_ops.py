@@ -129,59 +129,87 @@ def workspaces_by_role(op, workspaces: list) -> dict:
 # -- the executor's hook ---------------------------------------------------------------------
 
 def execute_kernel(executor, op, values: dict) -> None:
-    """Run kernel op `op` with the executor's buffers (`values`). Per call: the op's info
-    (validated, `_info`), its buffers, the pending ones sized; the floating-point error
-    state set to ignore unless the executor's run set it already (`errors_ignored`: the
-    numpy executor sets it once per run, not once per kernel)."""
+    """Run kernel op `op` with the executor's buffers (`values`). Per call: the op's
+    entry (`_Bound`, made at its first call on this executor), its buffers, the pending
+    ones sized (only an op with a `?`-dim operand can have one); the floating-point
+    error state set to ignore unless the executor's run set it already
+    (`errors_ignored`: the numpy executor sets it once per run, not once per kernel)."""
     global _RUNNING
-    if op.name == "kernel.generic":
-        executor._compute(op, values)  # the same operands and properties as buffer.compute
-        return
-    fn = KERNEL_IMPLS.get(op.name)
-    if fn is None:
-        raise op.error(f"the numpy backend has no implementation of '{op.name}'")
-    info = _info(op)
-    if info.split is None:
-        ins, outs, wss = op.ins, op.outs, op.workspaces
-    else:
-        operands = op.operands
-        a, b = info.split
-        ins, outs, wss = operands[:a], operands[a:b], operands[b:]
-    inputs = [values[v] for v in ins]
-    outputs = [values[v] for v in outs]
-    workspaces = [values[v] for v in wss]
-    for array in inputs:
-        if type(array) is not _NDARRAY and not isinstance(array, _NDARRAY):
-            inputs = [executor._materialized(op, values, v) for v in ins]
-            break
+    bound = executor.kernel_entries.get(op)
+    if bound is None:
+        if op.name == "kernel.generic":
+            executor._compute(op, values)  # the same operands and properties as buffer.compute
+            return
+        bound = executor.kernel_entries[op] = _Bound(op)
+    info = bound.info
+    inputs = [values[v] for v in bound.ins]
+    outputs = [values[v] for v in bound.outs]
+    workspaces = [values[v] for v in bound.workspaces]
     try:
-        for array in outputs:
-            if type(array) is not _NDARRAY and not isinstance(array, _NDARRAY):
-                cls = type(op)
-                sizes = cls.result_shapes([a.shape for a in inputs], info.config)
-                outputs = [a if isinstance(a, np.ndarray) else
-                           executor._materialize(a, _concrete(op, shape), values)
-                           for a, shape in zip(outputs, sizes)]
-                break
-        for array in workspaces:
-            if type(array) is not _NDARRAY and not isinstance(array, _NDARRAY):
-                cls = type(op)
-                shapes = [a.shape for a in inputs]
-                workspaces = [a if isinstance(a, np.ndarray) else executor._materialize(
-                    a, _concrete(op, cls.workspace_shape(role, shapes, info.config)), values)
-                    for a, role in zip(workspaces, info.roles)]
-                break
+        if bound.dynamic:
+            inputs, outputs, workspaces = _materialize(executor, op, info, values, inputs,
+                                                       outputs, workspaces, bound)
         _RUNNING = (op, info)
         try:
-            if getattr(executor, "errors_ignored", False):
-                fn(op, inputs, outputs, workspaces)
+            if executor.errors_ignored:
+                bound.fn(op, inputs, outputs, workspaces)
             else:
                 with np.errstate(all="ignore"):
-                    fn(op, inputs, outputs, workspaces)
+                    bound.fn(op, inputs, outputs, workspaces)
         finally:
             _RUNNING = (None, None)
     except (ValueError, TypeError, IndexError, KeyError, AttributeError) as error:
         raise op.error(f"failed at run time: {error}") from None
+
+
+class _Bound:
+    """What `execute_kernel` needs of one kernel op on one executor, found once: its
+    implementation, info (`_Info`), ins, outs and workspaces, and whether any operand
+    has a `?` dim (a pending buffer then may need its memory). The executor's program
+    is the op's for its life, as the loop's is (backends/loop.py)."""
+
+    __slots__ = ("fn", "info", "ins", "outs", "workspaces", "dynamic")
+
+    def __init__(self, op):
+        self.fn = KERNEL_IMPLS.get(op.name)
+        if self.fn is None:
+            raise op.error(f"the numpy backend has no implementation of '{op.name}'")
+        info = self.info = _info(op)
+        if info.split is None:
+            self.ins, self.outs, self.workspaces = tuple(op.ins), tuple(op.outs), \
+                tuple(op.workspaces)
+        else:
+            a, b = info.split
+            operands = tuple(op.operands)
+            self.ins, self.outs, self.workspaces = operands[:a], operands[a:b], operands[b:]
+        self.dynamic = any(getattr(v.type, "shape", None) is None or None in v.type.shape
+                           for v in op.operands)
+
+
+def _materialize(executor, op, info, values, inputs, outputs, workspaces, bound):
+    """The op's ins read (an unwritten one is an error), its pending outs and
+    workspaces given memory at the shapes the kernel dialect's rules give."""
+    for array in inputs:
+        if type(array) is not _NDARRAY and not isinstance(array, _NDARRAY):
+            inputs = [executor._materialized(op, values, v) for v in bound.ins]
+            break
+    for array in outputs:
+        if type(array) is not _NDARRAY and not isinstance(array, _NDARRAY):
+            cls = type(op)
+            sizes = cls.result_shapes([a.shape for a in inputs], info.config)
+            outputs = [a if isinstance(a, np.ndarray) else
+                       executor._materialize(a, _concrete(op, shape), values)
+                       for a, shape in zip(outputs, sizes)]
+            break
+    for array in workspaces:
+        if type(array) is not _NDARRAY and not isinstance(array, _NDARRAY):
+            cls = type(op)
+            shapes = [a.shape for a in inputs]
+            workspaces = [a if isinstance(a, np.ndarray) else executor._materialize(
+                a, _concrete(op, cls.workspace_shape(role, shapes, info.config)), values)
+                for a, role in zip(workspaces, info.roles)]
+            break
+    return inputs, outputs, workspaces
 
 
 _NDARRAY = np.ndarray
