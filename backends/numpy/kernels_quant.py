@@ -231,8 +231,8 @@ def _dynamic_quantize_linear(inputs, attrs, outs):
             or (len(outs) > 2 and (outs[2].dtype != np.uint8 or outs[2].size != 1)) \
             or _overlaps(y, x):
         return False
-    quantization = _quantization([float(x.min()) if x.size else 0.0],
-                                   [float(x.max()) if x.size else 0.0])
+    low, high = _extremes(x)
+    quantization = _quantization([low], [high])
     if quantization is None:
         return False
     _, (top,), (scale,) = quantization
@@ -257,6 +257,23 @@ def _dynamic_quantize_linear(inputs, attrs, outs):
     if len(outs) > 2:
         outs[2].reshape(-1)[0] = zero
     return True
+
+
+def _extremes(x) -> tuple[float, float]:
+    """(min x, max x) as Python floats, (0, 0) for an empty x; a NaN propagates. A
+    contiguous x larger than a quarter of L2 a block at a time, each block's max read
+    from cache right after its min: one pass over memory instead of two."""
+    if not x.size:
+        return 0.0, 0.0
+    block = max(1, _l2_bytes() // 4 // x.itemsize)
+    if x.size <= block or not x.flags.c_contiguous:
+        return float(x.min()), float(x.max())
+    flat, lows, highs = x.reshape(-1), [], []
+    for start in range(0, flat.size, block):
+        part = flat[start:start + block]
+        lows.append(part.min())
+        highs.append(part.max())
+    return float(np.min(lows)), float(np.max(highs))
 
 
 def _quantization(lows, highs):
@@ -401,7 +418,8 @@ def _dynamic_quantize_lstm(inputs, attrs, outs):
     r_scale = r_scale.astype(f32).reshape(dirs, 1, -1)
 
     # every step's X W^T, in step order: direction d's step s is its time reversed(d)[s]
-    quantization = _quantization([float(x.min())], [float(x.max())])
+    low, high = _extremes(x)
+    quantization = _quantization([low], [high])
     if quantization is None:
         return False
     (divisor,), (top,), (x_scale,) = quantization

@@ -351,3 +351,17 @@ def test_dynamic_quantize_lstm_input_weight_by_blocks_of_columns(direction, case
     for name in ("y", "y_h", "y_c"):
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
         np.testing.assert_allclose(got[name], expected[name], atol=2e-3, err_msg=name)
+
+
+def test_extremes_by_blocks_as_min_and_max(monkeypatch):
+    """x's min and max a cache-sized block at a time (a 1 KiB "L2": blocks of 64 float32)
+    equal x.min() and x.max(), a NaN in any block propagating; an empty x gives (0, 0)."""
+    from palimpsest.backends.numpy import kernels_quant
+
+    monkeypatch.setattr(kernels_quant, "_l2_bytes", lambda: 1024)
+    x = np.random.default_rng(9).normal(0, 3, (5, 41)).astype(np.float32)
+    assert kernels_quant._extremes(x) == (float(x.min()), float(x.max()))
+    assert kernels_quant._extremes(x[:, ::2]) == (float(x[:, ::2].min()), float(x[:, ::2].max()))
+    x[4, 40] = np.nan
+    assert all(np.isnan(v) for v in kernels_quant._extremes(x))
+    assert kernels_quant._extremes(np.zeros((0, 3), np.float32)) == (0.0, 0.0)
