@@ -1,0 +1,82 @@
+"""The OpenCL conv2d's packed im2col panels (backends/opencl/kernels/linalg.py): im2col
+writes each band's columns in panels of the GEMM's column block and the GEMM reads them
+as contiguous streams. Against the numpy backend, poisoned (the panels' columns past a
+band's end are never written, so poison there must not reach Y): bands that end in a
+partial panel, vectors of output columns that cross a panel (widths that are not a
+multiple of the im2col vector), groups, strides and dilations, batch > 1, f64, a fused
+residual add and activation clamped at Y's last element, and the unpacked form, taken
+where not even one output row fills whole panels."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from opencl_support import compare_backends, requires_opencl  # noqa: E402
+from test_kernels import model_of, node, rand  # noqa: E402
+
+from palimpsest.dialects import kernel_nn  # noqa: E402
+from palimpsest.dialects.graph.from_onnx import import_onnx  # noqa: E402
+
+pytestmark = requires_opencl
+
+# (name, x shape, w shape, strides, dilations, pads, group)
+CASES = [
+    ("13x13: a partial last panel, two bands", (1, 5, 13, 13), (16, 5, 3, 3), (1, 1),
+     (1, 1), (1, 1, 1, 1), 1),
+    ("width 52: vectors cross panels", (1, 4, 20, 52), (9, 4, 3, 3), (1, 1), (1, 1),
+     (1, 1, 1, 1), 1),
+    ("groups, batch 2", (2, 6, 9, 11), (8, 3, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 2),
+    ("stride 2, dilation 2", (1, 3, 31, 37), (7, 3, 3, 3), (2, 2), (2, 2), (2, 1, 2, 3), 1),
+    ("one output column", (1, 3, 9, 3), (5, 3, 3, 3), (1, 1), (1, 1), (0, 0, 0, 0), 1),
+    ("1x1 stride 2", (2, 8, 15, 21), (24, 8, 1, 1), (2, 2), (1, 1), (0, 0, 0, 0), 1),
+]
+
+
+def _model(x_shape, w_shape, strides, dilations, pads, group, residual: bool,
+           dtype=np.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rand(rng, x_shape, dtype)
+    constants = {"w": rand(rng, w_shape, dtype), "b": rand(rng, (w_shape[0],), dtype)}
+    attrs = {"strides": list(strides), "dilations": list(dilations), "pads": list(pads),
+             "group": group}
+    nodes = [node("Conv", ["x", "w", "b"], attrs, outs=("c",))]
+    feeds = {"x": x}
+    if residual:
+        n, _, h, w = x_shape
+        out = [n, w_shape[0]] + [(size + pads[i] + pads[i + 2] - dilations[i] *
+                                  (w_shape[2 + i] - 1) - 1) // strides[i] + 1
+                                 for i, size in enumerate((h, w))]
+        feeds["r"] = rand(rng, tuple(out), dtype)
+        nodes += [node("Add", ["c", "r"], outs=("s",)), node("Relu", ["s"], outs=("y",))]
+    else:
+        nodes += [node("Relu", ["c"], outs=("y",))]
+    return import_onnx(model_of(nodes, feeds, constants)), feeds
+
+
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_packed_panels_match_numpy(case, residual):
+    module, feeds = _model(*case[1:], residual)
+    _, _, stats = compare_backends(module, feeds, poison=True)
+    assert stats.device_launches >= 1
+
+
+def test_packed_panels_f64():
+    module, feeds = _model(*CASES[0][1:], True, np.float64)
+    compare_backends(module, feeds, poison=True)
+
+
+@pytest.mark.parametrize("elements", [1, 2700])
+def test_unpacked_and_few_row_bands(monkeypatch, elements):
+    """A workspace of one output row (13 columns: whole panels of 8 hold no output row, so
+    the band is unpacked) or of 60 columns (4 output rows, packed in bands of 2: 26 columns in
+    one panel of 32)."""
+    monkeypatch.setattr(kernel_nn.Conv2dOp, "IM2COL_BAND", elements)
+    module, feeds = _model(*CASES[0][1:], True)
+    compare_backends(module, feeds, poison=True)
