@@ -658,9 +658,10 @@ RULES = {
 
 # Graph ops that a float16 compute runs as onnxruntime's CPU provider runs them (its
 # InsertCastTransformer): the f16 ins cast to f32 (constants once, at compile time), the
-# f32 kernel, each f16 result rounded back to f16 (passes/lower_to_kernels.py,
-# `_f16_in_f32`). Not the ops that move f16 as it is (transpose, concat, gather, pad,
-# split, slice) nor nearest resize, exact in f16, nor the reductions, which accumulate
+# f32 kernel, the result rounded back to f16 where an f16 reader needs it
+# (passes/lower_f16.py). Not the ops that move f16 as it is (transpose, concat, gather,
+# pad, split, slice) nor nearest resize, exact in f16 (they run on f32 only between
+# lifted ops: lower_f16.MOVES), nor the reductions, which accumulate
 # f16 in f32 and round once (kernel.reduce). The global pools are lifted all the same:
 # the f32 copy of their input usually serves the op after them too (squeeze-excite's
 # mul), and kernel.reduce reads f32 faster.

@@ -3,13 +3,17 @@
 
 Each f16 compute that has an f32 kernel (kernel_rules.F16_IN_F32) is rewritten to casts
 of its f16 ins to f32 (a constant's once, at compile time), the compute on f32 buffers,
-and a cast of each result back to f16: every op's result rounded to f16 as onnxruntime's
-InsertCastTransformer rounds it. The casts are `buffer.compute graph.cast` (both
-backends run them; the planner sees the f32 temporaries). An f16 buffer's f32 copy
-serves later lifted computes until its memory is written; an op that rounds alike
-before or after (ROUNDING_COMMUTES) reads its producer's f32 result, so the pair shares
-one rounding and may fold into one kernel; a lifted elementwise compute writes over an
-f32 temporary nothing reads after it."""
+and a cast of each result back to f16, as onnxruntime's InsertCastTransformer inserts
+them. Its RemoveDuplicateCastTransformer then drops each f32 -> f16 -> f32 pair between
+two nodes it runs in f32, and so does this: a lifted compute reads a lifted producer's
+f32 result, unrounded, and a rounding cast that no f16 reader needs goes (a chain rounds
+once, at its end). An op that only moves values (MOVES) runs on f32 when its ins have
+f32 copies at hand, as onnxruntime runs such an isolated node in f32. The casts are
+`buffer.compute graph.cast` (both backends run them; the planner sees the f32
+temporaries). An f16 buffer's f32 copy serves later lifted computes until its memory
+is written; an op that rounds alike before or after (ROUNDING_COMMUTES) folds into its
+producer; a lifted elementwise compute writes over an f32 temporary nothing reads after
+it."""
 
 from __future__ import annotations
 
@@ -24,10 +28,9 @@ from palimpsest.passes.kernel_rules import _i, _s, computes_f16_in_f32, is_f16
 def f16_in_f32_computes(computes: list, packer) -> tuple:
     """Each f16 compute of F16_IN_F32 (kernel_rules.py) with static shapes becomes
     casts of its f16 ins to f32 (a constant's once, at compile time, through `packer`),
-    the compute on f32 buffers, and a cast of each f16 result back into its f16 out:
-    onnxruntime's CPU provider (InsertCastTransformer) computes so, each op's result
-    rounded to f16. An f16 buffer cast to f32 serves the later lifted computes that read
-    it until something writes its memory. Returns (the computes, casts included, in
+    the compute on f32 buffers, and a cast of each f16 result back into its f16 out,
+    kept only where an f16 reader needs it (see the module doc). An f16 buffer cast to
+    f32 serves the later lifted computes that read it until something writes its memory. Returns (the computes, casts included, in
     block order; how many computes were lifted)."""
     from palimpsest.dialects.buffer import BufferType, ComputeOp
     from palimpsest.ir.types import f32, i32
@@ -64,19 +67,25 @@ def f16_in_f32_computes(computes: list, packer) -> tuple:
     shadows: dict = {}   # f16 buffer -> its values cast to f32, while its memory is unwritten
     rounded: dict = {}   # f16 buffer -> (the f32 result it rounds, that cast), likewise
     elementwise: list = []   # lifted elementwise computes (written in place after the walk)
+    roundings: list = []     # (f16 out, the cast that rounds a lifted result into it)
+    unread: dict = {}        # f16 out -> its rounding cast, while nothing has read it
     for op in list(computes[0].parent.ops):
         if op.name in BETWEEN_OK:
+            _read(unread, op.operands)
             continue
         if op.name != "buffer.compute" or op.regions:
             shadows.clear()   # (writes what it may)
             rounded.clear()
+            unread.clear()
             continue
         if op not in wanted:
+            _read(unread, op.operands)
             continue
         ins, outs = list(op.ins), list(op.outs)
         halves = [v for v in ins + outs if is_f16(v.type.element_type)]
-        if not halves or not computes_f16_in_f32(op) or any(
-                None in v.type.shape for v in halves):
+        if not halves or any(None in v.type.shape for v in halves) or not (
+                computes_f16_in_f32(op) or _moves_in_f32(op, ins, rounded, shadows)):
+            _read(unread, op.operands)
             _forget_written(shadows, outs)
             _forget_written(rounded, outs)
             out.append(op)
@@ -85,8 +94,10 @@ def f16_in_f32_computes(computes: list, packer) -> tuple:
         for value in ins:
             if value in replaced or not is_f16(value.type.element_type):
                 continue
-            wide = None
-            if isinstance(getattr(value, "op", None), ConstantOp):
+            # a lifted producer's f32 result, unrounded: onnxruntime drops the
+            # f32 -> f16 -> f32 cast pair between two nodes it runs in f32
+            wide = rounded[value][0] if value in rounded else None
+            if wide is None and isinstance(getattr(value, "op", None), ConstantOp):
                 wide = packer.packed(value, "f32", widened,
                                      f"{value.name_hint or 'weights'}_f32")
             if wide is None:
@@ -95,6 +106,7 @@ def f16_in_f32_computes(computes: list, packer) -> tuple:
                 wide = temporary(op, value)
                 out.append(insert_cast(op, value, wide, 1, before=True))
                 shadows[value] = wide
+                _read(unread, [value])
             replaced[value] = wide
         _forget_written(shadows, outs)
         _forget_written(rounded, outs)
@@ -105,29 +117,77 @@ def f16_in_f32_computes(computes: list, packer) -> tuple:
             if value in written or not is_f16(value.type.element_type):
                 continue
             wide = written[value] = temporary(op, value)
+            stale = unread.pop(value, None)   # a rounding nothing read, now overwritten
+            if stale is not None and stale.parent is not None:
+                out.remove(stale)
+                stale.erase()
             anchor = insert_cast(anchor, wide, value, 10, before=False)
             results.append(anchor)
             rounded[value] = (wide, anchor)
+            roundings.append((value, anchor))
+            if _root(value) is value:
+                unread[value] = anchor
         for index, value in enumerate(op.operands):
             wide = (replaced if index < len(ins) else written).get(value)
             if wide is not None:
                 op.set_operand(index, wide)
         for value in ins:   # an f16 buffer that only a rounding cast wrote, now unread
-            owner = getattr(value, "op", None)
-            if value in replaced and value not in outs and isinstance(owner, AllocOp) \
-                    and owner.kind.value == "activation" and all(
-                        u.name == "buffer.dealloc" for u in value.users()):
-                for user in list(value.users()):
-                    user.erase()
-                owner.erase()
+            if value in replaced and value not in outs and _unread(value):
+                _erase_buffer(value)
         out.append(op)
         out.extend(results)
         lifted += 1
         if op.properties["op"].value in K.STEPS and len(written) == 1:
             elementwise.append(op)
+    casts_into: dict = {}   # f16 out -> the rounding casts that write it
+    for value, cast in roundings:
+        if cast.parent is not None:
+            casts_into.setdefault(value, set()).add(cast)
+    for value, casts in casts_into.items():   # every reader took the f32 result
+        if _unread(value, casts):
+            for cast in casts:
+                out.remove(cast)
+                cast.erase()
+            _erase_buffer(value)
     for op in elementwise:
         _in_place(op)
     return out, lifted
+
+
+# Ops that only move values (exact in f16 and in f32 alike): onnxruntime runs one in
+# f32 too when it stands between nodes it runs in f32 (an isolated f16 node), so here one
+# runs on f32 when each of its f16 ins has an f32 copy at hand, and no cast is added.
+MOVES = ("graph.transpose", "graph.concat", "graph.gather", "graph.pad", "graph.split",
+         "graph.slice", "graph.resize")
+
+
+def _moves_in_f32(op: Operation, ins: list, rounded: dict, shadows: dict) -> bool:
+    if op.properties["op"].value not in MOVES or computes_f16_in_f32(op):
+        return False   # (a resize that interpolates is a compute)
+    return all(not is_f16(v.type.element_type) or v in rounded or v in shadows
+               or isinstance(getattr(v, "op", None), ConstantOp) for v in ins)
+
+
+def _read(unread: dict, values) -> None:
+    """Something reads `values` as f16 (or may, through a view): their roundings stay."""
+    if unread:
+        for value in values:
+            unread.pop(_root(value), None)
+
+
+def _unread(value, writers=()) -> bool:
+    """Whether `value` is an activation buffer of its own (not a view) that nothing but
+    `writers` and its deallocs use."""
+    owner = getattr(value, "op", None)
+    return (isinstance(owner, AllocOp) and owner.kind.value == "activation"
+            and _root(value) is value
+            and all(u in writers or u.name == "buffer.dealloc" for u in value.users()))
+
+
+def _erase_buffer(value) -> None:
+    for user in list(value.users()):
+        user.erase()
+    value.op.erase()
 
 
 def _in_place(op: Operation) -> None:

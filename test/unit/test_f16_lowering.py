@@ -1,8 +1,9 @@
 """float16 at the kernel level (passes/lower_to_kernels.py, `_f16_in_f32`): a float16
 compute with a float32 kernel runs as onnxruntime's CPU provider runs it — its f16 ins
-cast to f32 (constants once, at compile time), the f32 kernel, each result rounded back
-to f16 — so both backends run kernels, not the graph reference, and the results are
-onnxruntime's. Each model: the lowered IR (no `kernel.generic` but the casts, no cast
+cast to f32 (constants once, at compile time), the f32 kernel, and its result rounded
+back to f16 only where an f16 reader needs it (between two such computes onnxruntime
+drops the cast pair) — so both backends run kernels, not the graph reference, and the
+results are onnxruntime's. Each model: the lowered IR (no `kernel.generic` but the casts, no cast
 of a constant), the numpy backend and the OpenCL backend with poisoning against
 onnxruntime and the graph-level reference, and the same model with the lifting off."""
 
@@ -188,26 +189,62 @@ def test_conv_batch_norm_is_onnxruntimes_bit_for_bit():
     np.testing.assert_array_equal(got, _onnxruntime(model, feeds)["y"])
 
 
-def test_a_shared_f16_buffer_is_cast_once():
-    """squeeze-excite: the ReLU's result is read by the pool and by the mul; the f32 copy
-    the pool's cast makes serves the mul as well; the depthwise conv and its ReLU fold
-    (one rounding cast for both), and the max pool reads the mul's f32 result."""
+def test_a_lifted_result_is_read_unrounded():
+    """squeeze-excite: the depthwise conv and its ReLU fold, and their f32 result is what
+    the pool and the mul read (no rounding to f16 and back between them, as onnxruntime
+    removes that cast pair); the max pool reads the mul's f32 result, and the one cast
+    left rounds the function's result."""
     model, _ = squeeze_excite()
     module = _lowered(model)
     ops = list(module.walk())
     (conv,) = [op for op in ops if op.name == "kernel.conv2d" and op.config()["group"] == 8]
     assert conv.config()["epilogue"] == ["graph.relu"]
-    d = conv.outs[0]                                   # the f32 result, rounded into %d
-    (rounding,) = [op for op in ops if op.name == "kernel.generic" and op.operands[0] is d]
-    (widening,) = [op for op in ops if op.name == "kernel.generic"
-                   and op.operands[0] is rounding.operands[1]]
+    d = conv.outs[0]
     (reduce,) = [op for op in ops if op.name == "kernel.reduce"]
     (mul,) = [op for op in ops if op.name == "kernel.elementwise"
               and op.config()["steps"] == ["graph.mul"]]
-    shared = widening.operands[1]
-    assert reduce.ins[0] is shared and shared in list(mul.ins)
+    assert reduce.ins[0] is d and d in list(mul.ins)
     (pool,) = [op for op in ops if op.name == "kernel.pool2d"]
     assert pool.ins[0] is mul.outs[0]
+    casts = [op for op in ops if op.name == "kernel.generic"]
+    assert [str(c.operands[1].type.element_type) for c in casts] == ["f32", "f16"]
+    assert casts[1].operands[0] is pool.outs[0]
+
+
+def test_a_chain_rounds_once_as_onnxruntime():
+    """x * a + b, times c: onnxruntime computes the chain in f32 and rounds once, so the
+    result is its to the bit; rounding after each op would differ."""
+    r = _rng(6)
+    x = (r.standard_normal((4, 257)) * 3).astype(H)
+    constants = {"a": H(1.1), "b": H(0.3), "c": H(-2.7)}
+    model, feeds = _model([("Mul", ["x", "a"], ["p"], {}), ("Add", ["p", "b"], ["q"], {}),
+                           ("Mul", ["q", "c"], ["y"], {})], {"x": x}, constants)
+    want = _onnxruntime(model, feeds)["y"]
+    f = np.float32
+    per_op = ((x.astype(f) * f(H(1.1))).astype(H).astype(f) + f(H(0.3))).astype(H)
+    per_op = (per_op.astype(f) * f(H(-2.7))).astype(H)
+    assert np.any(per_op != want)   # the test tells the two apart
+    got = Session(import_onnx(model), poison=True).run(feeds)["y"]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_pad_between_lifted_ops_moves_f32():
+    """x * a, padded, + b: the pad between two lifted ops runs on their f32 values, as
+    onnxruntime runs such an isolated node in f32; one cast in, one out, and the result
+    is onnxruntime's to the bit."""
+    r = _rng(7)
+    x = (r.standard_normal((1, 3, 5, 7)) * 3).astype(H)
+    constants = {"a": H(1.1), "b": H(0.3), "pads": np.array([0, 0, 1, 2, 0, 0, 2, 1]),
+                 "v": H(0.7)}
+    model, feeds = _model([("Mul", ["x", "a"], ["p"], {}),
+                           ("Pad", ["p", "pads", "v"], ["q"], {}),
+                           ("Add", ["q", "b"], ["y"], {})], {"x": x}, constants)
+    ops = list(_lowered(model).walk())
+    (pad,) = [op for op in ops if op.name == "kernel.pad"]
+    assert str(pad.ins[0].type.element_type) == "f32"
+    assert len([op for op in ops if op.name == "kernel.generic"]) == 2
+    got = Session(import_onnx(model), poison=True).run(feeds)["y"]
+    np.testing.assert_array_equal(got, _onnxruntime(model, feeds)["y"])
 
 
 @pytest.mark.parametrize("name", list(MODELS))
