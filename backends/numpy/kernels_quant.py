@@ -62,8 +62,8 @@ def _matmul_integer(inputs, attrs, outs):
 def _centred_matmul(out, a, b, a_zero, b_zero, epilogue=None) -> bool:
     """out = (a - a_zero) @ (b - b_zero) through BLAS on the centred operands (float32
     where exact), into out's type: int32, or float32 (the exact integer rounded once,
-    as a cast of the int32 rounds it), then `epilogue(block, columns)` on each block
-    written (a block of rows, and of `_weight_columns`'s columns). A 2-D b, per-tensor A zero point, per-tensor or per-column B's; False
+    as a cast of the int32 rounds it), then `epilogue(rows)` on each block of rows
+    written. A 2-D b, per-tensor A zero point, per-tensor or per-column B's; False
     (nothing written) otherwise, or where an int32 could overflow."""
     if a.ndim < 2 or b.ndim != 2 or (b_zero is not None and b_zero.size not in (1, b.shape[-1])) \
             or a.shape[-1] != b.shape[0] or out.shape != a.shape[:-1] + b.shape[-1:]:
@@ -85,8 +85,8 @@ def _centred_matmul(out, a, b, a_zero, b_zero, epilogue=None) -> bool:
                 np.matmul(centred_rows, block, out=part)
             else:
                 np.copyto(part, np.matmul(centred_rows, block), casting="unsafe")
-            if epilogue is not None:
-                epilogue(part, columns)
+        if epilogue is not None:
+            epilogue(rows)
 
     chunk = max(1, _l2_bytes() // 4 // (depth * right.itemsize))
     if a.size <= chunk * depth or not (a.flags.c_contiguous and out.flags.c_contiguous):
@@ -158,10 +158,10 @@ def _matmul_integer_to_float(inputs, attrs, outs):
     scale = scale.reshape(scale.shape[-1:])
     bias = None if bias is None else bias.reshape(bias.shape[-1:])
 
-    def epilogue(rows, columns):
-        np.multiply(rows, scale if scale.size == 1 else scale[columns], out=rows)
+    def epilogue(rows):
+        np.multiply(rows, scale, out=rows)
         if bias is not None:
-            np.add(rows, bias if bias.size == 1 else bias[columns], out=rows)
+            np.add(rows, bias, out=rows)
 
     return _centred_matmul(out, a, b, a_zero, b_zero, epilogue)
 
