@@ -16,6 +16,10 @@ one of exactly the same type, so function signatures and users never see a new t
 | graph.reshape     | reshape(reshape|flatten|squeeze|unsqueeze(x), s) → reshape(x, s)   |
 | graph.transpose   | transpose(x) with the identity perm → x                            |
 | graph.transpose   | transpose(transpose(x, p), q) → transpose(x, p∘q), or x            |
+| graph.transpose   | transpose(concat(transpose(a, p), transpose(b, p), ...), q) →      |
+|                   | transpose(concat(a, b, ..., p's axis), p∘q), or the concat alone:  |
+|                   | an NHWC export's skip joins concat in NCHW, as onnxruntime's       |
+|                   | transpose optimizer has them                                       |
 | graph.squeeze     | squeeze(unsqueeze(x, a), a) → x                                    |
 | graph.unsqueeze   | unsqueeze(squeeze(x, a), a) → x                                    |
 | graph.gather      | gather(f(w, ...), i) with f elementwise (or a cast) of constants,   |
@@ -156,6 +160,38 @@ def fold_transpose_chain(rewriter, outer, inner):
     if _is_identity(combined) and x.type == outer.results[0].type:
         return x
     rewriter.set_operand(outer, 0, x)
+    rewriter.set_property(outer, "perm", A.DenseArrayAttr(i64, tuple(combined)))
+    return True
+
+
+def sink_transposes_through_concat(rewriter, outer, concat):
+    """transpose(concat(transpose(a_i, p)..., axis k), q): the concat of the a_i along
+    p[k] is the inner concat with its dims in x's order, so the transposes compose as
+    in a chain (fold_transpose_chain) and cancel where p∘q is the identity."""
+    inners = [getattr(v, "op", None) for v in concat.operands]
+    if not inners or any(t is None or t.name != "graph.transpose" for t in inners):
+        return None
+    p, q = _perm(inners[0]), _perm(outer)
+    rank = _rank(concat.results[0])
+    if p is None or q is None or rank is None or len(p) != rank or any(
+            _perm(t) != p for t in inners[1:]):
+        return None
+    axis = p[concat.properties["axis"].value % rank]
+    parts = [t.operands[0] for t in inners]
+    shapes = [getattr(v.type, "shape", None) for v in parts]
+    if any(shape is None or None in shape for shape in shapes):
+        return None
+    shape = list(shapes[0])
+    shape[axis] = sum(s[axis] for s in shapes)
+    joined = type(concat)(parts, [TensorType(tuple(shape), concat.results[0].type.element_type)],
+                          {**concat.properties, "axis": A.IntegerAttr(axis, i64)},
+                          dict(concat.attributes), location=concat.location)
+    joined.source_loc = concat.source_loc
+    combined = [p[j] for j in q]
+    if _is_identity(combined):
+        return joined if joined.results[0].type == outer.results[0].type else None
+    rewriter.insert(joined)
+    rewriter.set_operand(outer, 0, joined.results[0])
     rewriter.set_property(outer, "perm", A.DenseArrayAttr(i64, tuple(combined)))
     return True
 
@@ -358,6 +394,8 @@ PATTERNS = rules(
     (M("graph.transpose", V("x")), remove_identity_transpose, 2),
     (M("graph.transpose", M("graph.transpose", bind="inner"), bind="outer"),
      fold_transpose_chain),
+    (M("graph.transpose", M("graph.concat", ..., bind="concat", one_use=True),
+       bind="outer"), sink_transposes_through_concat),
     (M("graph.unsqueeze", M("graph.squeeze", bind="inner"), V(), bind="outer"),
      cancel_unsqueeze_of_squeeze),
     (M("graph.squeeze", M("graph.unsqueeze", bind="inner"), ..., bind="outer"),

@@ -393,6 +393,20 @@ def test_transposes_that_cancel_disappear():
     assert _names(module) == ["graph.relu", "func.return"]
 
 
+@pytest.mark.parametrize("outer", [[0, 3, 1, 2], [0, 3, 2, 1], [2, 0, 3, 1]])
+def test_transposes_through_a_concat_are_exact(outer):
+    """An NHWC export's skip join (keras2onnx's U-Nets): both inputs transposed alike,
+    concatenated, transposed again: the concat moves before the transposes."""
+    nodes = [helper.make_node("Transpose", ["a"], ["ta"], perm=[0, 2, 3, 1]),
+             helper.make_node("Transpose", ["b"], ["tb"], perm=[0, 2, 3, 1]),
+             helper.make_node("Concat", ["ta", "tb"], ["c"], axis=-1),
+             helper.make_node("Transpose", ["c"], ["y"], perm=outer)]
+    module = _check([("a", (1, 2, 4, 5)), ("b", (1, 3, 4, 5))], nodes, {}, canonicalize)
+    expected = ["graph.concat", "func.return"] if outer == [0, 3, 1, 2] else \
+        ["graph.concat", "graph.transpose", "func.return"]
+    assert _names(module) == expected
+
+
 def test_fold_constants_matches_the_reference():
     nodes = [helper.make_node("Add", ["a", "b"], ["s"]),
              helper.make_node("Transpose", ["s"], ["t"], perm=[1, 0]),
