@@ -79,7 +79,7 @@ class _Info:
     and workspaces lie among its operands, computed once (and again if a pass changes
     the op's properties or operand types)."""
 
-    __slots__ = ("config", "roles", "properties", "types", "split")
+    __slots__ = ("config", "roles", "properties", "types", "split", "prepared")
 
     def __init__(self, op):
         # kept to compare with: unchanged attributes and types compare by identity (fast)
@@ -89,6 +89,7 @@ class _Info:
         ins, outs, workspaces = list(op.ins), list(op.outs), list(op.workspaces)
         self.roles = type(op).workspace_roles([v.type for v in ins], self.config)
         self.split = None
+        self.prepared = None   # what an implementation derives from the config (`prepared`)
         grouped = ins + outs + workspaces
         if len(grouped) == len(op.operands) and all(
                 a is b for a, b in zip(grouped, op.operands)):
@@ -124,6 +125,16 @@ def config_of(op) -> dict:
 
 def workspaces_by_role(op, workspaces: list) -> dict:
     return dict(zip(_info(op).roles, workspaces))
+
+
+def prepared(op, make):
+    """What an implementation derives from the op's config once, `make(op, config)`,
+    kept with the config (made again when the config is)."""
+    info = _info(op)
+    value = info.prepared
+    if value is None:
+        value = info.prepared = make(op, info.config)
+    return value
 
 
 # -- the executor's hook ---------------------------------------------------------------------
@@ -234,6 +245,17 @@ def _view_as(array: np.ndarray, shape) -> np.ndarray:
 
 def _scalar(value, dtype) -> np.ndarray:
     return np.asarray(value, dtype=dtype)
+
+
+# np.clip's ufunc itself: np.clip reaches it through two Python layers (~1 us a call,
+# three times the ufunc's own time on a small array)
+try:
+    from numpy._core.umath import clip as CLIP   # numpy 2
+except ImportError:   # pragma: no cover - numpy 1
+    try:
+        from numpy.core.umath import clip as CLIP
+    except ImportError:
+        CLIP = np.clip
 
 
 # -- fused elementwise chains: the step table ------------------------------------------------

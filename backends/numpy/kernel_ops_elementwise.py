@@ -10,7 +10,8 @@ import math
 
 import numpy as np
 
-from palimpsest.backends.numpy.kernel_ops import STEP_IMPLS, _scalar, config_of, impl, step
+from palimpsest.backends.numpy.kernel_ops import (
+    CLIP, STEP_IMPLS, _scalar, impl, prepared, step)
 from palimpsest.dialects.graph.reference.elementwise import cube_or_square
 from palimpsest.dialects.kernel_elementwise import clip_bounds
 
@@ -36,7 +37,7 @@ def _unary(name, args, out, props, scratch):
 @step("graph.relu")
 def _relu(name, args, out, props, scratch):
     if out.dtype.kind == "f":  # np.clip is 2x faster than np.maximum (NaN propagates alike)
-        np.clip(args[0], _scalar(0, out.dtype), _scalar(np.inf, out.dtype), out=out)
+        CLIP(args[0], _scalar(0, out.dtype), _scalar(np.inf, out.dtype), out=out)
     else:
         np.maximum(args[0], _scalar(0, out.dtype), out=out)
 
@@ -98,7 +99,7 @@ def _erf_rational(x: np.ndarray, out: np.ndarray) -> None:
         if n != v.shape[0]:
             v, x2, q = v[:n], x2[:n], q[:n]
             p = p if p is None else p[:n]
-        np.clip(x[start:stop], lo, hi, out=v)  # read before `out` (maybe x) is written
+        CLIP(x[start:stop], lo, hi, out=v)  # read before `out` (maybe x) is written
         acc = out[start:stop] if p is None else p
         np.multiply(v, v, out=x2)
         np.multiply(x2, p0, out=acc)
@@ -152,7 +153,7 @@ def _elu(name, args, out, props, scratch):
 def _hard_sigmoid(name, args, out, props, scratch):
     np.multiply(args[0], _scalar(props.get("alpha", 0.2), out.dtype), out=out)
     np.add(out, _scalar(props.get("beta", 0.5), out.dtype), out=out)
-    np.clip(out, _scalar(0, out.dtype), _scalar(1, out.dtype), out=out)
+    CLIP(out, _scalar(0, out.dtype), _scalar(1, out.dtype), out=out)
 
 
 @step("graph.hard_swish")
@@ -160,7 +161,7 @@ def _hard_swish(name, args, out, props, scratch):
     x = args[0]
     np.multiply(x, _scalar(1 / 6, out.dtype), out=scratch)
     np.add(scratch, _scalar(0.5, out.dtype), out=scratch)
-    np.clip(scratch, _scalar(0, out.dtype), _scalar(1, out.dtype), out=scratch)
+    CLIP(scratch, _scalar(0, out.dtype), _scalar(1, out.dtype), out=scratch)
     np.multiply(x, scratch, out=out)
 
 
@@ -299,7 +300,7 @@ def _clip(name, args, out, props, scratch):
     lo, hi = clip_bounds(props, list(args[1:]))
     source = args[0]
     if lo is not None and hi is not None and out.dtype.kind == "f":
-        np.clip(source, lo.reshape(()), hi.reshape(()), out=out)  # one pass, SIMD
+        CLIP(source, lo.reshape(()), hi.reshape(()), out=out)  # one pass, SIMD
         return
     if lo is not None:
         np.maximum(source, lo.reshape(()), out=out)
@@ -327,23 +328,30 @@ def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
             and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
 
 
+def _chain(op, config) -> tuple:
+    """A chain's steps as (step function, name, refs, props), and the ins read after the
+    first step."""
+    steps, wiring = config["steps"], config["wiring"]
+    props = config["step_props"] or [{}] * len(steps)
+    n = len(op.ins)
+    later = frozenset(r for refs in wiring[1:] for r in refs if r < n)
+    return [(STEP_IMPLS[name], name, tuple(refs), step_props)
+            for name, refs, step_props in zip(steps, wiring, props)], later
+
+
 @impl("kernel.elementwise")
 def elementwise(op, inputs, outputs, workspaces):
-    config = config_of(op)
+    steps, later = prepared(op, _chain)
     y = outputs[0]
     scratch = workspaces[0] if workspaces else None
     n = len(inputs)
-    steps, wiring = config["steps"], config["wiring"]
-    props = config["step_props"] or [{}] * len(steps)
     # an in that overlaps Y must be Y itself and read only by the first step
-    later = {r for refs in wiring[1:] for r in refs if r < n}
-    inputs = list(inputs)
     for index, array in enumerate(inputs):
         if np.may_share_memory(array, y) and (index in later or not _same_view(array, y)):
+            inputs = list(inputs)
             inputs[index] = array.copy()
-    for name, refs, step_props in zip(steps, wiring, props):
-        args = [y if r >= n else inputs[r] for r in refs]
-        STEP_IMPLS[name](name, args, y, step_props, scratch)
+    for run, name, refs, step_props in steps:
+        run(name, [y if r >= n else inputs[r] for r in refs], y, step_props, scratch)
 
 
 def run_epilogue(config: dict, inputs: list, y: np.ndarray, scratch) -> None:
