@@ -122,15 +122,15 @@ def _weight_columns(b, b_zero, right, rows):
     depth, width = b.shape
     step = max(16, _l2_bytes() // 4 // (4 * depth) // 16 * 16)
     buffer = np.empty((depth, min(step, width)), np.float32)
-    zero = None if b_zero is None or not b_zero.any() else b_zero.reshape(-1)
+    # (a cast, then the zero point subtracted in float32: a third of the time of one
+    # subtract of the 8-bit arrays into float32, which casts through a buffer)
+    zero = None if b_zero is None or not b_zero.any() else b_zero.reshape(-1).astype(np.float32)
     for start in range(0, width, step):
         columns = slice(start, min(start + step, width))
         block = buffer[:, :columns.stop - start]
-        if zero is None:
-            np.copyto(block, b[:, columns], casting="unsafe")
-        else:
-            np.subtract(b[:, columns], zero if zero.size == 1 else zero[columns], out=block,
-                        dtype=np.float32)
+        np.copyto(block, b[:, columns], casting="unsafe")
+        if zero is not None:
+            np.subtract(block, zero if zero.size == 1 else zero[columns], out=block)
         yield columns, block
 
 
