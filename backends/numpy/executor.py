@@ -59,7 +59,7 @@ class Executor(ExecutorLoop):
         super().__init__(poison, stats if stats is not None else RunStats())
         self.constants = _CONSTANTS
         self.pools: dict = {}         # pool name -> Arena
-        self.infos: dict = {}         # buffer.compute -> (ComputeInfo, its ins, its outs)
+        self.infos: dict = {}         # buffer.compute -> (ComputeInfo, ins, outs, FAST path)
         self.bound: dict = {}         # output buffer value -> the caller's array (run(outputs=))
         self.pool_views: dict = {}    # memory.arena -> its views' (value, offset, bytes)
         self.errors_ignored = False   # inside `run`: numpy's floating-point errors ignored
@@ -304,20 +304,26 @@ class Executor(ExecutorLoop):
     def _compute(self, op, values) -> None:
         entry = self.infos.get(op)
         if entry is None:   # (op.ins and op.outs read the operand segments on every call)
-            entry = self.infos[op] = (ComputeInfo(op), tuple(op.ins), tuple(op.outs))
-        info, in_values, out_values = entry
+            info = ComputeInfo(op)
+            entry = self.infos[op] = (info, tuple(op.ins), tuple(op.outs),
+                                      FAST.get(info.name))
+        info, in_values, out_values, fast = entry
         if info.graph_class is None:
             raise op.error(f"computes unknown op '{info.name}'")
-        ins = [self._materialized(op, values, v) for v in in_values]
+        ins = [values[v] for v in in_values]
+        for array in ins:
+            if isinstance(array, _Pending):   # (an error naming it)
+                ins = [self._materialized(op, values, v) for v in in_values]
         inputs = info.kernel_inputs(ins)
         outs = [values[v] for v in out_values]
-        if any(isinstance(o, _Pending) for o in outs):
+        pending = any(isinstance(o, _Pending) for o in outs)
+        if pending:
             shapes = infer_out_shapes(info, ins, [v.type for v in in_values])
             if shapes is not None:
                 outs = [self._materialize(o, s, values) if isinstance(o, _Pending) else o
                         for o, s in zip(outs, shapes)]
-        fast = FAST.get(info.name)
-        if fast is not None and not any(isinstance(o, _Pending) for o in outs):
+                pending = any(isinstance(o, _Pending) for o in outs)
+        if fast is not None and not pending:
             try:
                 if self.errors_ignored:   # (by `run`, once)
                     done = fast(inputs, info.attrs, outs)
