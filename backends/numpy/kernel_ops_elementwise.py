@@ -414,7 +414,7 @@ def run_blocked(steps: list, inputs: list, y: np.ndarray, scratch, limit: int) -
             for run, name, refs, step_props in steps:
                 if name == "graph.batch_norm":
                     channels = at[1] if len(at) > 1 else slice(None)
-                    args = [block if r >= n else inputs[r] if not position
+                    args = [block if r >= n else wide[r][at] if not position
                             else inputs[r][channels] for position, r in enumerate(refs)]
                 elif name == "graph.clip":
                     args = [block if r >= n else inputs[r] if position else wide[r][at]

@@ -428,6 +428,27 @@ def test_elementwise_clip_one_bound_and_batch_norm_chain():
                       roles=["scratch"], count=1)
 
 
+@pytest.mark.parametrize("block", [1, 7, 97, 1000])
+def test_elementwise_chain_in_blocks(monkeypatch, block):
+    """A chain over more than CHAIN_BLOCK elements runs a block of the out at a time:
+    a batch_norm step reading an in (per-channel statistics at the block's channels),
+    a broadcast in, a clip's scalar bound and a step that needs scratch, the numbers
+    of the reference."""
+    from palimpsest.backends.numpy import kernel_ops, kernel_ops_elementwise  # (in order)
+
+    assert kernel_ops.STEP_IMPLS
+    monkeypatch.setattr(kernel_ops_elementwise, "CHAIN_BLOCK", block)
+    rng = np.random.default_rng(16)
+    x, r = rand(rng, (2, 3, 5, 6)), rand(rng, (3, 1, 6))
+    consts = {"s": rand(rng, (3,)), "b": rand(rng, (3,)), "m": rand(rng, (3,)),
+              "v": np.abs(rand(rng, (3,))) + 0.5, "hi": np.array(0.5, np.float32)}
+    nodes = [node("BatchNormalization", ["x", "s", "b", "m", "v"], outs=["t0"]),
+             node("Add", ["t0", "r"], outs=["t1"]), node("HardSwish", ["t1"], outs=["t2"]),
+             node("Clip", ["t2", "", "hi"], outs=["t3"]), node("LeakyRelu", ["t3"])]
+    check(model_of(nodes, {"x": x, "r": r}, consts), {"x": x, "r": r},
+          "kernel.elementwise", count=1)
+
+
 @pytest.mark.parametrize("perm", [[1, 0, 2], [2, 0, 1], None])
 def test_transpose(perm):
     rng = np.random.default_rng(14)
