@@ -1,11 +1,10 @@
 """The OpenCL conv2d's packed im2col panels (backends/opencl/kernels/linalg.py): im2col
-writes each band's columns in panels of the GEMM's column block and the GEMM reads them
-as contiguous streams. Against the numpy backend, poisoned (the panels' columns past a
-band's end are never written, so poison there must not reach Y): bands that end in a
-partial panel, vectors of output columns that cross a panel (widths that are not a
-multiple of the im2col vector), groups, strides and dilations, batch > 1, f64, a fused
-residual add and activation clamped at Y's last element, and the unpacked form, taken
-where not even one output row fills whole panels."""
+writes each band's columns in panels of the GEMM's column block, the last columns in a
+narrower panel, and two GEMMs read them as contiguous streams. Against the numpy
+backend, poisoned: bands with and without a narrow panel and of only a narrow one,
+vectors of output columns that cross a panel (widths that are not a multiple of the
+im2col vector), groups, strides and dilations, batch > 1, f64, a fused residual add and
+activation (the narrow panel's GEMM writes its columns of Y at an offset)."""
 
 from __future__ import annotations
 
@@ -34,6 +33,7 @@ CASES = [
     ("groups, batch 2", (2, 6, 9, 11), (8, 3, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 2),
     ("stride 2, dilation 2", (1, 3, 31, 37), (7, 3, 3, 3), (2, 2), (2, 2), (2, 1, 2, 3), 1),
     ("one output column", (1, 3, 9, 3), (5, 3, 3, 3), (1, 1), (1, 1), (0, 0, 0, 0), 1),
+    ("whole panels only", (1, 3, 8, 12), (4, 3, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
     ("1x1 stride 2", (2, 8, 15, 21), (24, 8, 1, 1), (2, 2), (1, 1), (0, 0, 0, 0), 1),
 ]
 
@@ -73,10 +73,10 @@ def test_packed_panels_f64():
 
 
 @pytest.mark.parametrize("elements", [1, 2700])
-def test_unpacked_and_few_row_bands(monkeypatch, elements):
-    """A workspace of one output row (13 columns: whole panels of 8 hold no output row, so
-    the band is unpacked) or of 60 columns (4 output rows, packed in bands of 2: 26 columns in
-    one panel of 32)."""
+def test_bands_of_few_rows(monkeypatch, elements):
+    """A workspace of one output row (13 columns: a panel of 8 and one of 5) or of 60
+    columns (bands of 4 output rows: a panel of 32 and one of 20; the last band of one
+    row, 13 columns, only a narrow panel)."""
     monkeypatch.setattr(kernel_nn.Conv2dOp, "IM2COL_BAND", elements)
     module, feeds = _model(*CASES[0][1:], True)
     compare_backends(module, feeds, poison=True)

@@ -119,11 +119,9 @@ class Gemm:
     (P, Q, Y, C are `Operand`s; `buffers` the kernel's buffers, in argument order)."""
 
     def __init__(self, t, rows, cols, depth, batch, p, q, y, c=None, alpha=1.0, beta=1.0,
-                 buffers=(), ix="int", epilogue=None, y_last=None):
+                 buffers=(), ix="int", epilogue=None):
         self.t, self.rows, self.cols, self.depth, self.batch = t, rows, cols, depth, batch
         self.p, self.q, self.y, self.c = p, q, y, c
-        self.y_last = y_last       # Y's last element: where a packed Q's last block
-                                   # clamps the epilogue's loads
         self.alpha, self.beta, self.buffers, self.ix = alpha, beta, list(buffers), ix
         self.epilogue = epilogue   # a FusedEpilogue (elementwise.py) applied as Y is stored
         if epilogue is not None:
@@ -168,12 +166,11 @@ class Gemm:
         # 1.1-1.6x over column blocks first on the conv shapes
         lines.append(f"  const {ix} row0 = get_global_id(0) * {R};\n"
                      f"  const {ix} block = get_global_id(1) * {width};\n")
-        # the last block ends at the last column: vector loads never leave the matrix; in
-        # a packed Q the last panel is whole (its columns past the end are not stored)
+        # the last block ends at the last column: vector loads never leave the matrix (a
+        # packed Q is whole panels, one a block)
         packed = q.panel is not None
-        assert not packed or q.panel == width, (q.panel, width)
-        partial = self.cols % width != 0
-        shifted = partial and not packed
+        assert not packed or (q.panel == width and self.cols % width == 0), (q.panel, width)
+        shifted = self.cols % width != 0
         col0 = f"min(block, ({ix}){self.cols - width})" if shifted else "block"
         lines.append(f"  const {ix} col0 = {col0};\n")
         for i in range(R):
@@ -211,24 +208,17 @@ class Gemm:
             for v in range(V):
                 col = f"col0 + {v * W}"
                 value = self._finish(f"acc{i}_{v}", f"r{i}", f"({col})", load_c)
-                # a shifted block stores the columns no other block stores; a packed
-                # one the columns that exist
-                keep = (">= block" if shifted else f"< {self.cols}") if partial else None
                 lane_stores = " ".join(
-                    (f"if ({col} + {j} {keep}) " if keep else "") +
+                    ("" if not shifted else f"if ({col} + {j} >= block) ") +
                     f"yr[({col} + {j}) * {y.s1}] = {_lane(f'v{v}', W, j)};" for j in range(W))
                 lines.append(f"    {{ {'' if self.epilogue else 'const '}{vt} v{v} = {value};\n")
                 if self.epilogue is not None:
                     index = f"({y.offset}) + r{i} * {y.s0} + ({col}) * {y.s1}"
-                    last = self.y_last if partial and packed else None
-                    fused = self.epilogue.apply_lanes(f"v{v}", W, index, y.s1, last)
-                    lines.append(f"      {fused}\n")
+                    lines.append(f"      {self.epilogue.apply_lanes(f'v{v}', W, index, y.s1)}\n")
                 if y.s1 == 1 and W > 1:
                     full = f"vstore{W}(v{v}, 0, yr + {col});"
-                    whole = ("col0 == block" if shifted else
-                             f"{col} + {W} <= {self.cols}" if partial else None)
-                    lines.append(f"      if ({whole}) {full} else {{ {lane_stores} }}\n"
-                                 if whole else f"      {full}\n")
+                    lines.append(f"      if (col0 == block) {full} else {{ {lane_stores} }}\n"
+                                 if shifted else f"      {full}\n")
                 else:
                     lines.append(f"      {lane_stores}\n")
                 lines.append("    }\n")
@@ -483,39 +473,40 @@ def conv2d(call) -> list:
     # the im2col workspace holds `band` whole output rows (kernel_nn's IM2COL_BAND): per
     # image, each band of rows is filled, then multiplied into its rows of Y; `image`
     # counts bands (image * bands + band). The band's columns are packed in panels of the
-    # GEMM's column block (`Operand`), whole panels, so the band is as many rows as whole
-    # panels hold: each block then reads one contiguous stream (the rows of an unpacked
-    # band are `width` apart, which at power-of-two widths put a block's rows in one
-    # cache set: 26 -> 92 GFLOP/s at 256 x 1024 x 2304). Where not even one output row
-    # fits whole panels, the band is unpacked and its last block shifted.
+    # GEMM's column block, the last `rem` columns in a narrower one (`_panels`), so each
+    # work-item's block reads one contiguous stream (the rows of an unpacked band are
+    # `width` apart, which at power-of-two widths put a block's rows in one cache set:
+    # 26 -> 92 GFLOP/s at 256 x 1024 x 2304): one GEMM over the whole panels, one over
+    # the narrow one.
     width = call.workspaces["im2col"].shape[1]
-    most = max(1, min(g["ho"], width // g["wo"]))
-    shape = vector_shape(t, most * g["wo"])
-    panel = shape[0] * shape[1]
-    band = min(most, width // panel * panel // g["wo"])
-    if band == 0:
-        band, shape, panel = most, None, None
+    band = max(1, min(g["ho"], width // g["wo"]))
     bands = -(-g["ho"] // band)
+    shape = vector_shape(t, band * g["wo"])
+    panel = shape[0] * shape[1]
     y_at = (f"(image / {bands}) * {g['m'] * pixels} + z * {mg * pixels} + "
             f"(image % {bands}) * {band * g['wo']}")
-    programs = {}   # rows -> (the im2col launch, the GEMM launch), made once each
+    programs = {}   # rows -> the im2col launch and the GEMM launches, made once each
     launches = []
     for image in range(g["n"]):
         for b in range(bands):
             rows = min(band, g["ho"] - b * band)
             if rows not in programs:
-                cols = Operand("cols", f"z * {depth * width}", panel or width, 1, panel,
-                               depth * (panel or 0))
-                gemm = Gemm(t, mg, rows * g["wo"], depth, group,
-                            Operand("w", weights, depth, 1), cols,
-                            Operand("y", y_at, pixels, 1), bias,
-                            buffers=[("cols", t, False)] + buffers, ix=ix, epilogue=epilogue,
-                            y_last=y.size - 1)
+                full = rows * g["wo"] // panel * panel
+                rem = rows * g["wo"] - full
+                base = f"z * {depth * width}"
+                gemms = [(full, Operand("cols", base, panel, 1, panel, depth * panel), "",
+                          shape),
+                         (rem, Operand("cols", f"{base} + {depth * full}", rem, 1),
+                          f" + {full}", None)]
                 source, size = _im2col(t, g, ix, rows, band, bands, width, depth, panel)
-                programs[rows] = (
-                    Launch(source, "im2col", size, _local_size(size, IM2COL_ITEMS),
-                           [ref("in", 0), ref("ws", "im2col"), None]),
-                    gemm.vector_launch([ref("ws", "im2col")] + args + [None], shape))
+                programs[rows] = [Launch(source, "im2col", size,
+                                         _local_size(size, IM2COL_ITEMS),
+                                         [ref("in", 0), ref("ws", "im2col"), None])] + [
+                    Gemm(t, mg, cols, depth, group, Operand("w", weights, depth, 1), q,
+                         Operand("y", y_at + shift, pixels, 1), bias,
+                         buffers=[("cols", t, False)] + buffers, ix=ix, epilogue=epilogue)
+                    .vector_launch([ref("ws", "im2col")] + args + [None], block)
+                    for cols, q, shift, block in gemms if cols]
             at = np.int32(image * bands + b)
             for launch in programs[rows][0 if depth and g["c"] else 1:]:
                 launches.append(replace(launch, args=launch.args[:-1] + [at]))
@@ -523,20 +514,18 @@ def conv2d(call) -> list:
 
 
 def _im2col(t: str, g: dict, ix: str, rows: int, band: int, bands: int, width: int,
-            depth: int, panel: int | None):
+            depth: int, panel: int):
     """`rows` output rows of one image's (C * kh * kw) x (Ho * Wo) matrix, from row
-    (image % bands) * band on (`image` = image * bands + band index), into rows of
-    `width` elements: row (c, p, q) holds the input pixels kernel offset (p, q) of
-    channel c meets, zero where that is padding. With `panel`, each group's `depth`
-    rows are packed in column panels (`Operand`): a vector that crosses a panel is
-    stored lane by lane; the columns past the band's end are not written."""
+    (image % bands) * band on (`image` = image * bands + band index): row (c, p, q) holds
+    the input pixels kernel offset (p, q) of channel c meets, zero where that is padding.
+    Each group's `depth` rows start `depth * width` elements apart, packed as `_panels`
+    says."""
     lanes = _pow2_at_most(g["wo"], CONV_LANES)
     vt = _vtype(t, lanes)
     taps = g["kh"] * g["kw"]
     buffers = [("x", t, False), ("cols", t, True)]
     fast, span = _row_load(t, lanes, "xr", g["sw"], None, g["wd"])
     checked, _ = _row_load(t, lanes, "xr", g["sw"], "iw", g["wd"], "xrow")
-    store = _store_row(t, lanes, "v", "out", "ow0", g["wo"])
     source = (
         f"__kernel void im2col({params(*buffers)}, const int image) {{\n{bind(*buffers)}\n"
         f"  const {ix} ow0 = get_global_id(0) * {lanes}, ob = get_global_id(1);\n"
@@ -553,26 +542,41 @@ def _im2col(t: str, g: dict, ix: str, rows: int, band: int, bands: int, width: i
         f"    __global const {t}* xr = xrow + iw;\n"
         f"    if (iw >= 0 && iw + {span - 1} < {g['wd']}) v = {fast};\n"
         f"    else v = {checked};\n  }}\n"
-        f"  const {ix} col = ob * {g['wo']} + ow0;\n" + (
-            f"  __global {t}* out = cols + row * {width} + col;\n  {store}\n}}\n"
-            if panel is None else _panel_store(t, ix, lanes, g["wo"], width, depth, panel)))
+        f"  const {ix} col = ob * {g['wo']} + ow0;\n"
+        f"{_panels(ix, lanes, g['wo'], rows * g['wo'], width, depth, panel)}}}\n")
     return source, (-(-g["wo"] // lanes), rows, g["c"] * taps)
 
 
-def _panel_store(t: str, ix: str, lanes: int, wo: int, width: int, depth: int,
-                 panel: int) -> str:
-    """im2col's store of `v` (band column `col`, row `row`) into a group's panels."""
-    def at(column: str) -> str:
-        return f"cols + base + ({column} / {panel}) * {depth * panel} + {column} % {panel}"
+def _panels(ix: str, lanes: int, wo: int, cols: int, width: int, depth: int,
+            panel: int) -> str:
+    """im2col's store of `v` (`lanes` columns from band column `col`, of `cols`; lanes
+    past the output row's end dropped) into row `row` of the packed band: each group's
+    (`depth` rows, `width` apart) columns [0, full) in panels of `panel` columns, (k, j) at
+    `(j / panel) * depth * panel + k * panel + j % panel`, then the last `rem` columns in
+    one `rem` wide, (k, j) at `full * depth + k * rem + j - full`. A vector within one
+    panel is one store, else lane by lane."""
+    full = cols // panel * panel
+    rem = cols - full
 
-    base = (f"  const {ix} base = (row / {depth}) * {depth * width} + "
-            f"(row % {depth}) * {panel};\n")
+    def at(column: str) -> str:
+        packed = f"({column} / {panel}) * {depth * panel} + kr * {panel} + {column} % {panel}"
+        tail = f"{full * depth} + kr * {rem} + {column} - {full}"
+        where = packed if not rem else tail if not full else \
+            f"({column} < {full} ? {packed} : {tail})"
+        return f"cols + base + {where}"
+
+    head = (f"  const {ix} kr = row % {depth}, base = (row / {depth}) * {depth * width};\n")
     if lanes == 1:
-        return f"{base}  *({at('col')}) = v;\n}}\n"
+        return f"{head}  *({at('col')}) = v;\n"
+    within = [f"ow0 + {lanes} <= {wo}"]
+    if full:
+        inside = f"col % {panel} + {lanes} <= {panel}"
+        within.append(f"((col + {lanes} <= {full} && {inside}) || col >= {full})" if rem
+                      else inside)
     lane_stores = " ".join(f"if (ow0 + {i} < {wo}) *({at(f'(col + {i})')}) = v.s{i:x};"
                            for i in range(lanes))
-    return (f"{base}  if (ow0 + {lanes} <= {wo} && col % {panel} + {lanes} <= {panel}) "
-            f"vstore{lanes}(v, 0, {at('col')});\n  else {{ {lane_stores} }}\n}}\n")
+    return (f"{head}  if ({' && '.join(within)}) vstore{lanes}(v, 0, {at('col')});\n"
+            f"  else {{ {lane_stores} }}\n")
 
 
 def _depthwise(call, t: str, g: dict, has_bias: bool, epilogue) -> Launch:
