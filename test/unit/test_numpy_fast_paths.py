@@ -46,3 +46,22 @@ def test_scatter_nd_index_range(index):
     want = data.copy()
     want[tuple(index)] = 9
     np.testing.assert_array_equal(session.run({"x": data})["y"], want)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("initial", [False, True])
+@pytest.mark.parametrize("outputs", [("Y", "Y_h"), ("Y",), ("", "Y_h")])
+def test_gru_both_directions_in_one_loop(monkeypatch, batch, initial, outputs):
+    """A bidirectional GRU with linear_before_reset runs both directions in one loop
+    (kernel_ops_recurrent._paired_gru: an odd sequence, so a last half-chunk of one
+    pair) and matches onnxruntime, poisoning on."""
+    pytest.importorskip("onnxruntime")
+    from palimpsest.backends.numpy import kernel_ops_recurrent as rec
+    from test_ops_recurrent import _check, _model
+
+    calls = []
+    paired = rec._paired_gru
+    monkeypatch.setattr(rec, "_paired_gru", lambda *a: calls.append(1) or paired(*a))
+    _check(*_model("GRU", "bidirectional", initial=initial, batch=batch, outputs=outputs,
+                   linear_before_reset=1))
+    assert calls
