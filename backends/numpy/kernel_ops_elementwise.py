@@ -346,23 +346,27 @@ def elementwise(op, inputs, outputs, workspaces):
         if np.may_share_memory(array, y) and (index in later or not _same_view(array, y)):
             inputs = list(inputs)
             inputs[index] = array.copy()
-    if y.size <= CHAIN_BLOCK:
+    if y.size <= CHAIN_WHOLE:
         for run, name, refs, step_props in steps:
             run(name, [y if r >= n else inputs[r] for r in refs], y, step_props, scratch)
     else:
         run_blocked(steps, inputs, y, scratch, CHAIN_BLOCK)
 
 
-# A chain over more elements than this runs a block of Y at a time, so each step after
-# the first finds its operand in L2 rather than memory (a hard-swish, 4 numpy passes,
-# on 1x16x320x320: 1.67 -> 0.93 ms; blocks of 16-128 Ki elements within 10% of this)
+# A chain over more than CHAIN_WHOLE elements (4 MiB of f32, past L2) runs a block of
+# CHAIN_BLOCK elements of Y at a time, so each step after the first finds its operand in
+# L2 rather than memory (a hard-swish, 4 numpy passes, on 1x16x320x320: 1.67 -> 0.93 ms;
+# blocks of 16-128 Ki elements within 10% of this). Below, the out stays cached between
+# steps anyway and blocks only add calls (ppocr_v6_tiny_det's GELUs on 1x96x40x40:
+# 6-7% slower in blocks).
+CHAIN_WHOLE = 1 << 20
 CHAIN_BLOCK = 1 << 16
 
 
 def run_epilogue(config: dict, inputs: list, y: np.ndarray, scratch) -> None:
     """A kernel's fused epilogue (dialects/kernel_elementwise.py, `Epilogue`) on its
     result `y`, in place: every step computed into Y, as `kernel.elementwise` does, a
-    block of Y at a time where Y is larger than CHAIN_BLOCK or than the 1-D `scratch` a
+    block of Y at a time where Y is larger than CHAIN_WHOLE or than the 1-D `scratch` a
     step needs (the `epilogue` workspace holds at most EPILOGUE_CHUNK elements)."""
     from palimpsest.dialects.kernel_elementwise import STEPS
 
@@ -375,9 +379,9 @@ def run_epilogue(config: dict, inputs: list, y: np.ndarray, scratch) -> None:
              for name, refs, step_props in zip(names, config["epilogue_wiring"], props)]
     if not any(STEPS[name][2] for name in names):
         scratch = None
-    limit = CHAIN_BLOCK if scratch is None else min(CHAIN_BLOCK, scratch.size)
-    if y.size > limit:
-        run_blocked(steps, inputs, y, scratch, limit)
+    if y.size > CHAIN_WHOLE or (scratch is not None and y.size > scratch.size):
+        run_blocked(steps, inputs, y, scratch,
+                    CHAIN_BLOCK if scratch is None else min(CHAIN_BLOCK, scratch.size))
         return
     if scratch is not None:
         scratch = scratch.reshape(-1)[:y.size].reshape(y.shape)

@@ -430,13 +430,14 @@ def test_elementwise_clip_one_bound_and_batch_norm_chain():
 
 @pytest.mark.parametrize("block", [1, 7, 97, 1000])
 def test_elementwise_chain_in_blocks(monkeypatch, block):
-    """A chain over more than CHAIN_BLOCK elements runs a block of the out at a time:
+    """A chain over more than CHAIN_WHOLE elements runs a block of the out at a time:
     a batch_norm step reading an in (per-channel statistics at the block's channels),
     a broadcast in, a clip's scalar bound and a step that needs scratch, the numbers
     of the reference."""
     from palimpsest.backends.numpy import kernel_ops, kernel_ops_elementwise  # (in order)
 
     assert kernel_ops.STEP_IMPLS
+    monkeypatch.setattr(kernel_ops_elementwise, "CHAIN_WHOLE", block)
     monkeypatch.setattr(kernel_ops_elementwise, "CHAIN_BLOCK", block)
     rng = np.random.default_rng(16)
     x, r = rand(rng, (2, 3, 5, 6)), rand(rng, (3, 1, 6))
