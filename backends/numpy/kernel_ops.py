@@ -96,10 +96,11 @@ class _Info:
             self.split = (len(ins), len(ins) + len(outs))
 
 
-# (op, info) of the kernel `execute_kernel` is running, validated on entry: the
+# (op, info, _Bound) of the kernel `execute_kernel` is running, validated on entry: the
 # implementation's own `config_of` / `workspaces_by_role` calls skip the check (a few us
-# per kernel). One tuple, read once: another thread's kernel can only miss it.
-_RUNNING: tuple = (None, None)
+# per kernel), and `recorded` / `record` find the op's calls there. One tuple, read
+# once: another thread's kernel can only miss it.
+_RUNNING: tuple = (None, None, None)
 
 
 def _info(op) -> _Info:
@@ -125,6 +126,34 @@ def config_of(op) -> dict:
 
 def workspaces_by_role(op, workspaces: list) -> dict:
     return dict(zip(_info(op).roles, workspaces))
+
+
+def recorded(op, arrays: tuple):
+    """The numpy calls `record`ed for `op` on these very arrays (its ins, outs and
+    workspaces, each the same object) on this executor, or None. Calls made on views of
+    the same arrays do the same work again: a kernel whose steps depend only on shapes
+    and its config replays them, its decisions and views made once."""
+    running = _RUNNING
+    if running[0] is op:
+        memo = running[2].memo
+        if memo is not None and len(memo[0]) == len(arrays) and all(
+                a is b for a, b in zip(memo[0], arrays)):
+            return memo[1]
+    return None
+
+
+def record(op, arrays: tuple, calls: list) -> None:
+    """Keep `calls` ([(fn, args, kwargs)]) for `recorded`, with the arrays they are for
+    (their views hold the arrays' memory: as the executor's kept views do, until the
+    arrays change)."""
+    running = _RUNNING
+    if running[0] is op:
+        running[2].memo = (arrays, calls)
+
+
+def replay(calls: list) -> None:
+    for fn, args, kwargs in calls:
+        fn(*args, **kwargs)
 
 
 def prepared(op, make):
@@ -160,7 +189,7 @@ def execute_kernel(executor, op, values: dict) -> None:
         if bound.dynamic:
             inputs, outputs, workspaces = _materialize(executor, op, info, values, inputs,
                                                        outputs, workspaces, bound)
-        _RUNNING = (op, info)
+        _RUNNING = (op, info, bound)
         try:
             if executor.errors_ignored:
                 bound.fn(op, inputs, outputs, workspaces)
@@ -168,7 +197,7 @@ def execute_kernel(executor, op, values: dict) -> None:
                 with np.errstate(all="ignore"):
                     bound.fn(op, inputs, outputs, workspaces)
         finally:
-            _RUNNING = (None, None)
+            _RUNNING = (None, None, None)
     except (ValueError, TypeError, IndexError, KeyError, AttributeError) as error:
         raise op.error(f"failed at run time: {error}") from None
 
@@ -179,7 +208,7 @@ class _Bound:
     has a `?` dim (a pending buffer then may need its memory). The executor's program
     is the op's for its life, as the loop's is (backends/loop.py)."""
 
-    __slots__ = ("fn", "info", "ins", "outs", "workspaces", "dynamic")
+    __slots__ = ("fn", "info", "ins", "outs", "workspaces", "dynamic", "memo")
 
     def __init__(self, op):
         self.fn = KERNEL_IMPLS.get(op.name)
@@ -195,6 +224,7 @@ class _Bound:
             self.ins, self.outs, self.workspaces = operands[:a], operands[a:b], operands[b:]
         self.dynamic = any(getattr(v.type, "shape", None) is None or None in v.type.shape
                            for v in op.operands)
+        self.memo = None   # (arrays, calls): `record`
 
 
 def _materialize(executor, op, info, values, inputs, outputs, workspaces, bound):

@@ -1,8 +1,12 @@
 """conv2d on numpy: im2col + grouped matmul; without an im2col, dense convs by kernel row
 and depthwise convs by kernel column and row phase (runs of a row-shifted copy of the
 image that are BLAS matrices as they lie). Registered in `KERNEL_IMPLS` (kernel_ops.py,
-which imports this module); the table there says how it works. The window helpers here
-(`_window`, `_fill_border`, `_tap_range`) serve pool2d too (kernel_ops_pool.py)."""
+which imports this module); the table there says how it works. A conv whose images take
+one GEMM each (1x1, or one im2col band) keeps its calls, views made, per executor and
+replays them while its arrays are the same objects (`_one_gemm`, kernel_ops.record): on
+Silero VAD's 1-row convs deciding and viewing cost twice the numpy work. The window
+helpers here (`_window`, `_fill_border`, `_tap_range`) serve pool2d too
+(kernel_ops_pool.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import math
 import numpy as np
 
 from palimpsest.backends.numpy.kernel_ops import (
-    _view_as, config_of, impl, workspaces_by_role)
+    _view_as, config_of, impl, record, recorded, replay, workspaces_by_role)
 from palimpsest.backends.numpy.kernel_ops_elementwise import (
     core_inputs, epilogue_scratch, run_epilogue)
 from palimpsest.dialects import kernel as K
@@ -46,10 +50,14 @@ def _im2col_view(src, kh, kw, dh, dw, sh, sw, ho, wo):
 def _fill_border(canvas, top, left, height, width, value) -> None:
     """Fill everything of `canvas` (C, Eh, Ew) outside [top, top+height) x [left,
     left+width) with `value`."""
-    canvas[:, :top] = value
-    canvas[:, top + height:] = value
-    canvas[:, top:top + height, :left] = value
-    canvas[:, top:top + height, left + width:] = value
+    for part in _border(canvas, top, left, height, width):
+        part[...] = value
+
+
+def _border(canvas, top, left, height, width) -> list:
+    """The views of `canvas` (C, Eh, Ew) outside [top, top+height) x [left, left+width)."""
+    return [canvas[:, :top], canvas[:, top + height:], canvas[:, top:top + height, :left],
+            canvas[:, top:top + height, left + width:]]
 
 
 # -- conv2d -----------------------------------------------------------------------------------
@@ -65,6 +73,11 @@ _CHUNK_BYTES = 768 << 10
 
 @impl("kernel.conv2d")
 def conv2d(op, inputs, outputs, workspaces):
+    arrays = (*inputs, *outputs, *workspaces)
+    calls = recorded(op, arrays)
+    if calls is not None:   # the last call's on these arrays (`_one_gemm`)
+        replay(calls)
+        return
     config = config_of(op)
     ws = workspaces_by_role(op, workspaces)
     core = core_inputs(config, inputs)
@@ -87,6 +100,13 @@ def conv2d(op, inputs, outputs, workspaces):
         return
     rows_band = 0 if group > 1 or sh > 1 or kh == 1 or cols is None else \
         _kernel_rows_band(cols.size, c, m, (kh, kw), dh, ho, wo, cols.itemsize)
+    if not rows_band:
+        calls = _one_gemm(config, inputs, x, w, bias, y, ws, (kh, kw), (sh, sw),
+                          (dh, dw), (top, left))
+        if calls is not None:
+            record(op, arrays, calls)
+            replay(calls)
+            return
     if rows_band:
         for image in range(n):
             _conv_kernel_rows(x[image], w, bias, y[image], cols, rows_band, (top, left), sw,
@@ -143,6 +163,57 @@ def conv2d(op, inputs, outputs, workspaces):
     if bias is not None:
         np.add(y, bias.reshape(1, m, 1, 1), out=y)
     run_epilogue(config, inputs, y, epilogue_scratch(ws))
+
+
+def _one_gemm(config, inputs, x, w, bias, y, ws, kernel, strides, dilations, pads):
+    """The calls of a conv whose images each take one GEMM: 1x1 without an im2col, or
+    the im2col of all kernel offsets in one strided copy (no stride phases, no rows-first
+    copy) in one band; each call's views made here once (`record`: a small conv's steps
+    cost less than deciding and viewing them; views only, never a copy of an operand).
+    None for the other paths."""
+    (kh, kw), (sh, sw), (dh, dw), (top, left) = kernel, strides, dilations, pads
+    n, c, h, wd = x.shape
+    m, cg, group = w.shape[0], w.shape[1], config["group"]
+    mg = m // group
+    ho, wo = y.shape[2], y.shape[3]
+    padded, cols = ws.get("padded"), ws.get("im2col")
+    calls = []
+    try:
+        weights = _view_as(w, (group, mg, cg * kh * kw))
+        if bias is not None:
+            calls.append((np.add, (y, _view_as(bias, (1, m, 1, 1))), {"out": y}))
+        images = [_view_as(x[image], (group, cg, h * wd)) for image in range(n)] \
+            if cols is None else None
+    except ValueError:   # (an operand that is not contiguous)
+        return None
+    if cols is None:
+        for image in range(n):
+            calls.insert(image, (np.matmul, (weights, images[image]),
+                                 {"out": _view_as(y[image], (group, mg, ho * wo))}))
+    else:
+        size = c * kh * kw * ho * wo
+        if size > cols.size or size * cols.itemsize > _CHUNK_FROM or _phase_layout(
+                padded, c, kernel, strides, dilations) is not None or (sh == 1 and _rows_first(
+                    _view_as(cols, (cols.size,)), padded, c, kernel, dh, ho, wo, ho)
+                is not None):
+            return None
+        part = _view_as(cols, (cols.size,))[:size]
+        steps = [(side.fill, (0,), {})
+                 for side in _border(padded, top, left, h, wd) if side.size] \
+            if padded is not None else []
+        for image in range(n):
+            src = x[image]
+            if padded is not None:
+                steps.append((np.copyto, (padded[:, top:top + h, left:left + wd], src), {}))
+                src = padded
+            steps.append((np.copyto, (_view_as(part, (c, kh, kw, ho, wo)),
+                                      _im2col_view(src, kh, kw, dh, dw, sh, sw, ho, wo)), {}))
+            steps.append((np.matmul, (weights, _view_as(part, (group, cg * kh * kw, ho * wo))),
+                          {"out": _view_as(y[image], (group, mg, ho * wo))}))
+        calls = steps + calls   # (the bias after the GEMMs)
+    if config.get("epilogue"):
+        calls.append((run_epilogue, (config, inputs, y, epilogue_scratch(ws)), {}))
+    return calls
 
 
 # Below this many outputs per channel (32x32) the kh GEMMs of `_conv_kernel_rows` run

@@ -65,3 +65,43 @@ def test_gru_both_directions_in_one_loop(monkeypatch, batch, initial, outputs):
     _check(*_model("GRU", "bidirectional", initial=initial, batch=batch, outputs=outputs,
                    linear_before_reset=1))
     assert calls
+
+
+@pytest.mark.parametrize("poison", [False, True])
+def test_conv_calls_replayed_on_fresh_data(monkeypatch, poison):
+    """A conv whose images take one GEMM records its calls on its arrays and replays
+    them while the arrays are the same objects (kernel_ops.record / recorded): runs on
+    new inputs, one after another, still match the reference (3x3 padded with bias and
+    ReLU, a 1x1 after it, a strided 3x3 without pads)."""
+    from palimpsest.backends.binding import find_function
+    from palimpsest.backends.numpy import kernel_ops
+    from palimpsest.backends.numpy.session import Session
+    from palimpsest.backends.reference.executor import run as run_graph
+    from palimpsest.dialects.graph.from_onnx import import_onnx
+
+    rng = np.random.default_rng(3)
+    w1, b1 = rand(rng, (8, 3, 3, 3)), rand(rng, (8,))
+    w2, w3 = rand(rng, (4, 8, 1, 1)), rand(rng, (5, 4, 3, 3))
+    x = rand(rng, (1, 3, 9, 9))
+    model = model_of([node("Conv", ["x", "w1", "b1"], {"pads": [1, 1, 1, 1]}, outs=["c1"]),
+                      node("Relu", ["c1"], outs=["r1"]),
+                      node("Conv", ["r1", "w2"], outs=["c2"]),
+                      node("Conv", ["c2", "w3"], {"strides": [2, 2]}, outs=["y"])],
+                     {"x": x}, {"w1": w1, "b1": b1, "w2": w2, "w3": w3})
+    from palimpsest.backends.numpy import kernel_ops_conv
+
+    replays = []
+    recorded = kernel_ops.recorded
+
+    def counted(op, arrays):
+        calls = recorded(op, arrays)
+        replays.append(calls is not None)
+        return calls
+    monkeypatch.setattr(kernel_ops_conv, "recorded", counted)
+    session = Session(import_onnx(model), poison=poison)
+    graph = import_onnx(model)
+    for seed in range(4):
+        feed = {"x": rand(np.random.default_rng(seed), (1, 3, 9, 9))}
+        want = run_graph(find_function(graph, None), feed)["y"]
+        np.testing.assert_allclose(session.run(feed)["y"], want, rtol=1e-5, atol=1e-5)
+    assert sum(replays) >= 6   # recorded at the first run, replayed on the later ones
