@@ -95,8 +95,15 @@ def conv2d(op, inputs, outputs, workspaces):
     weights = w.reshape(group, mg, cg * kh * kw)
     padded, cols = ws.get("padded"), ws.get("im2col")
     if K.Conv2dOp.is_depthwise(w.shape, config):
-        _depthwise(x, w, bias, y, padded, cols, (top, left), (sh, sw), (dh, dw))
-        run_epilogue(config, inputs, y, epilogue_scratch(ws))
+        calls = _depthwise(x, w, bias, y, padded, cols, (top, left), (sh, sw), (dh, dw))
+        if calls is None:   # (done)
+            run_epilogue(config, inputs, y, epilogue_scratch(ws))
+            return
+        if config.get("epilogue"):
+            calls.append((run_epilogue, (config, inputs, y, epilogue_scratch(ws)), {}))
+        if all(np.may_share_memory(a, b) for a, b in calls.views):   # no operand copied
+            record(op, arrays, calls)
+        replay(calls)
         return
     rows_band = 0 if group > 1 or sh > 1 or kh == 1 or cols is None else \
         _kernel_rows_band(cols.size, c, m, (kh, kw), dh, ho, wo, cols.itemsize)
@@ -424,7 +431,10 @@ def _depthwise(x, w, bias, y, padded, cols, pads, strides, dilations):
     p*dh*Wp + q*dw; strided and undilated, its stride phases (in the padded workspace),
     row (p, q) in phase (p % sh, q % sw) at (p//sh)*Wq + q//sw. A result row then has the
     source's width, of which Y takes the first Wo. Otherwise (strided and dilated, or a
-    strided X without pads) the rows are the exact (Ho, Wo) windows."""
+    strided X without pads) the rows are the exact (Ho, Wo) windows.
+
+    Returns these steps as calls (`_Calls`, their views made here; conv2d records and
+    runs them), or None having run the convolution (`_depthwise_rows_first`)."""
     n, c, h, wd = x.shape
     m, _, kh, kw = w.shape
     mg, taps = m // c, kh * kw
@@ -436,11 +446,13 @@ def _depthwise(x, w, bias, y, padded, cols, pads, strides, dilations):
     if band:
         _depthwise_rows_first(x, weights, bias, y, padded, cols, band, (kh, kw), pads,
                               strides, dilations)
-        return
+        return None
     bias4 = None if bias is None else bias.reshape(c, mg, 1, 1)
+    calls = _Calls()
+    calls.views = [(weights, w)] + ([] if bias is None else [(bias4, bias)])
     phases = _phase_view(padded, c, strides, dilations)
     if padded is not None and phases is None:
-        _fill_border(padded, top, left, h, wd, 0)
+        calls.append((_fill_border, (padded, top, left, h, wd, 0), {}))
     # the rows' layout (the same source strides for every image): a run of the result
     # row width wq per output row, the last Wo long
     width, (s0, s1, s2) = (wd, x.strides[1:]) if padded is None else \
@@ -454,36 +466,47 @@ def _depthwise(x, w, bias, y, padded, cols, pads, strides, dilations):
     for image in range(n):
         src = x[image]
         if phases is not None:
-            _split_phases(src, phases, top, left, strides)
+            calls.append((_split_phases, (src, phases, top, left, strides), {}))
         elif padded is not None:
-            np.copyto(padded[:, top:top + h, left:left + wd], src)
+            calls.append((np.copyto, (padded[:, top:top + h, left:left + wd], src), {}))
             src = padded
         target = _view_as(y[image], (c, mg, ho, wo))
         if cols is None:  # 1x1: each channel's window times its weights
-            np.multiply(_window(src, 0, 0, dh, dw, sh, sw, ho, wo)[:, None],
-                        weights[:, :, :, None], out=target)
+            calls.append((np.multiply, (_window(src, 0, 0, dh, dw, sh, sw, ho, wo)[:, None],
+                                        weights[:, :, :, None]), {"out": target}))
             if bias4 is not None:
-                np.add(target, bias4, out=target)
+                calls.append((np.add, (target, bias4), {"out": target}))
             continue
         for c0 in range(0, c, band):
             k = min(band, c - c0)
             rows = _view_as(cols[:k * taps * run], (k, kh, kw, run))
             if phases is not None:
-                _copy_phase_taps(phases[:, :, c0:c0 + k], rows, (kh, kw), strides)
+                calls.append((_copy_phase_taps, (phases[:, :, c0:c0 + k], rows, (kh, kw),
+                                                 strides), {}))
             elif flat:
-                np.copyto(rows, _as_strided(src[c0:c0 + k], (k, kh, kw, run),
-                                            (s0, s1 * dh, s2 * dw, s2)))
+                calls.append((np.copyto, (rows, _as_strided(
+                    src[c0:c0 + k], (k, kh, kw, run), (s0, s1 * dh, s2 * dw, s2))), {}))
             else:
-                np.copyto(_view_as(rows, (k, kh, kw, ho, wo)),
-                          _im2col_view(src, kh, kw, dh, dw, sh, sw, ho, wo)[c0:c0 + k])
+                calls.append((np.copyto, (
+                    _view_as(rows, (k, kh, kw, ho, wo)),
+                    _im2col_view(src, kh, kw, dh, dw, sh, sw, ho, wo)[c0:c0 + k]), {}))
             results = _view_as(cols[k * taps * run:k * (taps + mg) * run], (k, mg, run))
-            np.matmul(weights[c0:c0 + k], _view_as(rows, (k, taps, run)), out=results)
+            calls.append((np.matmul, (weights[c0:c0 + k], _view_as(rows, (k, taps, run))),
+                          {"out": results}))
             fresh = _as_strided(results, (k, mg, ho, wo),
                                 (mg * run * size, run * size, wq * size, size))
             if bias4 is None:
-                np.copyto(target[c0:c0 + k], fresh)
+                calls.append((np.copyto, (target[c0:c0 + k], fresh), {}))
             else:
-                np.add(fresh, bias4[c0:c0 + k], out=target[c0:c0 + k])
+                calls.append((np.add, (fresh, bias4[c0:c0 + k]), {"out": target[c0:c0 + k]}))
+    return calls
+
+
+class _Calls(list):
+    """[(fn, args, kwargs)] (kernel_ops.record), with `views`: (view, array) pairs that
+    must share memory for the calls to be replayed on new data in the arrays."""
+
+    views: list = []
 
 
 # A depthwise band (T and the per-kernel-row products; the im2col path's rows and results)

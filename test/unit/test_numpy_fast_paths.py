@@ -72,7 +72,7 @@ def test_conv_calls_replayed_on_fresh_data(monkeypatch, poison):
     """A conv whose images take one GEMM records its calls on its arrays and replays
     them while the arrays are the same objects (kernel_ops.record / recorded): runs on
     new inputs, one after another, still match the reference (3x3 padded with bias and
-    ReLU, a 1x1 after it, a strided 3x3 without pads)."""
+    ReLU, a 1x1 after it, depthwise 3x3 and 5x5 stride 2 (by stride phases), a 3x3)."""
     from palimpsest.backends.binding import find_function
     from palimpsest.backends.numpy import kernel_ops
     from palimpsest.backends.numpy.session import Session
@@ -82,12 +82,18 @@ def test_conv_calls_replayed_on_fresh_data(monkeypatch, poison):
     rng = np.random.default_rng(3)
     w1, b1 = rand(rng, (8, 3, 3, 3)), rand(rng, (8,))
     w2, w3 = rand(rng, (4, 8, 1, 1)), rand(rng, (5, 4, 3, 3))
+    d1, d2, b2 = rand(rng, (4, 1, 3, 3)), rand(rng, (4, 1, 5, 5)), rand(rng, (4,))
     x = rand(rng, (1, 3, 9, 9))
     model = model_of([node("Conv", ["x", "w1", "b1"], {"pads": [1, 1, 1, 1]}, outs=["c1"]),
                       node("Relu", ["c1"], outs=["r1"]),
                       node("Conv", ["r1", "w2"], outs=["c2"]),
-                      node("Conv", ["c2", "w3"], {"strides": [2, 2]}, outs=["y"])],
-                     {"x": x}, {"w1": w1, "b1": b1, "w2": w2, "w3": w3})
+                      node("Conv", ["c2", "d1"], {"pads": [1, 1, 1, 1], "group": 4},
+                           outs=["c3"]),
+                      node("Conv", ["c3", "d2", "b2"], {"pads": [2, 2, 2, 2], "group": 4,
+                                                        "strides": [2, 2]}, outs=["c4"]),
+                      node("Conv", ["c4", "w3"], {"pads": [1, 1, 1, 1]}, outs=["y"])],
+                     {"x": x}, {"w1": w1, "b1": b1, "w2": w2, "w3": w3, "d1": d1, "d2": d2,
+                                "b2": b2})
     from palimpsest.backends.numpy import kernel_ops_conv
 
     replays = []
@@ -104,4 +110,5 @@ def test_conv_calls_replayed_on_fresh_data(monkeypatch, poison):
         feed = {"x": rand(np.random.default_rng(seed), (1, 3, 9, 9))}
         want = run_graph(find_function(graph, None), feed)["y"]
         np.testing.assert_allclose(session.run(feed)["y"], want, rtol=1e-5, atol=1e-5)
-    assert sum(replays) >= 6   # recorded at the first run, replayed on the later ones
+    # (the first conv reads the input, the last writes the result: new arrays each run)
+    assert sum(replays) >= 9    # the three between recorded at the first run, then replayed
