@@ -156,6 +156,14 @@ def replay(calls: list) -> None:
         fn(*args, **kwargs)
 
 
+class _Calls(list):
+    """[(fn, args, kwargs)] for `record`, with `views`: (view, array) pairs of operands
+    reshaped for the calls, which must share memory (a reshape that copied would replay
+    stale data)."""
+
+    views: list = []
+
+
 def prepared(op, make):
     """What an implementation derives from the op's config once, `make(op, config)`,
     kept with the config (made again when the config is)."""

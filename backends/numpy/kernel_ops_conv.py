@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from palimpsest.backends.numpy.kernel_ops import (
-    _view_as, config_of, impl, record, recorded, replay, workspaces_by_role)
+    _Calls, _view_as, config_of, impl, record, recorded, replay, workspaces_by_role)
 from palimpsest.backends.numpy.kernel_ops_elementwise import (
     core_inputs, epilogue_scratch, run_epilogue)
 from palimpsest.dialects import kernel as K
@@ -500,13 +500,6 @@ def _depthwise(x, w, bias, y, padded, cols, pads, strides, dilations):
             else:
                 calls.append((np.add, (fresh, bias4[c0:c0 + k]), {"out": target[c0:c0 + k]}))
     return calls
-
-
-class _Calls(list):
-    """[(fn, args, kwargs)] (kernel_ops.record), with `views`: (view, array) pairs that
-    must share memory for the calls to be replayed on new data in the arrays."""
-
-    views: list = []
 
 
 # A depthwise band (T and the per-kernel-row products; the im2col path's rows and results)

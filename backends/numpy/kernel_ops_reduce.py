@@ -120,17 +120,21 @@ def reduce(op, inputs, outputs, workspaces):
     acc = workspaces[0] if workspaces else None
     target = acc if acc is not None else y
     mode = config["mode"]
+    # the ufuncs' reductions themselves, as np.mean / np.sum / np.max compute them (their
+    # Python layers cost more than the reduction of a small tensor)
     if mode == "mean":
-        np.mean(x, axis=axes, keepdims=keep, dtype=target.dtype, out=target)
+        np.add.reduce(x, axis=axes, dtype=target.dtype, out=target, keepdims=keep)
+        np.true_divide(target, np.intp(math.prod(x.shape[a] for a in axes)), out=target,
+                       casting="unsafe")
         if acc is not None and y.dtype.kind in "iu":
             np.trunc(acc, out=acc)
     elif mode == "sum":
-        np.sum(x, axis=axes, keepdims=keep, dtype=target.dtype, out=target)
+        np.add.reduce(x, axis=axes, dtype=target.dtype, out=target, keepdims=keep)
     else:
         if x.dtype.kind == "f":
             initial = -np.inf
         else:
             initial = np.iinfo(x.dtype).min
-        np.max(x, axis=axes, keepdims=keep, out=target, initial=initial)
+        np.maximum.reduce(x, axis=axes, out=target, keepdims=keep, initial=initial)
     if acc is not None:
         np.copyto(y, acc, casting="unsafe")

@@ -19,7 +19,8 @@ import math
 
 import numpy as np
 
-from palimpsest.backends.numpy.kernel_ops import _view_as, config_of, impl
+from palimpsest.backends.numpy.kernel_ops import (
+    _Calls, _view_as, config_of, impl, record, recorded, replay)
 
 
 def _axis_plan(size: int, out: int, k: int, stride: int, dilation: int, begin: int):
@@ -49,7 +50,16 @@ def _tiles(size: int, out: int, k: int, stride: int, dilation: int, begin: int) 
 
 @impl("kernel.conv_transpose")
 def conv_transpose(op, inputs, outputs, workspaces):
-    config = config_of(op)
+    arrays = (*inputs, *outputs, *workspaces)
+    calls = recorded(op, arrays)
+    if calls is None:   # its steps, views made once per set of arrays (kernel_ops.record)
+        calls = _conv_transpose_calls(config_of(op), inputs, outputs, workspaces)
+        if all(np.may_share_memory(a, b) for a, b in calls.views):   # nothing copied
+            record(op, arrays, calls)
+    replay(calls)
+
+
+def _conv_transpose_calls(config, inputs, outputs, workspaces) -> "_Calls":
     x, w = inputs[0], inputs[1]
     b = inputs[2] if len(inputs) > 2 else None
     y, cols = outputs[0], workspaces[0]
@@ -61,12 +71,14 @@ def conv_transpose(op, inputs, outputs, workspaces):
     rank = len(kernel)
     taps, pixels = math.prod(kernel), math.prod(sizes)
     strides, dilations, begins = config["strides"], config["dilations"], config["pads"][:rank]
+    calls = _Calls()
     if y.size == 0:
-        return
+        return calls
     plans = [_axis_plan(*args) for args in zip(sizes, outs, kernel, strides, dilations, begins)]
     tiled = all(_tiles(*args) for args in zip(sizes, outs, kernel, strides, dilations,
                                               begins))
     bias = None if b is None else b.reshape((m,) + (1,) * rank)
+    calls.views = [] if b is None else [(bias, b)]
     if group == 1:
         wt = _view_as(w, (c, m * taps)).T
     else:
@@ -78,14 +90,14 @@ def conv_transpose(op, inputs, outputs, workspaces):
         xi = x[image]
         target = y[image]
         if group == 1:
-            np.matmul(wt, _view_as(xi, (c, pixels)), out=cols)
+            calls.append((np.matmul, (wt, _view_as(xi, (c, pixels))), {"out": cols}))
         else:
-            np.matmul(wt, _view_as(xi, (group, cg, pixels)), out=cols2)
+            calls.append((np.matmul, (wt, _view_as(xi, (group, cg, pixels))), {"out": cols2}))
         if not tiled:
             if bias is None:
-                target.fill(0)
+                calls.append((target.fill, (0,), {}))
             else:
-                np.copyto(target, bias)
+                calls.append((np.copyto, (target, bias), {}))
         for offset in itertools.product(*(range(k) for k in kernel)):
             parts = [plans[a][j] for a, j in enumerate(offset)]
             if any(p is None for p in parts):
@@ -93,8 +105,9 @@ def conv_transpose(op, inputs, outputs, workspaces):
             source = blocks[(slice(None),) + offset + tuple(p[0] for p in parts)]
             dest = target[(slice(None),) + tuple(p[1] for p in parts)]
             if tiled:
-                np.copyto(dest, source)
+                calls.append((np.copyto, (dest, source), {}))
             else:
-                np.add(dest, source, out=dest)
+                calls.append((np.add, (dest, source), {"out": dest}))
         if tiled and bias is not None:
-            np.add(target, bias, out=target)
+            calls.append((np.add, (target, bias), {"out": target}))
+    return calls
