@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from palimpsest.backends.numpy.kernel_ops import (
-    _scalar, _view_as, config_of, impl, workspaces_by_role)
+    _scalar, _view_as, config_of, impl, record, recorded, replay, workspaces_by_role)
 
 
 # -- data movement --------------------------------------------------------------------------------
@@ -34,8 +34,18 @@ def gather(op, inputs, outputs, workspaces):
 
 @impl("kernel.pad")
 def pad(op, inputs, outputs, workspaces):
-    config = config_of(op)
-    x, y = inputs[0], outputs[0]
+    arrays = (*inputs, *outputs)
+    calls = recorded(op, arrays)
+    if calls is None:   # its copies, views made once per set of arrays (kernel_ops.record)
+        calls = _pad_calls(config_of(op), inputs, outputs[0])
+        record(op, arrays, calls)
+    replay(calls)
+
+
+def _pad_calls(config, inputs, y) -> list:
+    """The copies of a pad: the interior, then the borders axis by axis (constant fills
+    from a view of the value, or edge/reflect/wrap slabs within Y)."""
+    x = inputs[0]
     rank = x.ndim
     pads = config["pads"]
     begins, ends = pads[:rank], pads[rank:]
@@ -44,16 +54,17 @@ def pad(op, inputs, outputs, workspaces):
     src = x[crop]
     lead = [max(b, 0) for b in begins]
     interior = tuple(slice(b, b + n) for b, n in zip(lead, src.shape))
-    np.copyto(y[interior], src)
+    calls = [(np.copyto, (y[interior], src), {})]
     mode = config["mode"]
     if mode == "constant":
-        value = inputs[1].reshape(-1)[0] if len(inputs) > 1 else 0
+        # (the value read at each run: a view of its in)
+        value = inputs[1].reshape(-1)[:1].reshape(()) if len(inputs) > 1 else 0
         for a in range(rank):
-            before = (slice(None),) * a + (slice(0, lead[a]),)
-            after = (slice(None),) * a + (slice(lead[a] + src.shape[a], None),)
-            y[before] = value
-            y[after] = value
-        return
+            for side in (y[(slice(None),) * a + (slice(0, lead[a]),)],
+                         y[(slice(None),) * a + (slice(lead[a] + src.shape[a], None),)]):
+                if side.size:
+                    calls.append((np.copyto, (side, value), {"casting": "unsafe"}))
+        return calls
     for a in range(rank):  # axis by axis, over the already padded extent of earlier axes
         size = src.shape[a]
         b = lead[a]
@@ -64,7 +75,7 @@ def pad(op, inputs, outputs, workspaces):
             _region[_a] = target
             dst = tuple(_region)
             _region[_a] = source
-            np.copyto(y[dst], y[tuple(_region)])
+            calls.append((np.copyto, (y[dst], y[tuple(_region)]), {}))
 
         slabs = _border_slabs(mode, b, size, e)
         if slabs is not None:   # each side one copy of (a reversed, for reflect) slab
@@ -80,6 +91,7 @@ def pad(op, inputs, outputs, workspaces):
             source = {"edge": b + size - 1, "reflect": b + size - 1 - offset,
                       "wrap": b + offset - 1}[mode]
             copy(slice(j, j + 1), slice(source, source + 1))
+    return calls
 
 
 def _border_slabs(mode: str, b: int, size: int, e: int):
