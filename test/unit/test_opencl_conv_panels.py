@@ -1,10 +1,14 @@
-"""The OpenCL conv2d's packed im2col panels (backends/opencl/kernels/linalg.py): im2col
-writes each band's columns in panels of the GEMM's column block, the last columns in a
-narrower panel, and two GEMMs read them as contiguous streams. Against the numpy
-backend, poisoned: bands with and without a narrow panel and of only a narrow one,
-vectors of output columns that cross a panel (widths that are not a multiple of the
-im2col vector), groups, strides and dilations, batch > 1, f64, a fused residual add and
-activation (the narrow panel's GEMM writes its columns of Y at an offset)."""
+"""The OpenCL conv2d's two GEMM forms (backends/opencl/kernels/linalg.py), each case
+run in both where the conv has stride 1 (IM2COL_COST set to force one): the explicit
+im2col, packed in panels of the GEMM's column block with the last columns in a narrower
+panel and two GEMMs reading them as contiguous streams, and the implicit one (stride
+1), whose GEMM reads the input rows in place (a padded conv from the `padded`
+workspace, filled per image; an unpadded one straight from the input, every image in
+one launch). Against the numpy backend, poisoned: bands with and without a narrow panel
+and of only a narrow one, vectors of output columns that cross a panel (widths that are
+not a multiple of the im2col vector), groups, strides and dilations, batch > 1, f64, a
+fused residual add and activation (the narrow panel's GEMM writes its columns of Y at an
+offset)."""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from opencl_support import compare_backends, requires_opencl  # noqa: E402
 from test_kernels import model_of, node, rand  # noqa: E402
 
+from palimpsest.backends.opencl.kernels import linalg  # noqa: E402
 from palimpsest.dialects import kernel_nn  # noqa: E402
 from palimpsest.dialects.graph.from_onnx import import_onnx  # noqa: E402
 
@@ -34,6 +39,10 @@ CASES = [
     ("stride 2, dilation 2", (1, 3, 31, 37), (7, 3, 3, 3), (2, 2), (2, 2), (2, 1, 2, 3), 1),
     ("one output column", (1, 3, 9, 3), (5, 3, 3, 3), (1, 1), (1, 1), (0, 0, 0, 0), 1),
     ("whole panels only", (1, 3, 8, 12), (4, 3, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+    ("no pads, groups, batch 2", (2, 4, 10, 12), (6, 2, 3, 3), (1, 1), (1, 1),
+     (0, 0, 0, 0), 2),
+    ("stride 1, dilation 2", (1, 3, 15, 17), (5, 3, 3, 3), (1, 1), (2, 2), (2, 2, 2, 2), 1),
+    ("1x1 padded", (1, 4, 6, 7), (5, 4, 1, 1), (1, 1), (1, 1), (1, 0, 0, 1), 1),
     ("1x1 stride 2", (2, 8, 15, 21), (24, 8, 1, 1), (2, 2), (1, 1), (0, 0, 0, 0), 1),
 ]
 
@@ -59,21 +68,44 @@ def _model(x_shape, w_shape, strides, dilations, pads, group, residual: bool,
     return import_onnx(model_of(nodes, feeds, constants)), feeds
 
 
+FORMS = {"im2col": -1e9, "implicit": 1e9}
+
+
+def _form(monkeypatch, form: str) -> list:
+    """Force `form`; the list records each call of the implicit form's generator."""
+    monkeypatch.setattr(linalg, "IM2COL_COST", FORMS[form])
+    calls = []
+    implicit = linalg._implicit
+
+    def recorded(*args):
+        calls.append(args)
+        return implicit(*args)
+
+    monkeypatch.setattr(linalg, "_implicit", recorded)
+    return calls
+
+
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("residual", [False, True])
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_packed_panels_match_numpy(case, residual):
+def test_both_forms_match_numpy(monkeypatch, case, residual, form):
+    calls = _form(monkeypatch, form)
     module, feeds = _model(*case[1:], residual)
     _, _, stats = compare_backends(module, feeds, poison=True)
     assert stats.device_launches >= 1
+    assert bool(calls) == (form == "implicit" and case[3] == (1, 1))
 
 
-def test_packed_panels_f64():
+@pytest.mark.parametrize("form", FORMS)
+def test_both_forms_f64(monkeypatch, form):
+    _form(monkeypatch, form)
     module, feeds = _model(*CASES[0][1:], True, np.float64)
     compare_backends(module, feeds, poison=True)
 
 
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("elements", [1, 2700])
-def test_bands_of_few_rows(monkeypatch, elements):
+def test_bands_of_few_rows(monkeypatch, elements, form):
     """A workspace of one output row (13 columns: a panel of 8 and one of 5) or of 60
     columns (bands of 4 output rows: a panel of 32 and one of 20; the last band of one
     row, 13 columns, only a narrow panel)."""

@@ -196,19 +196,22 @@ def test_conv_f64_runs_on_the_device():
 
 
 def test_generated_programs_are_reused_per_shape():
-    """Two convs of one shape signature share their programs: one build per kernel."""
+    """Two convs of one shape signature share their programs: one build per kernel (a
+    stride-1 conv pads each image and multiplies in place, a strided one fills im2col)."""
     from palimpsest.backends.opencl.kernels import GENERATORS
     from palimpsest.backends.opencl.kernels.base import Arg, KernelCall
 
     f32 = np.dtype(np.float32)
-    call = KernelCall("kernel.conv2d", {"group": 1, "strides": (1, 1), "dilations": (1, 1),
-                                        "pads": (1, 1, 1, 1)},
-                      [Arg((2, 3, 8, 8), f32), Arg((4, 3, 3, 3), f32)],
-                      [Arg((2, 4, 8, 8), f32)], {"padded": Arg((3, 10, 10), f32),
-                                                 "im2col": Arg((27, 64), f32)})
-    launches = GENERATORS["kernel.conv2d"](call)
-    assert [launch.kernel for launch in launches] == ["im2col", "gemm"] * 2
-    assert len({launch.source for launch in launches}) == 2
+    for stride, size, kernels in [(1, 8, ["pad_image", "gemm"]), (2, 4, ["im2col", "gemm"])]:
+        call = KernelCall("kernel.conv2d", {"group": 1, "strides": (stride, stride),
+                                            "dilations": (1, 1), "pads": (1, 1, 1, 1)},
+                          [Arg((2, 3, 8, 8), f32), Arg((4, 3, 3, 3), f32)],
+                          [Arg((2, 4, size, size), f32)], {"padded": Arg((3, 10, 10), f32),
+                                                           "im2col": Arg((27, size * size),
+                                                                         f32)})
+        launches = GENERATORS["kernel.conv2d"](call)
+        assert [launch.kernel for launch in launches] == kernels * 2
+        assert len({launch.source for launch in launches}) == 2
 
 
 # -- ONNX node cases ------------------------------------------------------------------------------

@@ -23,12 +23,16 @@ last column (it stores only the columns no other block stores), so every load is
 plain in-bounds vector load.
 
 conv2d: depthwise (one input channel per group) directly, a vector of output columns
-on CONV_ROWS output rows per work-item; otherwise per image an im2col kernel fills the
-`im2col` workspace, packed in panels of the GEMM's column block (each work-item's block
-then reads one contiguous stream), and the matmul kernel multiplies each group's weights
-by it (a 1x1, stride 1, unpadded conv multiplies by the image itself, all images and
-groups in one launch). Padding is computed by index checks (vector loads inside the row, a clamped
-gather and a mask at its edges), so the `padded` workspace is not used.
+on CONV_ROWS output rows per work-item; a 1x1, stride 1, unpadded conv multiplies the
+weights by the image itself (all images and groups in one launch); otherwise the GEMM
+multiplies each group's weights by the im2col matrix, either implicit (stride 1: its
+rows read in place from the input, or from the `padded` workspace that a padded conv
+fills per image, `_implicit`) or explicit (per band of output rows an im2col kernel
+fills the `im2col` workspace, packed in panels of the GEMM's column block). The implicit
+form writes nothing before the GEMM, but its blocks hold one output row, so it is taken
+where it is the cheaper by a cost model (`_block_speed`, IM2COL_COST): many-channel
+convs on small maps keep the explicit one. Padding in im2col is computed by index
+checks (vector loads inside the row, a clamped gather and a mask at its edges).
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ CONV_ROWS = 2                       # output rows per depthwise work-item
 CONV_LANES = 8                      # output columns per depthwise / im2col vector
 IM2COL_ITEMS = 256                  # work-items per work-group (see _local_size)
 DEPTHWISE_ITEMS = 64
+IM2COL_COST = 30                    # an im2col element's time in the GEMM's multiply-adds
+                                    # (~0.4 ns against ~75 G multiply-adds/s on one core)
 
 
 def _vtype(t: str, lanes: int) -> str:
@@ -109,9 +115,10 @@ class Operand:
     column block reads one contiguous stream (see `_im2col`)."""
 
     def __init__(self, name: str, offset: str, s0: int, s1: int, panel: int | None = None,
-                 panel_size: int = 0):
+                 panel_size: int = 0, taps: tuple = ()):
         self.name, self.offset, self.s0, self.s1 = name, offset, s0, s1
         self.panel, self.panel_size = panel, panel_size
+        self.taps = taps   # ((count, stride), ...): see `Gemm.vector_source`
 
 
 class Gemm:
@@ -179,18 +186,29 @@ class Gemm:
                          f"  __global const {t}* p{i} = {p.name} + ({p.offset}) + r{i} * {p.s0};\n")
             lines += [f"  {vt} acc{i}_{v} = 0;\n" for v in range(V)]
         start = f"(block / {width}) * {q.panel_size}" if packed else f"col0 * {q.s1}"
-        lines.append(f"  __global const {t}* qk = {q.name} + ({q.offset}) + {start};\n"
-                     f"  for ({ix} k = 0; k < {self.depth}; ++k) {{\n")
-        for v in range(V):
-            if q.s1 == 1:
-                lines.append(f"    const {vt} b{v} = {_vload(W, f'qk + k * {q.s0} + {v * W}')};\n")
-            else:  # a strided row of Q: gathered lane by lane
-                lanes_ = ", ".join(f"qk[k * {q.s0} + {(v * W + j) * q.s1}]" for j in range(W))
-                lines.append(f"    const {vt} b{v} = ({vt})({lanes_});\n")
-        for i in range(R):
-            lines.append(f"    {{ const {vt} a = ({vt})(p{i}[k * {p.s1}]);" +
-                         "".join(f" acc{i}_{v} = fma(a, b{v}, acc{i}_{v});" for v in range(V)) +
-                         " }\n")
+        lines.append(f"  __global const {t}* qk = {q.name} + ({q.offset}) + {start};\n")
+        # Q's row k at qk + k * s0; with `taps` ((count, stride), ...), k is an outer index
+        # and one index per tap axis, row (k0, t...) at qk + k0 * s0 + sum(t * stride): an
+        # implicit im2col, the taps unrolled
+        offsets = [0]
+        for count, stride in q.taps:
+            offsets = [o + j * stride for o in offsets for j in range(count)]
+        per = len(offsets)
+        lines.append(f"  for ({ix} k0 = 0; k0 < {self.depth // per}; ++k0) {{\n"
+                     f"    __global const {t}* qr = qk + k0 * {q.s0};\n")
+        for tap, offset in enumerate(offsets):
+            k = f"k0 * {per} + {tap}" if per > 1 else "k0"
+            for v in range(V):
+                if q.s1 == 1:
+                    load = _vload(W, f"qr + {offset + v * W}")
+                else:  # a strided row of Q: gathered lane by lane
+                    load = f"({vt})(" + ", ".join(f"qr[{offset + (v * W + j) * q.s1}]"
+                                                  for j in range(W)) + ")"
+                lines.append(f"    const {vt} b{tap}_{v} = {load};\n")
+            for i in range(R):
+                lines.append(f"    {{ const {vt} a = ({vt})(p{i}[({k}) * {p.s1}]);" +
+                             "".join(f" acc{i}_{v} = fma(a, b{tap}_{v}, acc{i}_{v});"
+                                     for v in range(V)) + " }\n")
         lines.append("  }\n")
 
         def load_c(row, col):
@@ -298,6 +316,13 @@ def vector_shape(t: str, cols: int) -> tuple:
     vectors = min((v for v in VECTORS if cols >= v * lanes),
                   key=lambda v: -(-cols // (v * lanes)) * v / VECTORS[v])
     return lanes, vectors
+
+
+def _block_speed(t: str, cols: int) -> float:
+    """The GEMM's relative speed on `cols` columns: the share of the columns its blocks
+    compute that exist, times the speed of the block's width (VECTORS)."""
+    lanes, vectors = vector_shape(t, cols)
+    return cols / (-(-cols // (lanes * vectors)) * lanes * vectors) * VECTORS[vectors]
 
 
 def _float_type(arg) -> str:
@@ -470,6 +495,13 @@ def conv2d(call) -> list:
                     Operand("y", f"z * {mg * pixels}", pixels, 1), bias,
                     buffers=[("x", t, False)] + buffers, ix=ix, epilogue=epilogue)
         return [gemm.vector_launch([ref("in", 0)] + args + [np.int32(0)])]
+    width = call.workspaces["im2col"].shape[1]
+    band = max(1, min(g["ho"], width // g["wo"]))
+    # stride 1: the implicit im2col's GEMM has blocks of one output row; the explicit one's
+    # blocks span rows but it writes every element of the im2col matrix first
+    if g["sh"] == g["sw"] == 1 and mg / _block_speed(t, g["wo"]) <= \
+            mg / _block_speed(t, band * g["wo"]) + IM2COL_COST:
+        return _implicit(call, t, g, ix, has_bias, buffers, args, epilogue)
     # the im2col workspace holds `band` whole output rows (kernel_nn's IM2COL_BAND): per
     # image, each band of rows is filled, then multiplied into its rows of Y; `image`
     # counts bands (image * bands + band). The band's columns are packed in panels of the
@@ -478,8 +510,6 @@ def conv2d(call) -> list:
     # `width` apart, which at power-of-two widths put a block's rows in one cache set:
     # 26 -> 92 GFLOP/s at 256 x 1024 x 2304): one GEMM over the whole panels, one over
     # the narrow one.
-    width = call.workspaces["im2col"].shape[1]
-    band = max(1, min(g["ho"], width // g["wo"]))
     bands = -(-g["ho"] // band)
     shape = vector_shape(t, band * g["wo"])
     panel = shape[0] * shape[1]
@@ -511,6 +541,62 @@ def conv2d(call) -> list:
             for launch in programs[rows][0 if depth and g["c"] else 1:]:
                 launches.append(replace(launch, args=launch.args[:-1] + [at]))
     return launches
+
+
+def _implicit(call, t: str, g: dict, ix: str, has_bias: bool, buffers: list, args: list,
+              epilogue) -> list:
+    """A stride-1 conv as an implicit im2col: Q's row (c, p, q) for the output pixels of
+    row `oh` is the input row oh + p * dh of channel c from column q * dw on, read in
+    place (`Operand.taps`), so no im2col is written (it cost as much as the GEMM on
+    convs of few channels). Each output row of each group is one matrix of the GEMM's
+    batch. A padded conv copies each image into the `padded` workspace first (zeros
+    around), so every load is a plain vector load."""
+    group, mg = g["group"], g["m"] // g["group"]
+    ho, wo, cg = g["ho"], g["wo"], g["cg"]
+    depth = cg * g["kh"] * g["kw"]
+    padded = "padded" in call.workspaces
+    _, hp, wp = call.workspaces["padded"].shape if padded else (g["c"], g["h"], g["wd"])
+    matrix, row = f"(z / {ho})", f"(z % {ho})"      # image * group + group index, out row
+    within = f"{matrix} % {group}"
+    image = "image" if padded else f"{matrix} / {group}"   # padded: one image a launch
+    source = f"(({within}) * {cg * hp * wp} + {row} * {wp})" if padded else \
+        f"(({image}) * {g['c'] * hp * wp} + ({within}) * {cg * hp * wp} + {row} * {wp})"
+    q = Operand("x", source, hp * wp, 1, taps=((g["kh"], g["dh"] * wp), (g["kw"], g["dw"])))
+    y = Operand("y", f"({image}) * {g['m'] * ho * wo} + ({within}) * {mg * ho * wo} + "
+                     f"{row} * {wo}", ho * wo, 1)
+    bias = Operand("bias", f"({within}) * {mg}", 1, 0) if has_bias else None
+    gemm = Gemm(t, mg, wo, depth, (1 if padded else g["n"]) * group * ho,
+                Operand("w", f"({within}) * {mg * depth}", depth, 1), q, y, bias,
+                buffers=[("x", t, False)] + buffers, ix=ix, epilogue=epilogue)
+    if not padded:
+        return [gemm.vector_launch([ref("in", 0)] + args + [np.int32(0)])]
+    multiply = gemm.vector_launch([ref("ws", "padded")] + args + [None])
+    # a vector of padded columns per work-item: a plain load inside the input row, a
+    # masked gather at its edges (`_row_load`)
+    lanes = _pow2_at_most(wp, LANES[t])
+    fast, span = _row_load(t, lanes, "xr", 1, None, g["wd"])
+    checked, _ = _row_load(t, lanes, "xr", 1, "iw", g["wd"], "xrow")
+    size = (-(-wp // lanes), hp, g["c"])
+    pad_buffers = [("x", t, False), ("padded", t, True)]
+    fill = Launch(
+        f"__kernel void pad_image({params(*pad_buffers)}, const int image) {{\n"
+        f"{bind(*pad_buffers)}\n"
+        f"  const {ix} w0 = get_global_id(0) * {lanes}, h = get_global_id(1), "
+        f"c = get_global_id(2);\n"
+        f"  const {ix} ih = h - {g['top']}, iw = w0 - {g['left']};\n"
+        f"  {_vtype(t, lanes)} v = 0;\n"
+        f"  if (ih >= 0 && ih < {g['h']}) {{\n"
+        f"    __global const {t}* xrow = x + ((image * {g['c']} + c) * {g['h']} + ih) * "
+        f"{g['wd']};\n"
+        f"    __global const {t}* xr = xrow + iw;\n"
+        f"    if (iw >= 0 && iw + {span - 1} < {g['wd']}) v = {fast};\n"
+        f"    else v = {checked};\n  }}\n"
+        f"  __global {t}* out = padded + (c * {hp} + h) * {wp} + w0;\n"
+        f"  {_store_row(t, lanes, 'v', 'out', 'w0', wp)}\n}}\n",
+        "pad_image", size, _local_size(size, IM2COL_ITEMS),
+        [ref("in", 0), ref("ws", "padded"), None])
+    return [replace(launch, args=launch.args[:-1] + [np.int32(image)])
+            for image in range(g["n"]) for launch in (fill, multiply)]
 
 
 def _im2col(t: str, g: dict, ix: str, rows: int, band: int, bands: int, width: int,
