@@ -136,7 +136,7 @@ def recorded(op, arrays: tuple):
     running = _RUNNING
     if running[0] is op:
         memo = running[2].memo
-        if memo is not None and len(memo[0]) == len(arrays) and all(
+        if memo and len(memo[0]) == len(arrays) and all(
                 a is b for a, b in zip(memo[0], arrays)):
             return memo[1]
     return None
@@ -145,10 +145,20 @@ def recorded(op, arrays: tuple):
 def record(op, arrays: tuple, calls: list) -> None:
     """Keep `calls` ([(fn, args, kwargs)]) for `recorded`, with the arrays they are for
     (their views hold the arrays' memory: as the executor's kept views do, until the
-    arrays change)."""
+    arrays change). An op whose arrays changed RECORDS times (it reads a function's
+    arguments, or a control-flow segment's: new views each run) records no more."""
     running = _RUNNING
     if running[0] is op:
-        running[2].memo = (arrays, calls)
+        bound = running[2]
+        if bound.memo is not None:
+            bound.records += 1
+            if bound.records > RECORDS:
+                bound.memo = False
+                return
+        bound.memo = (arrays, calls)
+
+
+RECORDS = 3
 
 
 def replay(calls: list) -> None:
@@ -216,7 +226,7 @@ class _Bound:
     has a `?` dim (a pending buffer then may need its memory). The executor's program
     is the op's for its life, as the loop's is (backends/loop.py)."""
 
-    __slots__ = ("fn", "info", "ins", "outs", "workspaces", "dynamic", "memo")
+    __slots__ = ("fn", "info", "ins", "outs", "workspaces", "dynamic", "memo", "records")
 
     def __init__(self, op):
         self.fn = KERNEL_IMPLS.get(op.name)
@@ -232,7 +242,8 @@ class _Bound:
             self.ins, self.outs, self.workspaces = operands[:a], operands[a:b], operands[b:]
         self.dynamic = any(getattr(v.type, "shape", None) is None or None in v.type.shape
                            for v in op.operands)
-        self.memo = None   # (arrays, calls): `record`
+        self.memo = None   # (arrays, calls), or False: `record`
+        self.records = 0
 
 
 def _materialize(executor, op, info, values, inputs, outputs, workspaces, bound):

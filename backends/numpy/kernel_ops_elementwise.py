@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from palimpsest.backends.numpy.kernel_ops import (
-    CLIP, STEP_IMPLS, _scalar, impl, prepared, step)
+    CLIP, STEP_IMPLS, _scalar, impl, prepared, record, recorded, replay, step)
 from palimpsest.backends.numpy.kernels import _same_view
 from palimpsest.dialects.graph.reference.elementwise import cube_or_square
 from palimpsest.dialects.kernel_elementwise import clip_bounds
@@ -337,18 +337,29 @@ def _chain(op, config) -> tuple:
 
 @impl("kernel.elementwise")
 def elementwise(op, inputs, outputs, workspaces):
+    arrays = (*inputs, *outputs, *workspaces)
+    calls = recorded(op, arrays)
+    if calls is not None:   # the steps with their args, as the last call on these arrays
+        replay(calls)
+        return
     steps, later = prepared(op, _chain)
     y = outputs[0]
     scratch = workspaces[0] if workspaces else None
     n = len(inputs)
+    copied = False
     # an in that overlaps Y must be Y itself and read only by the first step
     for index, array in enumerate(inputs):
         if np.may_share_memory(array, y) and (index in later or not _same_view(array, y)):
             inputs = list(inputs)
             inputs[index] = array.copy()
+            copied = True
     if y.size <= CHAIN_WHOLE:
-        for run, name, refs, step_props in steps:
-            run(name, [y if r >= n else inputs[r] for r in refs], y, step_props, scratch)
+        calls = [(run, (name, [y if r >= n else inputs[r] for r in refs], y, step_props,
+                        scratch), {})
+                 for run, name, refs, step_props in steps]
+        if not copied:   # (a copy is made anew each call)
+            record(op, arrays, calls)
+        replay(calls)
     else:
         run_blocked(steps, inputs, y, scratch, CHAIN_BLOCK)
 
