@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from palimpsest.backends.numpy.kernel_ops import config_of, impl
+from palimpsest.backends.numpy.kernel_ops import config_of, impl, prepared
 
 
 @impl("kernel.split")
@@ -37,4 +37,8 @@ def slices(config) -> tuple:
 
 @impl("kernel.slice")
 def slice_(op, inputs, outputs, workspaces):
-    np.copyto(outputs[0], inputs[0][slices(config_of(op))])
+    np.copyto(outputs[0], inputs[0][prepared(op, _slices_of)])
+
+
+def _slices_of(op, config) -> tuple:
+    return slices(config)
