@@ -43,6 +43,12 @@ CASES = [
      (0, 0, 0, 0), 2),
     ("stride 1, dilation 2", (1, 3, 15, 17), (5, 3, 3, 3), (1, 1), (2, 2), (2, 2, 2, 2), 1),
     ("1x1 padded", (1, 4, 6, 7), (5, 4, 1, 1), (1, 1), (1, 1), (1, 0, 0, 1), 1),
+    # one column wide: a conv along H run as one along W of a one-row image
+    ("1-D along H", (2, 6, 40, 1), (8, 6, 5, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1),
+    ("1-D along H, padded, dilated", (1, 6, 33, 1), (8, 6, 3, 1), (1, 1), (2, 1),
+     (3, 0, 1, 0), 1),
+    ("1-D along H, strided", (1, 6, 41, 1), (8, 6, 5, 1), (3, 1), (1, 1), (2, 0, 2, 0), 1),
+    ("1-D along H, depthwise", (1, 6, 30, 1), (6, 1, 3, 1), (1, 1), (1, 1), (1, 0, 1, 0), 6),
     ("1x1 stride 2", (2, 8, 15, 21), (24, 8, 1, 1), (2, 2), (1, 1), (0, 0, 0, 0), 1),
 ]
 
@@ -93,7 +99,8 @@ def test_both_forms_match_numpy(monkeypatch, case, residual, form):
     module, feeds = _model(*case[1:], residual)
     _, _, stats = compare_backends(module, feeds, poison=True)
     assert stats.device_launches >= 1
-    assert bool(calls) == (form == "implicit" and case[3] == (1, 1))
+    depthwise = case[2][1] == 1 and case[6] > 1
+    assert bool(calls) == (form == "implicit" and case[3] == (1, 1) and not depthwise)
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -111,4 +118,14 @@ def test_bands_of_few_rows(monkeypatch, elements, form):
     row, 13 columns, only a narrow panel)."""
     monkeypatch.setattr(kernel_nn.Conv2dOp, "IM2COL_BAND", elements)
     module, feeds = _model(*CASES[0][1:], True)
+    compare_backends(module, feeds, poison=True)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_one_column_images_with_a_workspace_narrower_than_their_height(monkeypatch, form):
+    """An im2col workspace of 12 columns, less than the 36 output rows: the 1-D conv is
+    not turned into one along W (its im2col rows would not fit)."""
+    _form(monkeypatch, form)
+    monkeypatch.setattr(kernel_nn.Conv2dOp, "IM2COL_BAND", 12 * 30)
+    module, feeds = _model((1, 6, 40, 1), (8, 6, 5, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1, True)
     compare_backends(module, feeds, poison=True)

@@ -459,13 +459,25 @@ def _store_row(t, lanes, value, pointer, first: str, limit: int) -> str:
 
 
 def _geometry(call):
+    """The conv's sizes; a conv along H of images one column wide (a 1-D conv exported as
+    Nx C x L x 1, unpadded along W) is the same conv along W of images one row high (the
+    same bytes), so its output rows are long and its vectors run along them (where its
+    im2col workspace, if it fills one, holds a whole such row)."""
     config = call.config
     x, w, y = call.ins[0], call.ins[1], call.outs[0]
-    return dict(n=x.shape[0], c=x.shape[1], h=x.shape[2], wd=x.shape[3], m=w.shape[0],
-                cg=w.shape[1], kh=w.shape[2], kw=w.shape[3], ho=y.shape[2], wo=y.shape[3],
-                group=config["group"], sh=config["strides"][0], sw=config["strides"][1],
-                dh=config["dilations"][0], dw=config["dilations"][1],
-                top=config["pads"][0], left=config["pads"][1])
+    top, left, bottom, right = config["pads"]
+    g = dict(n=x.shape[0], c=x.shape[1], h=x.shape[2], wd=x.shape[3], m=w.shape[0],
+             cg=w.shape[1], kh=w.shape[2], kw=w.shape[3], ho=y.shape[2], wo=y.shape[3],
+             group=config["group"], sh=config["strides"][0], sw=config["strides"][1],
+             dh=config["dilations"][0], dw=config["dilations"][1], top=top, left=left,
+             hp=x.shape[2] + top + bottom, wp=x.shape[3] + left + right)
+    im2col = call.workspaces.get("im2col")
+    fits = im2col is None or (g["cg"] == 1 and g["group"] > 1) or im2col.shape[1] >= g["ho"]
+    if g["wd"] == g["kw"] == g["wo"] == 1 and left == right == 0 and g["ho"] > 1 and fits:
+        for a, b in [("h", "wd"), ("kh", "kw"), ("ho", "wo"), ("sh", "sw"), ("dh", "dw"),
+                     ("top", "left"), ("hp", "wp")]:
+            g[a], g[b] = g[b], g[a]
+    return g
 
 
 @generator("kernel.conv2d")
@@ -555,7 +567,7 @@ def _implicit(call, t: str, g: dict, ix: str, has_bias: bool, buffers: list, arg
     ho, wo, cg = g["ho"], g["wo"], g["cg"]
     depth = cg * g["kh"] * g["kw"]
     padded = "padded" in call.workspaces
-    _, hp, wp = call.workspaces["padded"].shape if padded else (g["c"], g["h"], g["wd"])
+    hp, wp = g["hp"], g["wp"]
     matrix, row = f"(z / {ho})", f"(z % {ho})"      # image * group + group index, out row
     within = f"{matrix} % {group}"
     image = "image" if padded else f"{matrix} / {group}"   # padded: one image a launch
