@@ -161,6 +161,12 @@ def record(op, arrays: tuple, calls: list) -> None:
 RECORDS = 3
 
 
+def recording(op) -> bool:
+    """False once `record` gave up on `op` (its calls are then best made as they come)."""
+    running = _RUNNING
+    return running[0] is not op or running[2].memo is not False
+
+
 def replay(calls: list) -> None:
     for fn, args, kwargs in calls:
         fn(*args, **kwargs)
@@ -171,7 +177,9 @@ class _Calls(list):
     reshaped for the calls, which must share memory (a reshape that copied would replay
     stale data)."""
 
-    views: list = []
+    def __init__(self, *calls):
+        super().__init__(*calls)
+        self.views: list = []
 
 
 def prepared(op, make):

@@ -21,7 +21,10 @@ position: about half the numpy calls of a general step, which is what a step cos
 the sizes of the models using them. A bidirectional GRU with linear_before_reset (as
 PyTorch exports it) on that path runs both directions in one loop (`_paired_gru`), each
 call on both directions' rows: half the calls again (name_romanizer_encoder's two
-16-step GRUs, H 128: 1.23 -> 0.99 ms a run). Otherwise a step writes the next state into the
+16-step GRUs, H 128: 1.23 -> 0.99 ms a run). The fast path's steps are built as calls
+(views made once) that kernel_ops.record keeps and replays while the kernel's arrays
+are the same objects; an op whose arrays change each run (it reads a function's state
+arguments) makes them as they come (`_Now`). Otherwise a step writes the next state into the
 other half of the `hidden` (`cell`) rows; with every batch entry within its sequence
 length the halves swap, otherwise the entries still running copy it over
 (`np.copyto(where=)`, the `valid` mask filled once) and the others keep their state and
@@ -36,7 +39,8 @@ import weakref
 import numpy as np
 
 from palimpsest.backends.numpy.kernel_ops import (
-    _scalar, _view_as, config_of, impl, workspaces_by_role)
+    _Calls, _scalar, _view_as, config_of, impl, record, recorded, recording, replay,
+    workspaces_by_role)
 
 # -- activations, in place: f(x, alpha, beta, scratch) with scratch shaped as x ------------------
 
@@ -254,6 +258,21 @@ def _setup(op, config) -> _Setup:
 @impl("kernel.gru")
 @impl("kernel.rnn")
 def recurrent(op, inputs, outputs, workspaces):
+    arrays = (*inputs, *outputs, *workspaces)
+    calls = recorded(op, arrays)
+    if calls is None:
+        calls = _recurrent(op, inputs, outputs, workspaces)
+        if calls is None:   # (run: a general cell, or sequence lengths)
+            return
+        if all(np.may_share_memory(a, b) for a, b in calls.views):   # nothing copied
+            record(op, arrays, calls)
+    replay(calls)
+
+
+def _recurrent(op, inputs, outputs, workspaces):
+    """The fast path's calls (every direction on it, no sequence lengths: its steps
+    depend on shapes alone, so kernel_ops.record keeps them with their views, made
+    once); otherwise runs the kernel and returns None."""
     config = config_of(op)
     setup = _setup(op, config)
     cls = type(op)
@@ -280,54 +299,84 @@ def recurrent(op, inputs, outputs, workspaces):
             np.greater(lengths, t, out=valid[t])
         full = int(lengths.min()) if batch else seq  # steps where every entry runs
     hidden, cell = rows["hidden"], rows.get("cell")
-    if (dirs == 2 and cell is None and all(setup.fast) and full == seq and seq >= 2
-            and not layout and config["linear_before_reset"] and y.flags.c_contiguous
+    fast = lengths is None and all(setup.fast) and seq > 0
+    calls = _Calls() if recording(op) else _Now()   # (_Now: made as they come)
+    if (fast and dirs == 2 and cell is None and seq >= 2 and not layout
+            and config["linear_before_reset"] and y.flags.c_contiguous
             and projected.flags.c_contiguous and state_ws.flags.c_contiguous
             and state_ws.shape[0] >= (10 if "B" in given else 8)):
-        _paired_gru(x, w, r, given.get("B"), initial[0], config["packed_r"], projected,
-                    state_ws, y, finals)
-        return
+        _paired_gru(calls, x, w, r, given.get("B"), initial[0], config["packed_r"],
+                    projected, state_ws, y, finals)
+        return calls if isinstance(calls, _Calls) else None
     for d in range(dirs):
         w_t = w[d].reshape(gate_count, size, -1).transpose(0, 2, 1)  # per gate: input x H
+        steps = calls if fast else _Now()
+        steps.views.append((w_t, w))
         if layout:  # a GEMM per step and gate (X is batch-major)
-            np.matmul(x[None], w_t[:, None], out=projected)
+            steps.append((np.matmul, (x[None], w_t[:, None]), {"out": projected}))
         else:       # a GEMM per gate over every step
-            np.matmul(_view_as(x, (seq * batch, x.shape[2])), w_t,
-                      out=_view_as(projected, (gate_count, seq * batch, size)))
-        _fold_biases(config, given.get("B"), d, rows.get("bias"), projected)
+            steps.append((np.matmul, (_view_as(x, (seq * batch, x.shape[2])), w_t),
+                          {"out": _view_as(projected, (gate_count, seq * batch, size))}))
+        steps.append((_fold_biases, (config, given.get("B"), d, rows.get("bias"), projected),
+                      {}))
         if "peepholes" in rows:
             peepholes = rows["peepholes"]
             for k in range(3):
-                np.copyto(peepholes[k], given["P"][d, k * size:(k + 1) * size])
+                steps.append((np.copyto, (peepholes[k], given["P"][d, k * size:(k + 1) * size]),
+                              {}))
         for state, start in ((hidden, initial[0]), (cell, initial[1])):
             if state is not None:
                 if start is None:
-                    state[0].fill(0)
+                    steps.append((state[0].fill, (0,), {}))
                 else:
-                    np.copyto(state[0], start[d])
+                    steps.append((np.copyto, (state[0], start[d]), {}))
         if config["packed_r"]:   # Rᵀ per gate already (prepack-weights)
             r_t = r[d]
         elif batch == 1 or seq == 1:  # a copy costs more than it saves (module doc)
             r_t = r[d].reshape(gate_count, size, size).transpose(0, 2, 1)
+            steps.views.append((r_t, r))
         else:
             r_t = ws["recurrence"]
-            np.copyto(r_t, r[d].reshape(gate_count, size, size).transpose(0, 2, 1))
+            steps.append((np.copyto, (r_t, r[d].reshape(gate_count, size, size).transpose(
+                0, 2, 1)), {}))
         reverse = config["direction"] == "reverse" or d == 1
-        if setup.fast[d] and full == seq and seq:
+        if fast:
             order = range(seq - 1, -1, -1) if reverse else range(seq)
             if cell is None:
-                last = [_fast_gru(order, r_t, projected, rows, y[:, d],
+                last = [_fast_gru(calls, order, r_t, projected, rows, y[:, d],
                                   config["linear_before_reset"])]
             else:
-                last = _fast_lstm(order, r_t, projected, rows, y[:, d])
+                last = _fast_lstm(calls, order, r_t, projected, rows, y[:, d])
             for final, state in zip(finals, last):
-                np.copyto(final[d], state)
+                calls.append((np.copyto, (final[d], state), {}))
             continue
         step = _CELLS[op.name](config, r_t, projected, rows,
                                _bound(config, d, cls.PER_DIRECTION)).step
         current = _loop(step, seq, reverse, valid, full, y[:, d], hidden, cell)
         for final, state in zip(finals, (hidden, cell)):
             np.copyto(final[d], state[current])
+    return calls if fast and isinstance(calls, _Calls) else None
+
+
+class _Now:
+    """Makes each call as it is appended (the general path, or an op kernel_ops.record
+    gave up on: nothing kept)."""
+
+    def __init__(self):
+        self.views: list = []
+
+    @staticmethod
+    def append(call) -> None:
+        fn, args, kwargs = call
+        fn(*args, **kwargs)
+
+    def extend(self, calls) -> None:
+        for call in calls:
+            self.append(call)
+
+    def __iadd__(self, calls):
+        self.extend(calls)
+        return self
 
 
 def _fold_biases(config, bias, d, bias_rows, projected):
@@ -364,25 +413,23 @@ _BROADCAST_ADD = 1024   # elements: gtcrn's 3 x 33 x 1 x 8, one add instead of 3
 # -- the fast path: default activations, every entry running every step (module doc) -----
 
 
-def _sigmoid_by(x, half) -> None:
-    """sigmoid(x) in place as 0.5 * tanh(0.5 * x) + 0.5, `half` 0.5 in x's shape (the
-    rounding of `_sigmoid`: scaling by 0.5 is exact)."""
-    np.multiply(x, half, x)
-    np.tanh(x, x)
-    np.multiply(x, half, x)
-    np.add(x, half, x)
+def _sigmoid_calls(x, half) -> list:
+    """The calls of sigmoid(x) in place as 0.5 * tanh(0.5 * x) + 0.5, `half` 0.5 in x's
+    shape or a 0-d array (the rounding of `_sigmoid`: scaling by 0.5 is exact)."""
+    return [(np.multiply, (x, half, x), {}), (np.tanh, (x, x), {}),
+            (np.multiply, (x, half, x), {}), (np.add, (x, half, x), {})]
 
 
-def _fast_gru(order, r_t, projected, rows, y, linear_before_reset) -> np.ndarray:
-    """A GRU direction's steps (module doc); the last hidden state (a row of Y)."""
+def _fast_gru(calls, order, r_t, projected, rows, y, linear_before_reset) -> np.ndarray:
+    """A GRU direction's steps (module doc), appended to `calls`; the last hidden state
+    (a row of Y)."""
     mul, add, sub, tanh, matmul = np.multiply, np.add, np.subtract, np.tanh, np.matmul
-    sigmoid = _sigmoid_by
     g = rows["gates"]
     z, reset, cand = g
     zr = g[:2]
     scratch = rows["scratch"]
     half = scratch[:2]
-    half.fill(0.5)
+    calls.append((half.fill, (0.5,), {}))
     gated = scratch[2]              # r * H (without linear_before_reset)
     p_zr, p_cand = projected[:2], projected[2]
     rbh = rows["bias"][3] if linear_before_reset and "bias" in rows else None
@@ -392,34 +439,33 @@ def _fast_gru(order, r_t, projected, rows, y, linear_before_reset) -> np.ndarray
     if rbh is not None and len(order) > 2:
         # X·Whᵀ + Wbh parked in Y's rows (each read by its step before the step writes its
         # state there) and Rbh in their place in `projected`: one add of every gate a step
-        np.copyto(y, p_cand)
-        np.copyto(p_cand, rbh)
+        calls.append((np.copyto, (y, p_cand), {}))
+        calls.append((np.copyto, (p_cand, rbh), {}))
         summed, p_summed, p_after, rbh = g, projected, y, None
     for t in order:
         h_next = y[t]
         if linear_before_reset:     # h~ = g(xWh + Wbh + r * (H Rhᵀ + Rbh))
-            matmul(h, r_t, g)
+            calls.append((matmul, (h, r_t, g), {}))
             if rbh is not None:
-                add(cand, rbh, cand)
+                calls.append((add, (cand, rbh, cand), {}))
         else:                       # h~ = g(xWh + (r * H) Rhᵀ + Wbh + Rbh)
-            matmul(h, r_zr, zr)
-        add(summed, p_summed[:, t], summed)
-        sigmoid(zr, half)
+            calls.append((matmul, (h, r_zr, zr), {}))
+        calls.append((add, (summed, p_summed[:, t], summed), {}))
+        calls.extend(_sigmoid_calls(zr, half))
         if linear_before_reset:
-            mul(cand, reset, cand)
+            calls.append((mul, (cand, reset, cand), {}))
         else:
-            mul(reset, h, gated)
-            matmul(gated, r_cand, cand)
-        add(cand, p_after[t], cand)
-        tanh(cand, cand)
-        sub(h, cand, h_next)        # H' = (1 - z) * h~ + z * H
-        mul(h_next, z, h_next)
-        add(h_next, cand, h_next)
+            calls.append((mul, (reset, h, gated), {}))
+            calls.append((matmul, (gated, r_cand, cand), {}))
+        calls += [(add, (cand, p_after[t], cand), {}), (tanh, (cand, cand), {}),
+                  (sub, (h, cand, h_next), {}),     # H' = (1 - z) * h~ + z * H
+                  (mul, (h_next, z, h_next), {}), (add, (h_next, cand, h_next), {})]
         h = h_next
     return h
 
 
-def _paired_gru(x, w, r, bias, initial, packed, projected, state_ws, y, finals) -> None:
+def _paired_gru(calls, x, w, r, bias, initial, packed, projected, state_ws, y,
+                finals) -> None:
     """A bidirectional GRU with linear_before_reset on the fast path (module doc), both
     directions in one loop: pair i is the forward step at time i and the backward step
     at time seq-1-i, each numpy call on both directions' contiguous rows at once (half
@@ -427,7 +473,8 @@ def _paired_gru(x, w, r, bias, initial, packed, projected, state_ws, y, finals) 
     both directions (the backward's times in order) into `projected`; the pair's hidden
     states are updated in place in the `state` workspace and copied into their two rows
     of Y (through one view of both: their distance varies with i). `state` rows: 0-5
-    the gates (gate-major, then direction), 6-7 the hidden states, 8-9 Rbh (with B)."""
+    the gates (gate-major, then direction), 6-7 the hidden states, 8-9 Rbh (with B).
+    The calls are appended to `calls`."""
     seq, _, batch, size = y.shape
     dtype, item = y.dtype, y.itemsize
     block = batch * size                  # one (batch, H) row, in elements
@@ -437,17 +484,18 @@ def _paired_gru(x, w, r, bias, initial, packed, projected, state_ws, y, finals) 
     zr, z, reset, cand = g[:2], g[0], g[1], g[2]
     h = rows[6:8]
     if initial is None:
-        h.fill(0)
+        calls.append((h.fill, (0,), {}))
     else:
-        np.copyto(h, initial)
+        calls.append((np.copyto, (h, initial), {}))
     rbh = None
     if bias is not None:
         rbh = rows[8:10]
         for d in range(2):
-            np.copyto(rbh[d], bias[d].reshape(2, 3, size)[1, 2])
+            calls.append((np.copyto, (rbh[d], bias[d].reshape(2, 3, size)[1, 2]), {}))
     # Rᵀ per gate and direction, the hidden states broadcast over the gates
     r_t = (r if packed else r.reshape(2, 3, size, size).transpose(0, 1, 3, 2)).transpose(
         1, 0, 2, 3)
+    calls.views.append((r_t, r))
     h_all = h[None]
     half = _scalar(0.5, dtype)
     b_bytes = block * item
@@ -463,14 +511,16 @@ def _paired_gru(x, w, r, bias, initial, packed, projected, state_ws, y, finals) 
         p = _view_as(flat[:6 * n * block], (2, 3, n, batch, size))
         for d, times in ((0, slice(i0, i0 + n)), (1, slice(seq - i0 - n, seq - i0))):
             w_t = w[d].reshape(3, size, -1).transpose(0, 2, 1)
-            matmul(_view_as(x[times], (n * batch, x.shape[2])), w_t,
-                   out=_view_as(p[d], (3, n * batch, size)))
+            calls.views.append((w_t, w))
+            calls.append((matmul, (_view_as(x[times], (n * batch, x.shape[2])), w_t),
+                          {"out": _view_as(p[d], (3, n * batch, size))}))
             if bias is not None:   # Wb + Rb (Wbh alone for the candidate)
                 sums = g[:, 0, 0]
                 b = bias[d].reshape(2, 3, size)
-                add(b[0], b[1], out=sums)
-                np.copyto(sums[2], b[0, 2])
-                add(p[d], sums[:, None, None], out=p[d])
+                calls.views.append((b, bias))
+                calls += [(add, (b[0], b[1]), {"out": sums}),
+                          (np.copyto, (sums[2], b[0, 2]), {}),
+                          (add, (p[d], sums[:, None, None]), {"out": p[d]})]
         # pair k of the chunk: the forward's time i0+k at p[0, :, k], the backward's
         # time seq-1-i0-k at p[1, :, n-1-k]
         apart = (4 * n - 1) * b_bytes
@@ -481,50 +531,42 @@ def _paired_gru(x, w, r, bias, initial, packed, projected, state_ws, y, finals) 
                              (apart - 2 * k * b_bytes, size * item, item))
                   for k in range(n)]
         for k in range(n):
-            matmul(h_all, r_t, g)
+            calls.append((matmul, (h_all, r_t, g), {}))
             if rbh is not None:
-                add(cand, rbh, cand)
-            add(zr, p_zr[k], zr)
-            mul(zr, half, zr)           # sigmoid: 0.5 * tanh(0.5 * x) + 0.5
-            tanh(zr, zr)
-            mul(zr, half, zr)
-            add(zr, half, zr)
-            mul(cand, reset, cand)      # h~ = g(xWh + Wbh + r * (H Rhᵀ + Rbh))
-            add(cand, p_cand[k], cand)
-            tanh(cand, cand)
-            sub(h, cand, h)             # H' = (1 - z) * h~ + z * H
-            mul(h, z, h)
-            add(h, cand, h)
-            np.copyto(ys[i0 + k], h)
+                calls.append((add, (cand, rbh, cand), {}))
+            calls.append((add, (zr, p_zr[k], zr), {}))
+            calls.extend(_sigmoid_calls(zr, half))
+            calls += [(mul, (cand, reset, cand), {}),   # h~ = g(xWh + Wbh + r * (H Rhᵀ + Rbh))
+                      (add, (cand, p_cand[k], cand), {}), (tanh, (cand, cand), {}),
+                      (sub, (h, cand, h), {}),         # H' = (1 - z) * h~ + z * H
+                      (mul, (h, z, h), {}), (add, (h, cand, h), {}),
+                      (np.copyto, (ys[i0 + k], h), {})]
     for final in finals:
-        np.copyto(final, h)
+        calls.append((np.copyto, (final, h), {}))
 
 
-def _fast_lstm(order, r_t, projected, rows, y) -> tuple:
-    """An LSTM direction's steps (module doc): the last hidden state (a row of Y)
-    and the last cell state (a `cell` row)."""
+def _fast_lstm(calls, order, r_t, projected, rows, y) -> tuple:
+    """An LSTM direction's steps (module doc), appended to `calls`: the last hidden state
+    (a row of Y) and the last cell state (a `cell` row)."""
     mul, add, tanh, matmul = np.multiply, np.add, np.tanh, np.matmul
-    sigmoid = _sigmoid_by
     g = rows["gates"]
     i, o, f, cand = g
     iof = g[:3]
     half = rows["scratch"][:3]
-    half.fill(0.5)
+    calls.append((half.fill, (0.5,), {}))
     cells = rows["cell"]
     current = 0
     h = rows["hidden"][0]
     for t in order:
         h_next = y[t]
         c, c_next = cells[current], cells[1 - current]
-        matmul(h, r_t, g)
-        add(g, projected[:, t], g)
-        sigmoid(iof, half)
-        tanh(cand, cand)
-        mul(f, c, c_next)           # C' = f * C + i * g(c)
-        mul(i, cand, i)
-        add(c_next, i, c_next)
-        tanh(c_next, h_next)        # H' = o * h(C')
-        mul(h_next, o, h_next)
+        calls += [(matmul, (h, r_t, g), {}), (add, (g, projected[:, t], g), {})]
+        calls.extend(_sigmoid_calls(iof, half))
+        calls += [(tanh, (cand, cand), {}),
+                  (mul, (f, c, c_next), {}),        # C' = f * C + i * g(c)
+                  (mul, (i, cand, i), {}), (add, (c_next, i, c_next), {}),
+                  (tanh, (c_next, h_next), {}),     # H' = o * h(C')
+                  (mul, (h_next, o, h_next), {})]
         h = h_next
         current = 1 - current
     return h, cells[current]

@@ -125,3 +125,42 @@ def test_conv_calls_replayed_on_fresh_data(monkeypatch, poison):
     # keeps its arena (the first conv reads the input, the last writes the result: new
     # arrays each run; with poisoning, a view poisoned after its last use is made anew)
     assert sum(replays) >= 3
+
+
+@pytest.mark.parametrize("op, direction, extra", [
+    ("LSTM", "forward", {}), ("GRU", "reverse", {}),
+    ("GRU", "bidirectional", {"linear_before_reset": 1}), ("LSTM", "bidirectional", {})])
+def test_recurrent_calls_replayed_on_fresh_data(monkeypatch, op, direction, extra):
+    """A recurrent kernel on the fast path records its calls (projection, biases, every
+    step) and replays them while its arrays are the same objects: a session's runs on
+    new inputs, one after another, match onnxruntime (X scaled first, so the kernel
+    reads an arena buffer, the same array each run)."""
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import helper, numpy_helper
+
+    from palimpsest.backends.numpy import kernel_ops_recurrent as rec
+    from palimpsest.backends.numpy.session import Session
+    from palimpsest.dialects.graph.from_onnx import import_onnx
+    from test_ops_recurrent import _model
+
+    model, x = _model(op, direction, initial=True, **extra)
+    graph = model.graph
+    graph.node[0].input[0] = "X2"
+    graph.node.insert(0, helper.make_node("Mul", ["X", "k"], ["X2"]))
+    graph.initializer.append(numpy_helper.from_array(np.array(1.5, np.float32), "k"))
+    names = [o.name for o in graph.output]
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    reference = ort.InferenceSession(model.SerializeToString(), options)
+    hits = []
+    recorded = rec.recorded
+    monkeypatch.setattr(rec, "recorded",
+                        lambda op_, arrays: hits.append(recorded(op_, arrays)) or hits[-1])
+    session = Session(import_onnx(model), poison=True)
+    for seed in range(4):
+        feed = {"X": np.random.default_rng(seed).standard_normal(x.shape).astype(np.float32)}
+        got = session.run(feed)
+        for name, want in zip(names, reference.run(names, feed)):
+            np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-5, err_msg=name)
+        del got   # (results alive keep the executor from reusing their arena's views)
+    assert any(h is not None for h in hits)
