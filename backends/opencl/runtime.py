@@ -59,6 +59,24 @@ def availability() -> str | None:
     return None
 
 
+def _exact_tanh(lanes) -> str:
+    """`pal_tanh` on float (`lanes` "") or float`lanes` vectors, from double (see
+    Device.HELPERS)."""
+    double = f"double{lanes}"
+
+    def pick(condition, then, otherwise):  # select on vectors (their compares give longs)
+        return f"select({otherwise}, {then}, {condition})" if lanes else \
+            f"({condition} ? {then} : {otherwise})"
+
+    limit = pick("fabs(d) > 20.0", f"copysign(({double})20.0, d)", "d")
+    taylor = "d * (1.0 + s * (-1.0 / 3 + s * (2.0 / 15 + s * (-17.0 / 315))))"
+    return (f"__attribute__((overloadable)) inline float{lanes} pal_tanh(float{lanes} x) {{\n"
+            f"  const {double} d = convert_{double}(x), s = d * d;\n"
+            f"  const {double} e = exp(2.0 * {limit});\n"
+            f"  return convert_float{lanes}("
+            f"{pick('fabs(d) < 1e-3', taylor, '(e - 1.0) / (e + 1.0)')});\n}}\n")
+
+
 @dataclass
 class BuildStats:
     builds: int = 0          # programs compiled in this process
@@ -85,19 +103,18 @@ class Device:
         self._typed: set = set()   # kernels given their scalar argument dtypes
 
     # Functions the generated kernels may call, put before a program's source when it
-    # names them. pal_tanh: float tanh rounded from the double one where the device has
+    # names them. pal_tanh: float tanh rounded from a double one where the device has
     # fp64 (PoCL's float tanh is an ulp or more off often enough to flip a
     # DynamicQuantizeLinear tie downstream: an int8 BiLSTM tagger's output moved by 1e-1).
-    # Overloaded on float vectors too (a chain kernel's lanes, elementwise.py): the double
-    # tanh of a vector runs vectorized, 6x the scalar call per element on PoCL.
+    # The double one is (e^2x - 1) / (e^2x + 1), x clamped to +-20 (tanh is 1 in float
+    # from 9.1; NaN stays NaN), and below 1e-3 its Taylor series to x^7 (where the
+    # quotient cancels): 1.3x faster than the double tanh on PoCL, the same floats (none
+    # differed in 32M inputs from 1e-6 to 1e2, with +-0, +-inf, NaN). Overloaded on float
+    # vectors too (a chain kernel's lanes, elementwise.py): the double tanh of a vector
+    # runs vectorized, 6x the scalar call per element on PoCL.
     HELPERS = {"pal_tanh": (
         "#ifdef cl_khr_fp64\n#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" +
-        "".join(f"__attribute__((overloadable)) inline float{n} pal_tanh(float{n} x) "
-                f"{{ return convert_float{n}(tanh(convert_double{n}(x))); }}\n"
-                if n else
-                "__attribute__((overloadable)) inline float pal_tanh(float x) "
-                "{ return (float)tanh((double)x); }\n" for n in ("", 2, 4, 8, 16)) +
-        "#else\n" +
+        "".join(_exact_tanh(n) for n in ("", 2, 4, 8, 16)) + "#else\n" +
         "".join(f"__attribute__((overloadable)) inline float{n} pal_tanh(float{n} x) "
                 f"{{ return tanh(x); }}\n" for n in ("", 2, 4, 8, 16)) + "#endif\n")}
 
