@@ -102,6 +102,7 @@ class OpenCLExecutor(GenericOps, ExecutorLoop):
         self._host = None            # the numpy executor for host ops
         self._run_pools: set = set()  # pools this run has counted
         self._infos: dict = {}       # generic op -> numpy ComputeInfo
+        self._segments: dict = {}    # op -> its (ins, outs, workspaces)
 
     # -- runs ----------------------------------------------------------------------------------
     def begin_run(self, stats: RunStats) -> None:
@@ -243,16 +244,26 @@ class OpenCLExecutor(GenericOps, ExecutorLoop):
                                  dst_offset=array.offset, is_blocking=True)
 
     # -- kernels -------------------------------------------------------------------------------
+    def operands(self, op) -> tuple:
+        """The op's (ins, outs, workspaces), found once: an op's operand segments are
+        recomputed at each access, which cost a small model's run 40% of its host time."""
+        found = self._segments.get(op)
+        if found is None:
+            found = self._segments[op] = (tuple(op.ins), tuple(op.outs),
+                                          tuple(getattr(op, "workspaces", ())))
+        return found
+
     def run_kernel(self, op, values) -> None:
         info = kernel_info(op)
-        ins = [self._materialized(op, values, v) for v in op.ins]
+        op_ins, op_outs, op_workspaces = self.operands(op)
+        ins = [self._materialized(op, values, v) for v in op_ins]
         shapes = tuple(a.shape for a in ins)
         cls = type(op)
         try:
             outs = [self._sized(values, v, lambda i=i: cls.result_shapes(
-                list(shapes), info.config)[i]) for i, v in enumerate(op.outs)]
+                list(shapes), info.config)[i]) for i, v in enumerate(op_outs)]
             workspaces = [self._sized(values, v, lambda role=role: cls.workspace_shape(
-                role, list(shapes), info.config)) for v, role in zip(op.workspaces, info.roles)]
+                role, list(shapes), info.config)) for v, role in zip(op_workspaces, info.roles)]
         except ValueError as error:
             raise op.error(f"failed at run time: {error}") from None
         key = (op, shapes, tuple(a.dtype for a in ins))

@@ -42,9 +42,10 @@ class GenericOps:
         info = self._infos.get(op)
         if info is None:
             info = self._infos[op] = ComputeInfo(op)
-        if info.name not in RELAYOUTS or len(op.outs) != 1 or not op.ins:
+        op_ins, op_outs, _ = self.operands(op)
+        if info.name not in RELAYOUTS or len(op_outs) != 1 or not op_ins:
             return False
-        ins = [self._materialized(op, values, v) for v in op.ins]
+        ins = [self._materialized(op, values, v) for v in op_ins]
         data = ins[0]
         host = [np.broadcast_to(np.zeros((), data.dtype), data.shape)]
         for array in ins[1:]:
@@ -55,7 +56,7 @@ class GenericOps:
                                                       1)[0]))
         except (ValueError, IndexError, TypeError) as error:
             raise op.error(f"failed at run time: {error}") from None
-        target = values[op.outs[0]]
+        target = values[op_outs[0]]
         if isinstance(target, self.PENDING):
             target = self._materialize(target, shape, values)
         if target.shape != shape or target.dtype != data.dtype:
@@ -75,15 +76,16 @@ class GenericOps:
         planned): launched like a kernel op; False when there is none or it declines."""
         info = self._infos[op]
         generate = GENERATORS.get(info.name)
-        if generate is None or len(op.outs) != 1:
+        op_ins, op_outs, _ = self.operands(op)
+        if generate is None or len(op_outs) != 1:
             return False
-        ins = [self._materialized(op, values, v) for v in op.ins]
+        ins = [self._materialized(op, values, v) for v in op_ins]
         if info.name in SAME_SHAPE_GENERICS:
             shape = lambda: ins[0].shape  # noqa: E731
         elif info.name in BROADCAST_GENERICS:
             shape = lambda: tuple(np.broadcast_shapes(*(a.shape for a in ins)))  # noqa: E731
         elif info.name in PLANNED_GENERICS:
-            if isinstance(values[op.outs[0]], self.PENDING):
+            if isinstance(values[op_outs[0]], self.PENDING):
                 return False   # its size is in its operands' values: the host says it
             shape = lambda: None  # noqa: E731
         elif info.name == "graph.expand" and len(ins) == 2:
@@ -93,7 +95,7 @@ class GenericOps:
                     ins[0].shape, tuple(int(d) for d in self._download(ins[1]))))
         else:
             return False
-        out = self._sized(values, op.outs[0], shape)
+        out = self._sized(values, op_outs[0], shape)
         key = (op, tuple(a.shape for a in ins), tuple(a.dtype for a in ins), out.shape)
         launches = self.launches.get(key)
         if launches is None:
