@@ -378,11 +378,37 @@ def _element_launch(call, name: str, value: str, ins) -> list:
 
 def _broadcast_launch(call, name: str, expression) -> list:
     """One work-item per out element: `expression(loads)` of each in read at its
-    numpy-broadcast index (`loads`: the C expressions), stored in the out."""
+    numpy-broadcast index (`loads`: the C expressions), stored in the out. Where the
+    out's rows (its last axis) are ROW_MIN long or more, a 2-D launch, one work-item per
+    element of a row, whose ins' indices divide by the out's axes once a row, not once an
+    element (magika's one-hot Equal, 2048 x 257: 0.33 -> 0.16 ms on PoCL)."""
     out = call.outs[0]
-    loads = [f"in{k}[{broadcast_index(out.shape, a.shape, 'i')}]"
-             for k, a in enumerate(call.ins)]
-    return _element_launch(call, name, expression(loads), range(len(call.ins)))
+    width = out.shape[-1] if out.shape else 1
+    if width < ROW_MIN or out.size == 0 or out.size >= 2 ** 31 - 4096:
+        loads = [f"in{k}[{broadcast_index(out.shape, a.shape, 'i')}]"
+                 for k, a in enumerate(call.ins)]
+        return _element_launch(call, name, expression(loads), range(len(call.ins)))
+    rank, rows = len(out.shape), out.size // width
+    loads = []
+    for k, a in enumerate(call.ins):
+        shape = (1,) * (rank - len(a.shape)) + tuple(a.shape)
+        row = broadcast_index(out.shape[:-1], shape[:-1], "row")
+        loads.append(f"in{k}[({row}) * {shape[-1]} + {'j' if shape[-1] > 1 else '0'}]")
+    buffers = [(f"in{k}", a.ctype, False) for k, a in enumerate(call.ins)] + \
+        [("y", out.ctype, True)]
+    # work-groups of 256 work-items, 32 along a row (rounded up to a multiple of 32;
+    # fewer where it is shorter) by 8 rows: on PoCL 2x faster than 8 x 32 or 256 x 1
+    local0 = min(32, 1 << (width - 1).bit_length())
+    local1 = max(d for d in range(1, min(rows, max(1, 256 // local0)) + 1) if rows % d == 0)
+    guard = "" if width % local0 == 0 else f"  if (j >= {width}) return;\n"
+    source = (f"__kernel void {name}({params(*buffers)}) {{\n"
+              f"  const int j = get_global_id(0), row = get_global_id(1);\n{guard}"
+              f"{bind(*buffers)}\n  y[row * {width} + j] = {expression(loads)};\n}}\n")
+    return [Launch(source, name, (round_up(width, local0), rows), (local0, local1),
+                   [ref("in", k) for k in range(len(call.ins))] + [ref("out", 0)])]
+
+
+ROW_MIN = 8   # out rows at least this long take _broadcast_launch's 2-D form
 
 
 @generator(*_COMPARISONS, *_LOGICAL)
