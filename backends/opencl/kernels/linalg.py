@@ -60,8 +60,11 @@ CONV_ROWS = 2                       # output rows per depthwise work-item
 CONV_LANES = 8                      # output columns per depthwise / im2col vector
 IM2COL_ITEMS = 256                  # work-items per work-group (see _local_size)
 DEPTHWISE_ITEMS = 64
-IM2COL_COST = 30                    # an im2col element's time in the GEMM's multiply-adds
-                                    # (~0.4 ns against ~75 G multiply-adds/s on one core)
+IM2COL_COST = 60                    # an im2col element's cost in the GEMM's multiply-adds:
+                                    # fitted to 3x3 convs of 96-256 channels on 13-52 wide
+                                    # maps, timed both ways (its write alone is ~30: 0.4 ns
+                                    # against ~75 G multiply-adds/s; the GEMM then reads it
+                                    # from L2/L3, not the input rows from L1)
 
 
 def _vtype(t: str, lanes: int) -> str:
