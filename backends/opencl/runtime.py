@@ -118,7 +118,7 @@ class Device:
         "".join(f"__attribute__((overloadable)) inline float{n} pal_tanh(float{n} x) "
                 f"{{ return tanh(x); }}\n" for n in ("", 2, 4, 8, 16)) + "#endif\n")}
 
-    def kernel(self, source: str, name: str):
+    def kernel(self, source: str, name: str, flush_denormals: bool = False):
         found = self._kernels.get((source, name))
         if found is not None:
             self.build_stats.hits += 1
@@ -130,7 +130,9 @@ class Device:
         text = "".join(helper for helper_name, helper in self.HELPERS.items()
                        if helper_name in source) + text
         try:
-            program = self.cl.Program(self.context, text).build(options=["-cl-mad-enable"])
+            program = self.cl.Program(self.context, text).build(
+                options=["-cl-mad-enable"] + (["-cl-denorms-are-zero"] if flush_denormals
+                                              else []))
         except self.cl.Error as error:  # a generator's bug, never the user's input
             raise RuntimeError(f"OpenCL build of kernel '{name}' failed: {error}\n"
                                f"--- source ---\n{text}") from None
@@ -160,7 +162,7 @@ class Device:
         kernel's signature fixes them), which makes pyopencl's set_args 40x cheaper
         (0.7 us instead of 29 for nine arguments: what a small model's run spent most
         of its time on)."""
-        kernel = self.kernel(launch.source, launch.kernel)
+        kernel = self.kernel(launch.source, launch.kernel, launch.flush_denormals)
         args = []
         for arg in launch.args:
             if isinstance(arg, Ref):

@@ -1,8 +1,9 @@
-"""`pal_tanh` (backends/opencl/runtime.py), the OpenCL backend's float tanh: rounded from
+"""`pal_tanh` (backends/opencl/runtime.py), the OpenCL backend's float tanh, rounded from
 a double tanh computed as (e^2x - 1) / (e^2x + 1), clamped, with a Taylor series near 0.
 Every float it returns is the double tanh rounded to float: scalar and vector (a fused
 chain's lanes) forms, on inputs from 1e-6 to 1e2 in magnitude, subnormals, +-0, +-inf
-and NaN."""
+and NaN; and subnormals read and made by kernels built without flushing after a GEMM
+built with it (-cl-denorms-are-zero) ran."""
 
 from __future__ import annotations
 
@@ -46,3 +47,28 @@ def test_tanh_is_the_double_tanh_rounded(vector):
     want = np.tanh(x.astype(np.float64)).astype(np.float32)
     np.testing.assert_array_equal(got, want)
     assert np.array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_subnormals_survive_after_a_flushing_gemm():
+    """The GEMMs are built with -cl-denorms-are-zero (linalg.py); a kernel built without
+    it, launched after one, still reads and returns subnormals."""
+    from palimpsest.backends.opencl.kernels.base import Launch, ref
+    from palimpsest.backends.opencl.kernels.linalg import Gemm, Operand
+    from palimpsest.backends.opencl.runtime import run_launches
+
+    a = np.full((8, 16), 1e-20, np.float32)
+    b = np.full((16, 16), 1e-20, np.float32)
+    buffers = [("a", "float", False), ("b", "float", False), ("y", "float", True)]
+    gemm = Gemm("float", 8, 16, 16, 1, Operand("a", "0", 16, 1), Operand("b", "0", 16, 1),
+                Operand("y", "0", 16, 1), buffers=buffers)
+    launch = gemm.vector_launch([ref("in", 0), ref("in", 1), ref("out", 0), np.int32(0)])
+    assert launch.flush_denormals
+    (product,) = run_launches([launch], [a, b], [np.ones((8, 16), np.float32)])
+    assert not product.any()                       # 16 * 1e-40: subnormal, flushed
+    x = np.array([1e-45, -1e-40, 1e-38, 2.0] * 16, np.float32)
+    copy = Launch("__kernel void k(__global const float* x_base, const long x_off, "
+                  "__global float* y_base, const long y_off) { const int i = "
+                  "get_global_id(0); y_base[y_off + i] = x_base[x_off + i]; }", "k",
+                  (len(x),), None, [ref("in", 0), ref("out", 0)])
+    (got,) = run_launches([copy], [x], [np.empty_like(x)])
+    np.testing.assert_array_equal(got, x)

@@ -100,6 +100,10 @@ class Launch:
     global_size: tuple
     local_size: tuple | None
     args: list             # Ref or numpy scalar, in parameter order
+    # built with -cl-denorms-are-zero: subnormal floats read and made as zero (a product's
+    # terms below 1.2e-38 change no sum measurably, and each one costs a CPU a microcode
+    # assist of ~100 cycles: see linalg.py)
+    flush_denormals: bool = False
 
 
 def generator(*names):

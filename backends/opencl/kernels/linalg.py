@@ -12,7 +12,10 @@ to memory, and the CPU caches hold the tiles anyway), so the tiles live in regis
 The multiply-adds are `fma()`, never `mad()`: PoCL (3.1, LLVM 15) lowers `mad` to a
 multiply and an add, half the rate of the one fused instruction `fma` becomes where the
 hardware has FMA units (every current CPU and GPU): the GEMM went from ~80 to 100-145
-GFLOP/s on one AVX-512 core.
+GFLOP/s on one AVX-512 core. The GEMMs are built to flush subnormals (`Launch`): with
+fma, ppocr_v6_small_det's activations came to carry them (its roundings differ from a
+mul-then-add's), and every multiply-add on one takes a microcode assist (its 1x1 convs
+on 10x10 maps: 0.6 -> 20 ms each; the model 2x slower).
 
 Which output axis the vectors run along follows the operands' layout (`matmul`): along
 n when B's rows are contiguous, along m when A is transposed (the block is written
@@ -255,7 +258,7 @@ class Gemm:
         source = self.vector_source(rows, lanes, vectors)
         blocks = -(-self.cols // (lanes * vectors))
         return Launch(source, "gemm", (-(-self.rows // rows), blocks, self.batch), (1, 1, 1),
-                      self._args(args))
+                      self._args(args), flush_denormals=True)
 
     # -- vectors along k (dot products) ---------------------------------------------------------
     def dot_source(self, rows_per_item: int, cols_per_item: int, lanes: int) -> str:
@@ -309,7 +312,8 @@ class Gemm:
         cols = min(DOT_BLOCK // rows, self.cols)
         source = self.dot_source(rows, cols, lanes)
         return Launch(source, "gemm_dot", (-(-self.cols // cols), -(-self.rows // rows),
-                                           self.batch), (1, 1, 1), self._args(args))
+                                           self.batch), (1, 1, 1), self._args(args),
+                      flush_denormals=True)
 
 
 def vector_shape(t: str, cols: int) -> tuple:
