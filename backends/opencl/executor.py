@@ -308,7 +308,7 @@ def dump_kernels(executors, directory: str) -> int:
     for executor in executors:
         if executor is None:
             continue
-        for (op, _, _), launches in executor.launches.items():
+        for (op, *_), launches in executor.launches.items():  # kernel and generic ops
             if isinstance(launches, Unsupported):
                 continue
             for launch in launches:

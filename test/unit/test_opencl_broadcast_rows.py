@@ -3,7 +3,8 @@
 (rows of ROW_MIN elements or more, rounded up to the work-group), against the numpy
 backend, poisoned: ins broadcast along the rows, across them, both (a one-hot's column
 against a row), from scalars, rank 1 to 4, rows shorter than the work-group and not a
-multiple of it; and the per-element form for short rows."""
+multiple of it; and the per-element form for short rows. Also --dump-kernels with a
+generic op's launches."""
 
 from __future__ import annotations
 
@@ -54,3 +55,19 @@ def test_expand_matches_numpy(name, a, b):
     shape = np.array(np.broadcast_shapes(a, b), np.int64)
     model = model_of([node("Expand", ["x", "shape"])], {"x": x}, {"shape": shape})
     compare_backends(import_onnx(model), {"x": x}, poison=True)
+
+
+def test_dump_kernels_writes_generic_ops_programs(tmp_path):
+    """A generic op's launches (a comparison's) are kept under a longer key than a kernel
+    op's; --dump-kernels (executor.dump_kernels) writes both."""
+    from palimpsest.backends.numpy.session import Session
+    from palimpsest.backends.opencl.executor import dump_kernels
+
+    rng = np.random.default_rng(5)
+    feeds = {"a": rng.integers(0, 5, (2048, 1)).astype(np.int32),
+             "b": rng.integers(0, 5, (257,)).astype(np.int32)}
+    model = model_of([node("Equal", ["a", "b"], outs=("e",)), node("Not", ["e"])], feeds)
+    session = Session(import_onnx(model), backend="opencl")
+    session.run(feeds)
+    assert dump_kernels([session.last_plan.executor], str(tmp_path)) >= 1
+    assert any("compare" in path.name for path in tmp_path.iterdir())
