@@ -209,6 +209,11 @@ def summarize(results: dict, with_ort: bool) -> str:
     return "\n".join(lines)
 
 
+# graph ops that canonicalize rewrites into others where it can
+CANONICALIZED = {"graph.einsum": "kernel.matmul where two operands contract "
+                                 "(canonicalize_einsum.py), else kernel.generic"}
+
+
 def runs_as(graph_op: str) -> str:
     """How the default pipeline runs a graph op: its kernel op(s), a fused elementwise
     step, or kernel.generic (the reference kernel on the host, writing its planned
@@ -222,6 +227,8 @@ def runs_as(graph_op: str) -> str:
         return "graph level: the model runs on the reference executor, unplanned"
     if graph_op in STEPS:
         return "kernel.elementwise (fused step)"
+    if graph_op in CANONICALIZED:
+        return CANONICALIZED[graph_op]
     rule = RULES.get(graph_op)
     if rule is None:
         return "kernel.generic (host)"

@@ -27,6 +27,8 @@ one of exactly the same type, so function signatures and users never see a new t
 |                   | gathered row instead of whole tables per run                       |
 | graph.batch_norm  | batch_norm(conv(x, W, B)) with constant W, B and bn params, the     |
 |                   | conv used only there → conv(x, W', B') (weights rescaled)          |
+| graph.einsum      | a two-operand contraction → transposes, reshapes and one matmul     |
+|                   | (canonicalize_einsum.py)                                           |
 
 numpy is imported only inside the batch-norm fold, when it fires.
 """
@@ -428,3 +430,5 @@ attach(PATTERNS)
 
 # the quantized ops' patterns (MatMulInteger, Cast and scale Muls into one op)
 from palimpsest.dialects.graph import canonicalize_quant  # noqa: E402,F401
+# a two-operand Einsum as transposes, reshapes and one matmul
+from palimpsest.dialects.graph import canonicalize_einsum  # noqa: E402,F401

@@ -407,6 +407,24 @@ def test_transposes_through_a_concat_are_exact(outer):
     assert _names(module) == expected
 
 
+@pytest.mark.parametrize("equation, a, b, left", [
+    ("btgi,gih->btgh", (1, 2, 4, 8), (4, 8, 5), False),   # DeepFilterNet's grouped linear
+    ("fi,fij->j", (3, 4), (3, 4, 6), False),              # its inverse DFT
+    ("bhqd,bhkd->bhqk", (2, 3, 4, 8), (2, 3, 5, 8), False),
+    ("ij,jk->ki", (3, 4), (4, 5), False),
+    ("ij,kl->ijkl", (2, 3), (4, 5), False),
+    ("i,i->", (5,), (5,), False),
+    ("ii,i->i", (3, 3), (3,), True),                      # a diagonal: stays
+    ("ij,j->", (3, 4), (4,), True),                       # i summed in one operand
+])
+def test_two_operand_einsum_becomes_a_matmul(equation, a, b, left):
+    nodes = [helper.make_node("Einsum", ["a", "b"], ["y"], equation=equation)]
+    module = _check([("a", a), ("b", b)], nodes, {}, canonicalize, exact=False)
+    names = _names(module)
+    assert ("graph.einsum" in names) == left, names
+    assert left or "graph.matmul" in names
+
+
 def test_fold_constants_matches_the_reference():
     nodes = [helper.make_node("Add", ["a", "b"], ["s"]),
              helper.make_node("Transpose", ["s"], ["t"], perm=[1, 0]),
