@@ -247,10 +247,15 @@ class ExecutorLoop:
         the arena), bind those views and reshapes as they are and return the program
         without them, and None; else the program without the arena ops, and the arenas'
         arrays (the run then records its fixed views)."""
+        calls = plan.arena_calls
+        if calls is None:   # (op, result, pool name, size) once per function
+            calls = plan.arena_calls = [(op, op.results[0]) + _pool_size(op)
+                                        for op in plan.arena_ops]
         pools = []
-        for op in plan.arena_ops:
-            self._pool(op, values, depth)
-            pools.append(values[op.results[0]])
+        pool = self.pool
+        for op, result, name, size in calls:
+            array = values[result] = pool(op, name, size)
+            pools.append(array)
         last = plan.fixed_pools
         if last is not None and all(a is b for a, b in zip(pools, last)):
             values.update(plan.fixed_values)
@@ -357,15 +362,7 @@ class ExecutorLoop:
         handle.release()
 
     def _pool(self, op, values, depth) -> None:
-        name = op.properties["pool"].root
-        size = op.results[0].type.shape[0]
-        if size is None:
-            pool = lookup_symbol(op, op.properties["pool"])
-            size_attr = pool.properties.get("size") if pool is not None else None
-            if size_attr is None:
-                raise op.error(f"pool @{name} has no size (plan the memory first)")
-            size = size_attr.value
-        values[op.results[0]] = self.pool(op, name, size)
+        values[op.results[0]] = self.pool(op, *_pool_size(op))
 
     def _view(self, op, values, depth) -> None:
         source = self._materialized(op, values, op.operands[0])
@@ -466,6 +463,7 @@ class FunctionPlan:
         self.constants = None         # their result -> array, once read
         self.constant_attrs: list = []
         self.arena_ops: list = []     # the memory.arena ops, when all are at the head
+        self.arena_calls = None       # per one: (op, result, pool name, size), once known
         self.fixed_results: list = []  # static views, reshapes of them, constants (CACHE_VIEWS)
         self.lean = self.unpooled = None   # the program less those ops / less the arenas
         self.fixed_values = None      # fixed result -> array, as the last full run bound
@@ -599,6 +597,19 @@ def _fixed_ops(block, poison_after: dict) -> tuple[list, set]:
             continue
         fixed.add(op)
     return arenas, fixed
+
+
+def _pool_size(op) -> tuple:
+    """(pool name, bytes) of a `memory.arena` op: its type's size, else its pool's."""
+    name = op.properties["pool"].root
+    size = op.results[0].type.shape[0]
+    if size is None:
+        pool = lookup_symbol(op, op.properties["pool"])
+        size_attr = pool.properties.get("size") if pool is not None else None
+        if size_attr is None:
+            raise op.error(f"pool @{name} has no size (plan the memory first)")
+        size = size_attr.value
+    return name, size
 
 
 def _unknown(self, op, values, depth) -> None:

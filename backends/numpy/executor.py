@@ -115,18 +115,37 @@ class Executor(ExecutorLoop):
             self.errors_ignored = False
             self.bound = {}
         if pools is not None and not outputs:
-            self._keep(pools, named)
+            self._keep(pools, named.values())
         return named
 
-    def _keep(self, pools: dict, named: dict) -> None:
+    def run_bound(self, func, plan: FunctionPlan, arrays: list) -> list:
+        """`run(func, ..., copy_outputs=False)` with no `outputs` for a caller that has
+        checked `arrays` itself (numpy arrays of exactly `plan.input_checks`' dtypes and
+        shapes, in argument order) and has no profiler: the results as a list (fresh
+        views, as `run` hands them out). The lean path of a control-flow segment's run
+        (segments.py)."""
+        self.bound = {}
+        self.caching = self.CACHE_VIEWS
+        bind = self.bind_input
+        bound = [bind(index, array, plan) for index, array in enumerate(arrays)]
+        try:
+            with ErrorsIgnored():
+                self.errors_ignored = True
+                results = self.run_function(func, bound)
+        finally:
+            self.errors_ignored = False
+        results = [r.view() if isinstance(r, np.ndarray) else r for r in results]
+        self._keep(self.pools, results)
+        return results
+
+    def _keep(self, pools: dict, handed) -> None:
         """Keep this run's pool arenas for the next run, each with the count of the
         references to its memory that are the executor's own (all there are now, less
         the results)."""
         kept = {}
         for name, arena in pools.items():
             raw = arena.data.base
-            results = sum(1 for r in named.values()
-                          if isinstance(r, np.ndarray) and r.base is raw)
+            results = sum(1 for r in handed if isinstance(r, np.ndarray) and r.base is raw)
             arena.baseline = sys.getrefcount(raw) - 2 - results  # less `raw` and the arg
             kept[name] = arena
         self.kept = kept

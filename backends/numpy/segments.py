@@ -8,7 +8,10 @@ the reference executor runs them (backends/reference/executor.py), with their bo
 the same way. So what lives inside a branch or a loop body is planned like any function;
 only the values crossing a segment boundary (a segment's inputs and results, a region's
 operands and results) are arrays held here, and a loop body's plan is compiled once and
-reused on every iteration.
+reused on every iteration. A segment whose inputs have the dtypes and shapes of its last
+run runs that plan again through the lean path (`Session.run_again`: no binding by name,
+no per-run checks but those of the inputs, the arenas and views of the last run reused as
+the executor reuses them).
 
 Constants are not boundary values: a segment that reads one gets its own copy of the
 constant op (its weights shared, not copied), so it stays a constant to the planner. A
@@ -85,8 +88,14 @@ class Segment:
             for value, source in self.passes_on:
                 own[value] = scope[source]
             return
-        if self.session is None:
-            self.session = Session(self.module, **self.options)
+        session = self.session
+        if session is None:
+            session = self.session = Session(self.module, **self.options)
+        else:   # the plan of the last run, again (most runs): no binding by name
+            results = session.run_again([scope[v] for v in self.inputs])
+            if results is not None:
+                scope.own.update(zip(self.outputs, results))
+                return
         arrays = {name: scope[v] for name, v in self._ins}
         if all(type(a) is np.ndarray for a in arrays.values()):
             results = self.session.run_checked(arrays)   # (the executor checks them)

@@ -234,6 +234,7 @@ class Session:
             self.profiler = profile if isinstance(profile, Profiler) else Profiler()
         self._shapes: dict = {}
         self._input_checks = None    # per input (name, type, fast check): `_input_checks`
+        self._again = None           # what `run_again` needs of `last_plan` (`_again`)
         self._bounded: set = set()   # inputs given bounds (set_input_bound)
         self._cache: OrderedDict = OrderedDict()
         self._dynamic: CompiledPlan | None = None
@@ -459,6 +460,44 @@ class Session:
         self.stats.runs += 1
         self.prepared = True
         return results
+
+    def run_again(self, arrays: list) -> list | None:
+        """The lean run of a control-flow segment (segments.py) whose plan is made:
+        when `arrays` (in input order) are numpy arrays of exactly the dtypes and shapes
+        of the last run's plan, still cached, that plan runs them as `run_checked` would
+        and its results come back as a list in output order; else None (nothing ran: the
+        caller goes through `run_checked`). No profiler: a profiled session never takes it."""
+        plan = self.last_plan
+        again = self._again
+        if again is None or again[0] is not plan:
+            again = self._again = _again(plan, self.profiler)
+        _, executor, fplan, checks = again
+        if checks is None or len(checks) != len(arrays):
+            return None
+        for array, (_, ndarray, dtype, shape) in zip(arrays, checks):
+            if type(array) is not ndarray or array.shape != shape or array.dtype != dtype:
+                return None
+        if self._cache.get(plan.signature) is not plan:
+            return None
+        self._cache.move_to_end(plan.signature)
+        self.stats.plan_cache_hits += 1
+        self.stats.runs += 1
+        executor.begin_run(RunStats())
+        results = executor.run_bound(plan.func, fplan, arrays)
+        executor.end_run()
+        return results
+
+
+def _again(plan, profiler) -> tuple:
+    """(plan, its executor, the executor's FunctionPlan of it, that one's input checks)
+    for `Session.run_again`; the checks None where it cannot take `plan`: none, dynamic, a
+    profiled session's, another backend's, or one whose inputs are not all static."""
+    if plan is None or plan.signature is None or profiler is not None \
+            or not isinstance(plan.executor, Executor) \
+            or plan.func not in plan.executor.plans:
+        return (plan, None, None, None)
+    fplan = plan.executor.plans[plan.func]
+    return (plan, plan.executor, fplan, fplan.input_checks)
 
 
 def _input_checks(names, types, shapes: dict) -> list:
