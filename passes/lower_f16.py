@@ -67,7 +67,7 @@ def f16_in_f32_computes(computes: list, packer) -> tuple:
     shadows: dict = {}   # f16 buffer -> its values cast to f32, while its memory is unwritten
     rounded: dict = {}   # f16 buffer -> (the f32 result it rounds, that cast), likewise
     elementwise: list = []   # lifted elementwise computes (written in place after the walk)
-    roundings: list = []     # (f16 out, the cast that rounds a lifted result into it)
+    roundings: dict = {}     # f16 out -> the casts that round lifted results into it
     unread: dict = {}        # f16 out -> its rounding cast, while nothing has read it
     for op in list(computes[0].parent.ops):
         if op.name in BETWEEN_OK:
@@ -90,7 +90,7 @@ def f16_in_f32_computes(computes: list, packer) -> tuple:
             _forget_written(rounded, outs)
             out.append(op)
             continue
-        replaced = _unrounded(op, ins, outs, rounded, out)
+        replaced = _unrounded(op, ins, outs, rounded)
         for value in ins:
             if value in replaced or not is_f16(value.type.element_type):
                 continue
@@ -119,12 +119,11 @@ def f16_in_f32_computes(computes: list, packer) -> tuple:
             wide = written[value] = temporary(op, value)
             stale = unread.pop(value, None)   # a rounding nothing read, now overwritten
             if stale is not None and stale.parent is not None:
-                out.remove(stale)
-                stale.erase()
+                stale.erase()   # (dropped from `out` at the end, as every erased op)
             anchor = insert_cast(anchor, wide, value, 10, before=False)
             results.append(anchor)
             rounded[value] = (wide, anchor)
-            roundings.append((value, anchor))
+            roundings.setdefault(value, []).append(anchor)
             if _root(value) is value:
                 unread[value] = anchor
         for index, value in enumerate(op.operands):
@@ -139,19 +138,15 @@ def f16_in_f32_computes(computes: list, packer) -> tuple:
         lifted += 1
         if op.properties["op"].value in K.STEPS and len(written) == 1:
             elementwise.append(op)
-    casts_into: dict = {}   # f16 out -> the rounding casts that write it
-    for value, cast in roundings:
-        if cast.parent is not None:
-            casts_into.setdefault(value, set()).add(cast)
-    for value, casts in casts_into.items():   # every reader took the f32 result
-        if _unread(value, casts):
+    for value, casts in roundings.items():   # every reader took the f32 result
+        casts = [cast for cast in casts if cast.parent is not None]
+        if casts and _unread(value, casts):
             for cast in casts:
-                out.remove(cast)
                 cast.erase()
             _erase_buffer(value)
     for op in elementwise:
         _in_place(op)
-    return out, lifted
+    return [op for op in out if op.parent is not None], lifted
 
 
 # Ops that only move values (exact in f16 and in f32 alike): onnxruntime runs one in
@@ -233,10 +228,10 @@ ROUNDING_COMMUTES = ("graph.relu", "graph.abs", "graph.neg", "graph.clip", "grap
                      "graph.min", "graph.max_pool")
 
 
-def _unrounded(op: Operation, ins: list, outs: list, rounded: dict, computes: list) -> dict:
+def _unrounded(op: Operation, ins: list, outs: list, rounded: dict) -> dict:
     """{f16 in: the f32 result its rounding cast reads} for the one in of `op` (of
     ROUNDING_COMMUTES) that a lifted compute's cast wrote and only `op` reads; that cast
-    goes (from the block and from `computes`)."""
+    is erased."""
     name = op.properties["op"].value
     if name not in ROUNDING_COMMUTES or (name == "graph.max_pool" and len(outs) != 1):
         return {}
@@ -256,7 +251,6 @@ def _unrounded(op: Operation, ins: list, outs: list, rounded: dict, computes: li
                     value in outs and position.get(u, -1) > position[op]) for u in others):
                 continue
         del rounded[value]
-        computes.remove(cast)
         cast.erase()
         return {value: wide}
     return {}
