@@ -35,6 +35,7 @@ numpy is imported only inside the batch-norm fold, when it fires.
 
 from __future__ import annotations
 
+from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import constant_values
 from palimpsest.dialects.graph.ops_constant import ConstantOp
 from palimpsest.ir import attributes as A
@@ -183,8 +184,7 @@ def sink_transposes_through_concat(rewriter, outer, concat):
     shapes = [getattr(v.type, "shape", None) for v in parts]
     if any(shape is None or None in shape for shape in shapes):
         return None
-    shape = list(shapes[0])
-    shape[axis] = sum(s[axis] for s in shapes)
+    shape = S.concat(shapes, axis)   # (the inner concat checked the other dims agree)
     joined = type(concat)(parts, [TensorType(tuple(shape), concat.results[0].type.element_type)],
                           {**concat.properties, "axis": A.IntegerAttr(axis, i64)},
                           dict(concat.attributes), location=concat.location)
