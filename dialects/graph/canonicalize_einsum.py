@@ -65,26 +65,27 @@ def einsum_to_matmul(rewriter, op):
             len(batch) + len(right) + len(contracted) != len(b_labels):
         return None   # a label summed within one operand
     element = result.element_type
+    if TensorType(tuple(size[c] for c in out_labels), element) != result:
+        return None   # (decided before any op is made: a bounded or encoded result)
 
-    def value(make, source, shape):
-        return rewriter.insert(make(source, TensorType(tuple(shape), element))).results[0]
+    def made(name, operands, shape, properties=None):
+        return rewriter.create(lookup_op(name), operands, [TensorType(tuple(shape), element)],
+                               properties or {}).results[0]
 
     def transposed(source, letters, order):
         perm = [letters.index(c) for c in order]
         if perm == list(range(len(perm))):
             return source
-        return value(lambda s, t: lookup_op("graph.transpose")(
-            [s], [t], {"perm": A.DenseArrayAttr(i64, tuple(perm))}),
-            source, [size[c] for c in order])
+        return made("graph.transpose", [source], [size[c] for c in order],
+                    {"perm": A.DenseArrayAttr(i64, tuple(perm))})
 
     def reshaped(source, shape):
         if tuple(shape) == tuple(source.type.shape):
             return source
         dims = TensorType((len(shape),), i64)
-        target = rewriter.insert(ConstantOp([], [dims], {
-            "value": A.DenseElementsAttr(dims, tuple(shape))})).results[0]
-        return value(lambda s, t: lookup_op("graph.reshape")([s, target], [t], {}),
-                     source, shape)
+        target = rewriter.create(ConstantOp, [], [dims], {
+            "value": A.DenseElementsAttr(dims, tuple(shape))}).results[0]
+        return made("graph.reshape", [source, target], shape)
 
     lead = [prod(size[c] for c in batch)] if batch else []
     rows, depth = prod(size[c] for c in left), prod(size[c] for c in contracted)
@@ -92,12 +93,9 @@ def einsum_to_matmul(rewriter, op):
     lhs = reshaped(transposed(a, a_labels, batch + left + contracted), lead + [rows, depth])
     rhs = reshaped(transposed(b, b_labels, batch + contracted + right),
                    lead + [depth, columns])
-    product = value(lambda s, t: lookup_op("graph.matmul")([s, rhs], [t], {}),
-                    lhs, lead + [rows, columns])
+    product = made("graph.matmul", [lhs, rhs], lead + [rows, columns])
     order = batch + left + right
-    unflat = reshaped(product, [size[c] for c in order])
-    final = transposed(unflat, order, list(out_labels))
-    return final if final.type == op.results[0].type else None
+    return transposed(reshaped(product, [size[c] for c in order]), order, list(out_labels))
 
 
 PATTERNS = rules((M("graph.einsum"), einsum_to_matmul))
