@@ -8,7 +8,7 @@ from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
     AnyTensor, FloatTensor, GraphOp, IndexTensor, ShapeError, float_prop, int_prop,
-    segments_prop, str_prop, tensor,
+    str_prop, tensor,
 )
 from palimpsest.dialects.graph.ops_nn import TrailingNormOp
 from palimpsest.ir.opdef import (
@@ -61,7 +61,6 @@ class AttentionOp(GraphOp):
     softmax_precision = int_prop(optional=True)
     left_window_size = int_prop(-1)
     right_window_size = int_prop(-1)
-    operandSegmentSizes = segments_prop()
 
     @classmethod
     def rule(cls, args):
@@ -154,7 +153,6 @@ class LinearAttentionOp(GraphOp):
     q_num_heads = int_prop()
     scale = float_prop(optional=True)
     update_rule = str_prop("gated_delta", choices=("linear", "gated", "delta", "gated_delta"))
-    operandSegmentSizes = segments_prop()
 
     @classmethod
     def rule(cls, args):
@@ -193,7 +191,6 @@ class CausalConvWithStateOp(GraphOp):
     output = result_def(AnyTensor)
     extras = variadic_result(AnyTensor)
     activation = str_prop("none", choices=("none", "silu", "swish"))
-    operandSegmentSizes = segments_prop()
 
     @classmethod
     def rule(cls, args):

@@ -18,7 +18,8 @@ from palimpsest.dialects.graph.shapes import ShapeError, check_rank, fmt, merge_
 from palimpsest.ir import attributes as A
 from palimpsest.ir.core import Operation
 from palimpsest.ir.opdef import (
-    OPTIONAL, SINGLE, VARIADIC, Constraint, PropDef, Pure, register_op, segment_sizes,
+    OPTIONAL, SINGLE, VARIADIC, Constraint, OperandDef, PropDef, Pure, register_op,
+    segment_sizes,
 )
 from palimpsest.ir.types import FloatType, IndexType, IntegerType, TensorType, Type, i1, i64
 
@@ -515,9 +516,21 @@ _PROPERTY_HINTS = {
 
 
 class GraphOp(Operation):
-    """Value semantics, no side effects; a shape rule and a verifier built on it."""
+    """Value semantics, no side effects; a shape rule and a verifier built on it. An op
+    with several optional or variadic operands carries MLIR's operandSegmentSizes
+    (`segments_prop`) without declaring it."""
 
     traits = (Pure(),)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        names = {name for klass in cls.__mro__ for name, value in vars(klass).items()
+                 if isinstance(value, OperandDef)}
+        groups = sum(getattr(cls, name).kind != SINGLE for name in names)
+        if groups > 1 and getattr(cls, "operandSegmentSizes", None) is None:
+            segments = segments_prop()
+            segments.__set_name__(cls, "operandSegmentSizes")
+            cls.operandSegmentSizes = segments
 
     @classmethod
     def rule(cls, args: Args) -> list:  # pragma: no cover - every op overrides it

@@ -16,7 +16,7 @@ importer (or the text) declares; the verifier checks them against the terminator
 from __future__ import annotations
 
 from palimpsest.dialects.graph.ops_base import (
-    AnyTensor, GraphOp, ShapeError, int_prop, ints_prop, segments_prop, tensor,
+    AnyTensor, GraphOp, ShapeError, int_prop, ints_prop, tensor,
 )
 from palimpsest.dialects.graph.shapes import merge_shapes
 from palimpsest.ir.core import Operation
@@ -106,7 +106,6 @@ class LoopOp(_RegionOp):
     v_initial = variadic_operand(AnyTensor)
     outputs = variadic_result(AnyTensor)
     body = region_def(single_block=True)
-    operandSegmentSizes = segments_prop()
 
     def verify_(self) -> None:
         super().verify_()

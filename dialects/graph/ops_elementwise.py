@@ -9,7 +9,7 @@ from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
     MAX_KNOWN_ELEMENTS, ONNX_DTYPES, AnyTensor, BoolTensor, FloatTensor, GraphOp,
-    NumericTensor, ShapeError, declare_op, float_prop, int_prop, segments_prop, str_prop, tensor,
+    NumericTensor, ShapeError, declare_op, float_prop, int_prop, str_prop, tensor,
 )
 from palimpsest.ir.opdef import (
     InPlace, operand, optional_operand, register_op, result_def, variadic_operand,
@@ -293,7 +293,6 @@ class ClipOp(GraphOp):
     min = optional_operand(NumericTensor)
     max = optional_operand(NumericTensor)
     output = result_def(AnyTensor)
-    operandSegmentSizes = segments_prop()
 
     bound_rule = classmethod(B.at_upper)
 

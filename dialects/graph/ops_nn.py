@@ -7,7 +7,7 @@ from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
     AnyTensor, BoolTensor, FloatTensor, GraphOp, NumericTensor, ShapeError, float_prop,
-    int_prop, ints_prop, non_negative, positive, segments_prop, str_prop, tensor,
+    int_prop, ints_prop, non_negative, positive, str_prop, tensor,
 )
 from palimpsest.ir.opdef import (
     operand, optional_operand, register_op, result_def, variadic_result,
@@ -377,7 +377,6 @@ class DropoutOp(GraphOp):
     output = result_def(AnyTensor)
     mask = variadic_result(BoolTensor)
     seed = int_prop(optional=True)
-    operandSegmentSizes = segments_prop()
 
     bound_rule = classmethod(B.at_upper)
 

@@ -11,7 +11,7 @@ from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
     ONNX_DTYPES, AnyTensor, FloatTensor, GraphOp, NumericTensor, ShapeError, int_prop,
-    non_negative, segments_prop, tensor,
+    non_negative, tensor,
 )
 from palimpsest.dialects.graph.ops_nn import ConvAttrs
 from palimpsest.ir.opdef import operand, optional_operand, register_op, result_def
@@ -123,7 +123,6 @@ class MatMulIntegerOp(GraphOp):
     a_zero_point = optional_operand(NumericTensor)
     b_zero_point = optional_operand(NumericTensor)
     y = result_def(AnyTensor)
-    operandSegmentSizes = segments_prop()
 
     @classmethod
     def rule(cls, args):
@@ -155,7 +154,6 @@ class MatMulIntegerToFloatOp(GraphOp):
     b_zero_point = optional_operand(NumericTensor)
     bias = optional_operand(FloatTensor)
     y = result_def(FloatTensor)
-    operandSegmentSizes = segments_prop()
 
     @classmethod
     def rule(cls, args):
@@ -174,7 +172,6 @@ class ConvIntegerOp(ConvAttrs):
     x_zero_point = optional_operand(NumericTensor)
     w_zero_point = optional_operand(NumericTensor)
     y = result_def(AnyTensor)
-    operandSegmentSizes = segments_prop()
 
     @classmethod
     def rule(cls, args):

@@ -14,7 +14,7 @@ from palimpsest.dialects.graph.bound_rules import at_upper
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
     AnyTensor, FloatTensor, GraphOp, IndexTensor, ShapeError, float_prop, floats_prop,
-    int_prop, segments_prop, str_prop, tensor, tensor_where,
+    int_prop, str_prop, tensor, tensor_where,
 )
 from palimpsest.ir.types import IntegerType
 from palimpsest.ir.attributes import ArrayAttr, StringAttr
@@ -112,7 +112,6 @@ class _RecurrentOp(GraphOp):
     hidden_size = int_prop(optional=True)
     layout = int_prop(0, values=(0, 1))
     output_sequence = int_prop(0, values=(0, 1))  # opsets 1 and 3 (see the module doc)
-    operandSegmentSizes = segments_prop()
 
     gates = 1          # gate blocks in W and R
     state_results = 1  # Y_h (and Y_c for LSTM)

@@ -8,7 +8,7 @@ from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
     MAX_KNOWN_ELEMENTS, AnyTensor, FloatTensor, GraphOp, IndexTensor, IndexVector,
     ShapeError, ShapeVector, declare_op, float_prop, int_prop, ints_prop, non_negative,
-    same_type_as, segments_prop, str_prop, tensor,
+    same_type_as, str_prop, tensor,
 )
 from palimpsest.ir.opdef import (
     operand, optional_operand, register_op, result_def, variadic_operand, variadic_result,
@@ -193,7 +193,6 @@ class SliceOp(GraphOp):
     axes = optional_operand(IndexVector)
     steps = optional_operand(IndexVector)
     output = result_def(AnyTensor)
-    operandSegmentSizes = segments_prop()
 
     @classmethod
     def _params(cls, args):
@@ -301,7 +300,6 @@ class PadOp(GraphOp):
     axes = optional_operand(IndexVector)
     output = result_def(AnyTensor)
     mode = str_prop("constant", choices=("constant", "reflect", "edge", "wrap"))
-    operandSegmentSizes = segments_prop()
 
     bound_rule = classmethod(B.at_upper)
 
@@ -335,7 +333,6 @@ class ResizeOp(GraphOp):
     scales = optional_operand(FloatTensor)
     sizes = optional_operand(ShapeVector)
     y = result_def(AnyTensor)
-    operandSegmentSizes = segments_prop()
     antialias = int_prop(0, values=(0, 1))
     axes = ints_prop()
     coordinate_transformation_mode = str_prop("half_pixel", choices=(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
     ONNX_DTYPES, AnyTensor, FloatTensor, GraphOp, IndexTensor, NumericTensor, ShapeError,
-    int_prop, segments_prop, tensor,
+    int_prop, tensor,
 )
 from palimpsest.ir.opdef import operand, optional_operand, register_op, result_def
 
@@ -80,7 +80,6 @@ class DFTOp(GraphOp):
     output = result_def(AnyTensor)
     inverse = int_prop(0, values=(0, 1))
     onesided = int_prop(0, values=(0, 1))
-    operandSegmentSizes = segments_prop()
 
     @classmethod
     def rule(cls, args):
@@ -120,7 +119,6 @@ class STFTOp(GraphOp):
     frame_length = optional_operand(IndexTensor)
     output = result_def(AnyTensor)
     onesided = int_prop(1, values=(0, 1))
-    operandSegmentSizes = segments_prop()
 
     @classmethod
     def rule(cls, args):

@@ -7,7 +7,7 @@ from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
     AnyTensor, FloatTensor, GraphOp, IndexTensor, ShapeError, float_prop, int_prop, ints_prop,
-    non_negative, positive, segments_prop, str_prop, tensor,
+    non_negative, positive, str_prop, tensor,
 )
 from palimpsest.ir.opdef import operand, optional_operand, register_op, result_def
 
@@ -160,7 +160,6 @@ class DeformConvOp(GraphOp):
     offset_group = int_prop(1, check=positive)
     pads = ints_prop(check=non_negative)
     strides = ints_prop(check=positive)
-    operandSegmentSizes = segments_prop()
 
     @classmethod
     def rule(cls, args):
