@@ -72,6 +72,10 @@ class _RecurrentKernel(KernelOp):
     PER_DIRECTION = 1                                   # activations per direction
     STATES = ("hidden",)                                # state workspaces
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.outs_arity = (1, 1 + len(cls.STATES))  # Y, then a final state per STATES
+
     @classmethod
     def properties_from(cls, graph_op: str, prop, given: list) -> dict | None:
         """The kernel's properties for graph op `graph_op` whose properties `prop(name,
@@ -210,7 +214,6 @@ class LstmOp(_RecurrentKernel):
     """Gates i, o, f, c; peepholes P: i, o, f; `input_forget` couples f to 1 - i."""
 
     name = "kernel.lstm"
-    outs_arity = (1, 3)
     input_forget = _int(0, (0, 1))
     gates = 4
     OPTIONAL_INS = ("B", "sequence_lens", "initial_h", "initial_c", "P")
@@ -223,7 +226,6 @@ class GruOp(_RecurrentKernel):
     """Gates z, r, h; `linear_before_reset` applies r after H·Rhᵀ + Rbh."""
 
     name = "kernel.gru"
-    outs_arity = (1, 2)
     linear_before_reset = _int(0, (0, 1))
     gates = 3
     PER_DIRECTION = 2
@@ -236,7 +238,6 @@ class GruOp(_RecurrentKernel):
 @register_op
 class RnnOp(_RecurrentKernel):
     name = "kernel.rnn"
-    outs_arity = (1, 2)
 
 
 RECURRENT_KERNELS = {"graph.lstm": LstmOp, "graph.gru": GruOp, "graph.rnn": RnnOp}
