@@ -58,12 +58,10 @@ class PReluOp(GraphOp):
     def rule(cls, args):
         element = args.same_element("x", "slope")
         x, slope = args.shape("x"), args.shape("slope")
-        if x is not None and slope is not None:
-            shape = S.broadcast(x, slope)
-            if len(shape) != len(x) or any(
-                    a is not None and b is not None and a != b for a, b in zip(shape, x)):
-                raise ShapeError(f"slope of shape {S.fmt(slope)} does not broadcast to X's "
-                                 f"shape {S.fmt(x)}")
+        S.broadcast(x, slope)  # shapes that do not broadcast at all: its error
+        if not S.unidirectional_broadcastable(slope, x):
+            raise ShapeError(f"slope of shape {S.fmt(slope)} does not broadcast to X's "
+                             f"shape {S.fmt(x)}")
         return [tensor(x, element)]
 
 
