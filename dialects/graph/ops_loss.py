@@ -10,7 +10,7 @@ from palimpsest.dialects.graph.ops_base import (
     AnyTensor, FloatTensor, GraphOp, IndexTensor, ShapeError, float_prop, int_prop, ints_prop,
     positive, same_type_as, str_prop, tensor,
 )
-from palimpsest.dialects.graph.ops_nn import AUTO_PAD, _PoolOp
+from palimpsest.dialects.graph.ops_nn import AUTO_PAD, _NormOp, _PoolOp
 from palimpsest.ir.opdef import operand, optional_operand, register_op, result_def, \
     variadic_result
 
@@ -60,20 +60,14 @@ class MeanVarianceNormOp(_SameShapeFloatOp):
 
 
 @register_op
-class GroupNormOp(GraphOp):
+class GroupNormOp(_NormOp):
     """scale and bias: one per channel (opset 21), or one per group (opset 18: told
     apart by their length)."""
 
     name = "graph.group_norm"
-    x = operand(FloatTensor)
-    scale = operand(FloatTensor)
     bias = operand(FloatTensor)
-    y = result_def(AnyTensor)
-    epsilon = float_prop(1e-5)
     num_groups = int_prop(check=positive)
     stash_type = int_prop(1)
-
-    bound_rule = classmethod(B.at_upper)
 
     @classmethod
     def rule(cls, args):

@@ -221,24 +221,30 @@ class GlobalMaxPoolOp(_GlobalPoolOp):
 # Normalization
 
 
+class _NormOp(GraphOp):
+    """A normalization: x scaled by `scale`, y of x's shape (BatchNormalization,
+    InstanceNormalization, GroupNormalization, LayerNormalization, RMSNormalization)."""
+
+    x = operand(FloatTensor)
+    scale = operand(FloatTensor)
+    y = result_def(AnyTensor)
+    epsilon = float_prop(1e-5)
+
+    bound_rule = classmethod(B.at_upper)
+
+
 @register_op
-class BatchNormOp(GraphOp):
+class BatchNormOp(_NormOp):
     """Inference form: Y only. In training mode two more results, running_mean and
     running_var (the `stats` group)."""
 
     name = "graph.batch_norm"
-    x = operand(FloatTensor)
-    scale = operand(FloatTensor)
     b = operand(FloatTensor)
     input_mean = operand(FloatTensor)
     input_var = operand(FloatTensor)
-    y = result_def(AnyTensor)
     stats = variadic_result(AnyTensor)
-    epsilon = float_prop(1e-5)
     momentum = float_prop(0.9)
     training_mode = int_prop(0, values=(0, 1))
-
-    bound_rule = classmethod(B.at_upper)
 
     @classmethod
     def rule(cls, args):
@@ -265,15 +271,9 @@ class BatchNormOp(GraphOp):
 
 
 @register_op
-class InstanceNormOp(GraphOp):
+class InstanceNormOp(_NormOp):
     name = "graph.instance_norm"
-    x = operand(FloatTensor)
-    scale = operand(FloatTensor)
     b = operand(FloatTensor)
-    y = result_def(AnyTensor)
-    epsilon = float_prop(1e-5)
-
-    bound_rule = classmethod(B.at_upper)
 
     @classmethod
     def rule(cls, args):
@@ -287,18 +287,12 @@ class InstanceNormOp(GraphOp):
         return [tensor(x, element)]
 
 
-class TrailingNormOp(GraphOp):
-    """A normalization over dims [axis, rank) of x, scaled by `scale` (LayerNormalization,
+class TrailingNormOp(_NormOp):
+    """A normalization over dims [axis, rank) of x (LayerNormalization,
     RMSNormalization); stash_type is the type statistics are computed in."""
 
-    x = operand(FloatTensor)
-    scale = operand(FloatTensor)
-    y = result_def(AnyTensor)
     axis = int_prop(-1)
-    epsilon = float_prop(1e-5)
     stash_type = int_prop(1)
-
-    bound_rule = classmethod(B.at_upper)
 
 
 @register_op
