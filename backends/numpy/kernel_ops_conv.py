@@ -1,6 +1,7 @@
 """conv2d on numpy: im2col + grouped matmul; without an im2col, dense convs by kernel row
-and depthwise convs by kernel column and row phase (runs of a row-shifted copy of the
-image that are BLAS matrices as they lie). Registered in `KERNEL_IMPLS` (kernel_ops.py,
+(runs of a row-shifted copy of the image that are BLAS matrices as they lie) and
+depthwise convs by kernel column (`_depthwise_columns`: banded weights times the image's
+rows as they lie, f32/f64; the kernel-row and im2col paths remain for the rest). Registered in `KERNEL_IMPLS` (kernel_ops.py,
 which imports this module); the table there says how it works. A conv whose images take
 one GEMM each (1x1, or one im2col band) keeps its calls, views made, per executor and
 replays them while its arrays are the same objects (`_one_gemm`, kernel_ops.record): on
@@ -421,7 +422,8 @@ def _copy_phase_taps(phases, dest, kernel, strides):
 
 
 def _depthwise(x, w, bias, y, padded, cols, pads, strides, dilations):
-    """One input channel per group. A band of channels at a time (as many as the im2col
+    """One input channel per group: `_depthwise_columns` where it applies, else this.
+    A band of channels at a time (as many as the im2col
     workspace holds), each channel's kernel-offset rows are copied into the workspace and
     one batched matmul multiplies them by that channel's weights:
     y[n, c*mg + j] = w[c*mg + j] . rows[c], bias added as the results are copied to Y.
@@ -440,6 +442,10 @@ def _depthwise(x, w, bias, y, padded, cols, pads, strides, dilations):
     mg, taps = m // c, kh * kw
     ho, wo = y.shape[2], y.shape[3]
     (sh, sw), (dh, dw), (top, left) = strides, dilations, pads
+    if _DEPTHWISE_COLUMNS:
+        calls = _depthwise_columns(x, w, bias, y, padded, cols, pads, strides, dilations)
+        if calls is not None:
+            return calls
     weights = w.reshape(c, mg, taps)
     band = 0 if cols is None else \
         _depthwise_rows_band(cols.size, c, mg, (kh, kw), strides, dh, ho, wo)
@@ -597,3 +603,184 @@ def _depthwise_rows_first(x, weights, bias, y, padded, cols, band, kernel, pads,
                 out.fill(0)
             if bias is not None:
                 np.add(out, _view_as(bias[c0 * mg:(c0 + k) * mg], (k, mg, 1)), out=out)
+
+
+# -- depthwise by kernel column ----------------------------------------------------------------
+
+# `_depthwise_columns` on (off: the paths above; A/B measurements and tests)
+_DEPTHWISE_COLUMNS = True
+# Its cost of one 2-D product of a batched matmul in ns: per BLAS call, and per
+# multiply-add (fitted on 3x3 and 5x5 layers of 14x14 to 128x128 outputs, one thread)
+_CALL_NS, _MAC_NS = 40.0, 0.025
+# ... of building its banded weights, per element (a fill) and per weight (a strided
+# copy); of a tail band's numpy call, shared by the channels of a band (about 100)
+_BUILD_NS = (0.2, 1.0)
+_TAIL_NS = 15.0
+
+
+def _band_rows(ho, wo, kh, sh, dh) -> int:
+    """The output rows R of one product of `_depthwise_columns`, the cheapest per channel
+    and kernel column by (_CALL_NS, _MAC_NS, _BUILD_NS): R rows read K = (R-1)*sh +
+    (kh-1)*dh + 1 source rows, so a larger R makes fewer BLAS calls, of K/kh times the
+    multiply-adds each output needs, and larger banded weights to build each run; a
+    tail band costs a numpy call more (_TAIL_NS)."""
+    best, rows = None, 1
+    for r in range(1, min(ho, 16) + 1):
+        span = (r - 1) * sh + (kh - 1) * dh + 1
+        cost = -(-ho // r) * (_CALL_NS + _MAC_NS * r * span * wo) \
+            + _BUILD_NS[0] * r * span + _BUILD_NS[1] * r * kh + (_TAIL_NS if ho % r else 0)
+        if best is None or cost < best:
+            best, rows = cost, r
+    return rows
+
+
+def _border_runs(canvas, top, left, height, width) -> list:
+    """`_border`'s parts of a C-contiguous `canvas` (C, Eh, Ew) as flat runs: the top
+    rows with the first row's left pad, each row's right pad with the next row's left
+    pad, the last row's right pad with the bottom rows (3 strided views, not 4 with
+    runs of a pad's width)."""
+    c, eh, ew = canvas.shape
+    if not canvas.flags.c_contiguous or height == 0 or width == 0:
+        return [canvas]
+    flat = _view_as(canvas, (c * eh * ew,))
+    rows = _view_as(canvas, (c, eh * ew))
+    gap = ew - width
+    parts = [rows[:, :top * ew + left], rows[:, (top + height - 1) * ew + left + width:]]
+    if height > 1 and gap:
+        item = flat.itemsize
+        parts.append(_strided(flat, top * ew + left + width, (c, height - 1, gap),
+                              (eh * ew * item, ew * item, item)))
+    return [part for part in parts if part.size]
+
+
+def _strided(flat, offset, shape, strides):
+    """The view of the contiguous 1-D `flat` from element `offset` with `shape` and byte
+    `strides` (the ndarray constructor checks that it stays inside `flat`)."""
+    return np.ndarray(shape, flat.dtype, flat, offset * flat.itemsize, strides)
+
+
+def _depthwise_columns(x, w, bias, y, padded, cols, pads, strides, dilations):
+    """Depthwise (one input channel per group, M/C outputs each) as one batched matmul
+    per kernel column q, without an im2col. Along a column of the source the taps of
+    kernel column q are a BLAS matrix as it lies: output rows i*R ... i*R + R-1 read
+    source rows i*R*sh ... (K = (R-1)*sh + (kh-1)*dh + 1 of them, a row apart) at columns
+    q*dw ... q*dw + Wo-1, and R x K banded weights (row s holds the channel's column q at
+    s*sh + p*dh: Wt) times them give those R output rows, exactly Y's layout. The kw
+    products are summed into Y (the first written there), a band of channels at a time
+    while it is in L2, then the bias. The source: the padded image (or X), stride 1;
+    strided, its column phases (phase b = columns b, b + sw, ...; kernel column q reads
+    phase q*dw % sw from column q*dw // sw), zeros in the pads. Wt is made each run from
+    W (a fill and one strided copy).
+
+    Returns the steps as calls (`_Calls`, views made here), or None where it does not
+    apply (not f32/f64, 1x1, or the workspaces do not hold Wt, a band's products and
+    the column phases)."""
+    n, c, h, wd = x.shape
+    m, _, kh, kw = w.shape
+    mg = m // c
+    ho, wo = y.shape[2], y.shape[3]
+    (sh, sw), (dh, dw), (top, left) = strides, dilations, pads
+    if cols is None or y.dtype not in (np.float32, np.float64) or x.dtype != y.dtype \
+            or w.dtype != y.dtype or ho * wo == 0:
+        return None
+    flat = _view_as(cols, (cols.size,))
+    item = flat.itemsize
+    rows = _band_rows(ho, wo, kh, sh, dh)
+    nb, tail = divmod(ho, rows)
+    span = (rows - 1) * sh + (kh - 1) * dh + 1
+    need = (ho - 1) * sh + (kh - 1) * dh + 1   # source rows read
+    wt_size = kw * c * mg * rows * span
+    per = mg * ho * wo if kw > 1 else 0   # a channel's products
+    room = flat.size - wt_size
+    phases = None
+    if sw > 1:
+        wq = wo + (kw - 1) * dw // sw
+        phase_size = sw * c * need * wq
+        if padded is not None and phase_size <= padded.size:
+            phases = _view_as(_view_as(padded, (padded.size,))[:phase_size], (sw, c, need, wq))
+        else:
+            room -= phase_size
+            if room < 0:
+                return None
+            phases = _view_as(flat[flat.size - phase_size:], (sw, c, need, wq))
+        source = sw * need * wq
+    else:
+        source = need * (wd if padded is None else padded.shape[2])
+    if room < per:
+        return None
+    band = max(1, min(c, _DEPTHWISE_L2 // (2 * mg * ho * wo + source)))
+    if per:
+        band = min(band, room // per)
+    calls = _Calls()
+    wt = _view_as(flat[:wt_size], (kw, c, mg, rows, span))
+    by_column = _view_as(w, (c, mg, kh, kw)).transpose(3, 0, 1, 2)[:, :, :, None, :]
+    calls.views.append((by_column, w))
+    calls.append((wt.fill, (0,), {}))
+    calls.append((np.copyto, (_strided(flat, 0, (kw, c, mg, rows, kh), tuple(
+        item * s for s in (c * mg * rows * span, mg * rows * span, rows * span, span + sh,
+                           dh))), by_column), {}))
+    wt = wt[:, :, :, None]   # (kw, C, M/C, 1, R, K): broadcast over the bands
+    bias4 = None
+    if bias is not None:
+        bias4 = _view_as(bias, (c, mg, 1, 1))
+        calls.views.append((bias4, bias))
+    if sw == 1 and padded is not None:
+        calls.extend((part.fill, (0,), {}) for part in _border_runs(padded, top, left, h, wd))
+    products = flat[wt_size:wt_size + band * per]
+    for image in range(n):
+        src = x[image]
+        if phases is not None:
+            calls.append((_split_columns, (src, phases, top, left, sw), {}))
+        elif padded is not None:
+            calls.append((np.copyto, (padded[:, top:top + h, left:left + wd], src), {}))
+            src = padded
+        target = _view_as(y[image], (c, mg, ho, wo))
+        for c0 in range(0, c, band):
+            k = min(band, c - c0)
+            out = target[c0:c0 + k]
+            product = _view_as(products[:k * per], (k, mg, ho, wo)) if per else None
+            for q in range(kw):
+                dest = out if q == 0 else product
+                if phases is not None:
+                    base = phases[q * dw % sw, c0:c0 + k, :, q * dw // sw:]
+                else:
+                    base = src[c0:c0 + k, :, q * dw:]
+                s0, s1, s2 = base.strides
+                weights = wt[q, c0:c0 + k]
+                if nb:
+                    calls.append((np.matmul, (weights, _as_strided(
+                        base, (k, 1, nb, span, wo), (s0, 0, rows * sh * s1, s1, s2))),
+                        {"out": _view_as(dest[:, :, :nb * rows], (k, mg, nb, rows, wo))}))
+                if tail:
+                    last = (tail - 1) * sh + (kh - 1) * dh + 1
+                    calls.append((np.matmul, (weights[:, :, 0, :tail, :last], _as_strided(
+                        base[:, nb * rows * sh:], (k, 1, last, wo), (s0, 0, s1, s2))),
+                        {"out": dest[:, :, nb * rows:]}))
+                if q:
+                    calls.append((np.add, (out, product), {"out": out}))
+            if bias4 is not None:
+                calls.append((np.add, (out, bias4[c0:c0 + k]), {"out": out}))
+    return calls
+
+
+def _split_columns(image, phases, top, left, sw) -> None:
+    """phases[b] (C x rows x Wq) = columns b, b + sw, ... of the padded `image` (C, H, W),
+    its first rows (as many as `phases` has), zeros in the pads."""
+    _, h, wd = image.shape
+    _, _, need, wq = phases.shape
+    r0, r1 = min(need, top), max(min(need, top), min(need, top + h))
+    for b in range(sw):
+        phase = phases[b]
+        j0, j1, start = _tap_range(wd, b, sw, left, wq)
+        if r0:
+            phase[:, :r0] = 0
+        if r1 < need:
+            phase[:, r1:] = 0
+        inside = phase[:, r0:r1]
+        if j0:
+            inside[:, :, :j0] = 0
+        if j1 < wq:
+            inside[:, :, j1:] = 0
+        if j1 > j0 and r1 > r0:
+            np.copyto(inside[:, :, j0:j1],
+                      image[:, r0 - top:r1 - top, start:start + (j1 - j0 - 1) * sw + 1:sw])

@@ -78,6 +78,7 @@ def _checked(monkeypatch, path, seed, x_shape, w_shape, attrs, bias=True,
 ])
 def test_depthwise_rows_first(monkeypatch, c, mg, hw, kernel, strides, dilations, pads, n,
                               bias, dtype):
+    monkeypatch.setattr(conv, "_DEPTHWISE_COLUMNS", False)
     attrs = {"group": c, "pads": list(pads), "strides": list(strides),
              "dilations": list(dilations)}
     assert _checked(monkeypatch, "_depthwise_rows_first", c + mg, (n, c) + hw,
@@ -86,9 +87,76 @@ def test_depthwise_rows_first(monkeypatch, c, mg, hw, kernel, strides, dilations
 
 def test_depthwise_small_images_keep_im2col(monkeypatch):
     """A 7x7 image: kh BLAS calls per channel cost more than the copies they save."""
+    monkeypatch.setattr(conv, "_DEPTHWISE_COLUMNS", False)
     assert not _checked(monkeypatch, "_depthwise_rows_first", 7, (1, 16, 7, 7),
                         (16, 1, 5, 5), {"group": 16, "pads": [2, 2, 2, 2]})
 
+
+
+def _taken(monkeypatch, name) -> list:
+    """The results of kernel_ops_conv.`name` (None where it declined), as they come."""
+    results = []
+    original = getattr(conv, name)
+
+    def counted(*args, **kwargs):
+        results.append(original(*args, **kwargs))
+        return results[-1]
+
+    monkeypatch.setattr(conv, name, counted)
+    return results
+
+
+# `_depthwise_columns` (a batched matmul per kernel column of banded weights, the kw
+# products summed into Y): the corpus's shapes (3x3 and 5x5, strides 1 and 2, 1-3 row
+# images, 7x7 to 80x80) and odd ones: asymmetric and one-sided pads, no pads (X read as it
+# lies, strided: its column phases in the im2col workspace), dilations (with strides),
+# kernels 1x5, 5x1, 3x2, multipliers, a batch, f64, bands of output rows with a tail
+# (R chosen by cost: 17 or 23 rows), several bands of channels.
+@pytest.mark.parametrize("c, mg, hw, kernel, strides, dilations, pads, n, bias, dtype", [
+    (24, 1, (64, 64), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, True, np.float32),
+    (24, 1, (64, 64), (3, 3), (2, 2), (1, 1), (0, 0, 1, 1), 1, True, np.float32),
+    (32, 1, (56, 56), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1, False, np.float32),
+    (64, 1, (14, 14), (5, 5), (1, 1), (1, 1), (2, 2, 2, 2), 1, True, np.float32),
+    (32, 1, (7, 7), (5, 5), (2, 2), (1, 1), (2, 2, 2, 2), 1, True, np.float32),
+    (20, 1, (2, 96), (5, 5), (1, 1), (1, 1), (2, 2, 2, 2), 1, True, np.float32),
+    (10, 1, (3, 96), (5, 5), (2, 1), (1, 1), (2, 2, 2, 2), 1, True, np.float32),
+    (16, 1, (3, 80), (1, 5), (1, 1), (1, 1), (0, 2, 0, 2), 1, True, np.float32),
+    (8, 1, (20, 18), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 2, True, np.float32),
+    (5, 2, (11, 13), (5, 5), (1, 1), (1, 1), (2, 2, 2, 2), 1, False, np.float32),
+    (4, 1, (40, 48), (3, 2), (1, 2), (2, 1), (2, 0, 1, 1), 1, True, np.float32),
+    (6, 1, (17, 23), (3, 3), (1, 1), (1, 1), (0, 0, 0, 0), 1, True, np.float32),
+    (6, 3, (30, 31), (1, 3), (1, 1), (1, 2), (0, 2, 0, 2), 2, True, np.float64),
+    (4, 2, (30, 31), (5, 5), (2, 2), (1, 1), (2, 2, 2, 2), 1, True, np.float32),
+    (5, 1, (43, 40), (3, 3), (3, 2), (2, 1), (2, 1, 0, 2), 1, False, np.float32),
+    (3, 1, (41, 40), (3, 3), (2, 1), (2, 1), (0, 0, 0, 0), 1, True, np.float64),
+    (3, 2, (29, 31), (3, 3), (2, 3), (1, 1), (0, 0, 0, 0), 2, True, np.float32),
+    (4, 1, (33, 9), (5, 1), (2, 1), (3, 1), (4, 0, 3, 0), 1, True, np.float32),
+    (6, 1, (2, 100), (5, 5), (1, 1), (1, 1), (2, 2, 2, 2), 1, True, np.float32),
+    (4, 2, (1, 240), (5, 5), (2, 2), (1, 1), (2, 2, 2, 2), 1, True, np.float32),
+    (3, 1, (2, 200), (3, 3), (1, 1), (2, 1), (2, 1, 2, 1), 1, False, np.float32),
+    (7, 1, (17, 9), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, True, np.float32),
+    (96, 1, (40, 40), (5, 5), (1, 1), (1, 1), (2, 2, 2, 2), 1, True, np.float32),
+])
+def test_depthwise_columns(monkeypatch, c, mg, hw, kernel, strides, dilations, pads, n,
+                           bias, dtype):
+    taken = _taken(monkeypatch, "_depthwise_columns")
+    attrs = {"group": c, "pads": list(pads), "strides": list(strides),
+             "dilations": list(dilations)}
+    _checked(monkeypatch, "_depthwise_columns", c + mg, (n, c) + hw, (c * mg, 1) + kernel,
+             attrs, bias, dtype)
+    assert taken and all(calls is not None for calls in taken)
+
+
+@pytest.mark.parametrize("rows, channels", [(1, 1 << 17), (5, 3)])
+def test_depthwise_columns_bands(monkeypatch, rows, channels):
+    """Forced bands: one output row a product (every band a tail-free full one), and 5
+    rows over a 23-row image (a tail of 3), 3 channels a band over 10 (a last band of 1)."""
+    monkeypatch.setattr(conv, "_band_rows", lambda *args: rows)
+    monkeypatch.setattr(conv, "_DEPTHWISE_L2", channels * (2 * 23 * 21 + 25 * 23))
+    taken = _taken(monkeypatch, "_depthwise_columns")
+    _checked(monkeypatch, "_depthwise_columns", rows, (2, 10, 23, 21), (10, 1, 3, 3),
+             {"group": 10, "pads": [1, 2, 1, 0], "strides": [1, 1]})
+    assert taken and all(calls is not None for calls in taken)
 
 # Dense convs, stride 1 along the height, 32x32 outputs or more: `_conv_kernel_rows`
 # (T by kernel column, one GEMM per kernel row summed into Y): pads or none, dilations,
