@@ -96,7 +96,8 @@ class Device:
         # MEM_BASE_ADDR_ALIGN is in bits; planned offsets are multiples of this many bytes
         self.alignment = max(64, cl_device.mem_base_addr_align // 8)
         self.limits = DeviceLimits(cl_device.max_work_group_size, cl_device.local_mem_size,
-                                   cl_device.max_compute_units)
+                                   cl_device.max_compute_units,
+                                   tuple(cl_device.max_work_item_sizes))
         self.name = f"{cl_device.name.strip()} ({cl_device.platform.name.strip()})"
         self.build_stats = BuildStats()
         self._kernels: dict = {}   # (source, name) -> cl.Kernel
@@ -177,9 +178,28 @@ class Device:
                 dtypes += [None, np.int64] if isinstance(arg, Ref) else [np.asarray(arg).dtype]
             kernel.set_scalar_arg_dtypes(dtypes)
             self._typed.add(kernel)
-        kernel.set_args(*args)
-        self.cl.enqueue_nd_range_kernel(self.queue, kernel, launch.global_size,
-                                        launch.local_size)
+        try:
+            kernel.set_args(*args)
+            self.cl.enqueue_nd_range_kernel(self.queue, kernel, launch.global_size,
+                                            launch.local_size)
+        except self.cl.Error as error:  # a generator's bug (or a device limit it missed)
+            raise RuntimeError(self._launch_failure(launch, kernel, args, error)) from None
+
+    def _launch_failure(self, launch: Launch, kernel, args: list, error) -> str:
+        """What a failed launch was: the kernel, its sizes against the device's limits and
+        each argument (a buffer's bytes, a scalar's dtype and value), for the bug report."""
+        shown = []
+        for arg in args:
+            if isinstance(arg, self.cl.MemoryObject):
+                shown.append(f"buffer {arg.size} B")
+            else:
+                shown.append("NULL" if arg is None else f"{np.asarray(arg).dtype} {arg}")
+        return (f"OpenCL launch of kernel '{launch.kernel}' failed on {self.name}: {error}; "
+                f"global {launch.global_size}, local {launch.local_size} (device: at most "
+                f"{self.limits.max_work_group_size} a group, "
+                f"{self.limits.max_work_item_sizes} a dimension); "
+                f"{kernel.num_args} parameters, {len(args)} arguments: "
+                + ", ".join(shown))
 
 
 _DEVICES: dict = {}

@@ -263,3 +263,23 @@ def test_bounded_dims_are_planned_on_the_device(tmp_path):
         assert stats.dynamic_allocations == 0
         static.add(stats.static_bytes)
     assert len(static) == 1
+
+
+def test_a_failed_launch_names_the_kernel_its_sizes_and_arguments():
+    """A launch the device refuses (here a group size that does not divide the global
+    size) is a generator's bug: the error names the kernel, the sizes beside the device's
+    limits and every argument, not only OpenCL's code."""
+    from palimpsest.backends.opencl.kernels.base import Launch, Ref
+    from palimpsest.backends.opencl.runtime import device
+
+    dev = device()
+    source = ("__kernel void fill(__global float* a_base, const long a_off, const int n) "
+              "{ a_base[a_off + get_global_id(0)] = n; }")
+    buffer = dev.buffer(64)
+    with pytest.raises(RuntimeError) as raised:
+        dev.launch(Launch(source, "fill", (3,), (2,), [Ref("out", 0), np.int32(7)]),
+                   lambda ref: (buffer, 0))
+    message = str(raised.value)
+    assert "kernel 'fill' failed" in message and "INVALID_WORK_GROUP_SIZE" in message
+    assert "global (3,), local (2,)" in message
+    assert "3 parameters, 3 arguments: buffer 64 B, int64 0, int32 7" in message

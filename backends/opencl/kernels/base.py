@@ -67,6 +67,8 @@ class DeviceLimits:
     max_work_group_size: int = 256
     local_mem_size: int = 32768
     compute_units: int = 1
+    # work-items a group may have along each dimension (NVIDIA: 1024, 1024, 64)
+    max_work_item_sizes: tuple = (256, 256, 64)
 
 
 @dataclass
