@@ -50,6 +50,17 @@ CASES = [
     ("1-D along H, strided", (1, 6, 41, 1), (8, 6, 5, 1), (3, 1), (1, 1), (2, 0, 2, 0), 1),
     ("1-D along H, depthwise", (1, 6, 30, 1), (6, 1, 3, 1), (1, 1), (1, 1), (1, 0, 1, 0), 6),
     ("1x1 stride 2", (2, 8, 15, 21), (24, 8, 1, 1), (2, 2), (1, 1), (0, 0, 0, 0), 1),
+    # strided along W and padded: the padded rows split by column phase
+    ("stride 2, padded, batch 2", (2, 3, 20, 23), (8, 3, 3, 3), (2, 2), (1, 1),
+     (1, 1, 1, 1), 1),
+    ("stride 3 x 2, uneven phases, dilation 2", (1, 4, 17, 30), (6, 4, 3, 3), (2, 3),
+     (1, 2), (1, 2, 0, 1), 1),
+    ("5x5 stride 2, pads (1, 1, 2, 2)", (1, 3, 32, 32), (24, 3, 5, 5), (2, 2), (1, 1),
+     (1, 1, 2, 2), 1),
+    ("stride 4, groups, 16-lane phases", (1, 4, 9, 70), (6, 2, 2, 3), (1, 4), (1, 1),
+     (0, 2, 0, 1), 2),
+    ("stride 2 along H only, unpadded (in place)", (1, 4, 17, 12), (6, 4, 3, 3), (2, 1),
+     (1, 1), (0, 0, 0, 0), 1),
 ]
 
 
@@ -100,7 +111,10 @@ def test_both_forms_match_numpy(monkeypatch, case, residual, form):
     _, _, stats = compare_backends(module, feeds, poison=True)
     assert stats.device_launches >= 1
     depthwise = case[2][1] == 1 and case[6] > 1
-    assert bool(calls) == (form == "implicit" and case[3] == (1, 1) and not depthwise)
+    # the implicit form reads a padded conv from its `padded` workspace (split by column
+    # phase when strided along W), an unpadded one in place (stride 1 along W only)
+    implicit = any(case[5]) or case[3][1] == 1
+    assert bool(calls) == (form == "implicit" and implicit and not depthwise)
 
 
 @pytest.mark.parametrize("form", FORMS)

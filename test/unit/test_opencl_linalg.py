@@ -197,21 +197,28 @@ def test_conv_f64_runs_on_the_device():
 
 def test_generated_programs_are_reused_per_shape():
     """Two convs of one shape signature share their programs: one build per kernel (a
-    stride-1 conv pads each image and multiplies in place, a strided one fills im2col)."""
+    padded conv pads each image and multiplies in place, strided too: its padded rows
+    split by column phase; an unpadded strided one fills im2col)."""
     from palimpsest.backends.opencl.kernels import GENERATORS
     from palimpsest.backends.opencl.kernels.base import Arg, KernelCall
 
     f32 = np.dtype(np.float32)
-    for stride, size, kernels in [(1, 8, ["pad_image", "gemm"]), (2, 4, ["im2col", "gemm"])]:
+    for stride, pads, size, kernels in [(1, (1, 1, 1, 1), 8, ["pad_image", "gemm"]),
+                                        (2, (1, 1, 1, 1), 4, ["pad_image", "gemm"]),
+                                        (2, (0, 0, 0, 0), 3, ["im2col", "gemm"])]:
+        workspaces = {"im2col": Arg((27, size * size), f32)}
+        if any(pads):
+            workspaces["padded"] = Arg((3, 10, 10), f32)
         call = KernelCall("kernel.conv2d", {"group": 1, "strides": (stride, stride),
-                                            "dilations": (1, 1), "pads": (1, 1, 1, 1)},
+                                            "dilations": (1, 1), "pads": pads},
                           [Arg((2, 3, 8, 8), f32), Arg((4, 3, 3, 3), f32)],
-                          [Arg((2, 4, size, size), f32)], {"padded": Arg((3, 10, 10), f32),
-                                                           "im2col": Arg((27, size * size),
-                                                                         f32)})
+                          [Arg((2, 4, size, size), f32)], workspaces)
         launches = GENERATORS["kernel.conv2d"](call)
-        assert [launch.kernel for launch in launches] == kernels * 2
-        assert len({launch.source for launch in launches}) == 2
+        names = [launch.kernel for launch in launches]
+        half = len(names) // 2   # per image (im2col: a GEMM per panel width)
+        assert names[:half] == names[half:] and names[0] == kernels[0]
+        assert set(names) == set(kernels)
+        assert len({launch.source for launch in launches}) == half
 
 
 # -- ONNX node cases ------------------------------------------------------------------------------

@@ -26,16 +26,19 @@ last column (it stores only the columns no other block stores), so every load is
 plain in-bounds vector load.
 
 conv2d: depthwise (one input channel per group) directly, a vector of output columns
-on CONV_ROWS output rows per work-item; a 1x1, stride 1, unpadded conv multiplies the
-weights by the image itself (all images and groups in one launch); otherwise the GEMM
-multiplies each group's weights by the im2col matrix, either implicit (stride 1: its
-rows read in place from the input, or from the `padded` workspace that a padded conv
-fills per image, `_implicit`) or explicit (per band of output rows an im2col kernel
-fills the `im2col` workspace, packed in panels of the GEMM's column block). The implicit
-form writes nothing before the GEMM, but its blocks hold one output row, so it is taken
-where it is the cheaper by a cost model (`_block_speed`, IM2COL_COST): many-channel
-convs on small maps keep the explicit one. Padding in im2col is computed by index
-checks (vector loads inside the row, a clamped gather and a mask at its edges).
+on DEPTHWISE_ROWS output rows per work-item, each input row's tap vectors loaded once,
+the vectors at a row's edges generated apart with their padding made by moving lanes
+(`_depthwise`); a 1x1, stride 1, unpadded conv multiplies the weights by the image
+itself (all images and groups in one launch); otherwise the GEMM multiplies each
+group's weights by the im2col matrix, either implicit (its rows read in place from the
+input, or from the `padded` workspace that a padded conv fills per image, its rows split
+by column phase when strided along W, `_implicit`) or explicit (per band of output rows
+an im2col kernel fills the `im2col` workspace, packed in panels of the GEMM's column
+block). The implicit form writes nothing before the GEMM, but its blocks hold one output
+row, so it is taken where it is the cheaper by a cost model (`_block_speed`,
+IM2COL_COST): many-channel convs on small maps keep the explicit one, and so does an
+unpadded conv strided along W. Padding in im2col is computed by index checks (vector
+loads inside the row, a clamped gather and a mask at its edges).
 """
 
 from __future__ import annotations
@@ -59,10 +62,12 @@ ROWS = 8                            # rows x vectors accumulators per work-item,
 VECTORS = {3: 1.15, 2: 1.0, 1: 0.8}  # the 32 registers; vectors -> measured relative speed
                                     # (8 x 2 beat 16 x 1 by 10-40%, 8 x 3 beat 8 x 2 by 5-25%)
 DOT_BLOCK = 16                      # outputs per work-item in the k-vector (dot) form
-CONV_ROWS = 2                       # output rows per depthwise work-item
-CONV_LANES = 8                      # output columns per depthwise / im2col vector
+CONV_LANES = 8                      # output columns per im2col vector
 IM2COL_ITEMS = 256                  # work-items per work-group (see _local_size)
 DEPTHWISE_ITEMS = 64
+DEPTHWISE_ROWS = 4                  # output rows per depthwise work-item (2: 0-25% slower,
+                                    # 6: spills on 5x5 kernels)
+DEPTHWISE_LANE_COST = {16: 1.0, 8: 0.7, 4: 0.5, 2: 0.45}   # a vector's relative time
 IM2COL_COST = 60                    # an im2col element's cost in the GEMM's multiply-adds:
                                     # fitted to 3x3 convs of 96-256 channels on 13-52 wide
                                     # maps, timed both ways (its write alone is ~30: 0.4 ns
@@ -124,7 +129,7 @@ class Operand:
                  panel_size: int = 0, taps: tuple = ()):
         self.name, self.offset, self.s0, self.s1 = name, offset, s0, s1
         self.panel, self.panel_size = panel, panel_size
-        self.taps = taps   # ((count, stride), ...): see `Gemm.vector_source`
+        self.taps = taps   # per tap axis, the offsets of its taps: see `Gemm.vector_source`
 
 
 class Gemm:
@@ -193,12 +198,12 @@ class Gemm:
             lines += [f"  {vt} acc{i}_{v} = 0;\n" for v in range(V)]
         start = f"(block / {width}) * {q.panel_size}" if packed else f"col0 * {q.s1}"
         lines.append(f"  __global const {t}* qk = {q.name} + ({q.offset}) + {start};\n")
-        # Q's row k at qk + k * s0; with `taps` ((count, stride), ...), k is an outer index
-        # and one index per tap axis, row (k0, t...) at qk + k0 * s0 + sum(t * stride): an
-        # implicit im2col, the taps unrolled
+        # Q's row k at qk + k * s0; with `taps` (per tap axis, its taps' offsets), k is an
+        # outer index and one index per tap axis, row (k0, t...) at qk + k0 * s0 +
+        # sum(taps[axis][t]): an implicit im2col, the taps unrolled
         offsets = [0]
-        for count, stride in q.taps:
-            offsets = [o + j * stride for o in offsets for j in range(count)]
+        for axis in q.taps:
+            offsets = [o + offset for o in offsets for offset in axis]
         per = len(offsets)
         lines.append(f"  for ({ix} k0 = 0; k0 < {self.depth // per}; ++k0) {{\n"
                      f"    __global const {t}* qr = qk + k0 * {q.s0};\n")
@@ -516,9 +521,11 @@ def conv2d(call) -> list:
         return [gemm.vector_launch([ref("in", 0)] + args + [np.int32(0)])]
     width = call.workspaces["im2col"].shape[1]
     band = max(1, min(g["ho"], width // g["wo"]))
-    # stride 1: the implicit im2col's GEMM has blocks of one output row; the explicit one's
-    # blocks span rows but it writes every element of the im2col matrix first
-    if g["sh"] == g["sw"] == 1 and mg / _block_speed(t, g["wo"]) <= \
+    # the implicit im2col's GEMM has blocks of one output row; the explicit one's blocks
+    # span rows but it writes every element of the im2col matrix first. A conv strided
+    # along W takes the implicit form where it fills the `padded` workspace (a padded
+    # conv), its rows split by column phase there (`_phases`)
+    if (g["sw"] == 1 or "padded" in call.workspaces) and mg / _block_speed(t, g["wo"]) <= \
             mg / _block_speed(t, band * g["wo"]) + IM2COL_COST:
         return _implicit(call, t, g, ix, has_bias, buffers, args, epilogue)
     # the im2col workspace holds `band` whole output rows (kernel_nn's IM2COL_BAND): per
@@ -562,25 +569,42 @@ def conv2d(call) -> list:
     return launches
 
 
+def _phases(width: int, stride: int) -> list:
+    """Where each column phase of a `width` long row starts when the row is stored split
+    by phase (columns r, r + stride, r + 2 * stride... of phase r, in order): phase r
+    holds ceil((width - r) / stride) columns. Stride 1: [0], the row as it is."""
+    whole, rem = divmod(width, stride)
+    return [r * whole + min(r, rem) for r in range(stride)]
+
+
 def _implicit(call, t: str, g: dict, ix: str, has_bias: bool, buffers: list, args: list,
               epilogue) -> list:
-    """A stride-1 conv as an implicit im2col: Q's row (c, p, q) for the output pixels of
-    row `oh` is the input row oh + p * dh of channel c from column q * dw on, read in
-    place (`Operand.taps`), so no im2col is written (it cost as much as the GEMM on
-    convs of few channels). Each output row of each group is one matrix of the GEMM's
-    batch. A padded conv copies each image into the `padded` workspace first (zeros
-    around), so every load is a plain vector load."""
+    """A conv as an implicit im2col: Q's row (c, p, q) for the output pixels of row `oh`
+    is the input row oh * sh + p * dh of channel c from column q * dw on, read in place
+    (`Operand.taps`), so no im2col is written (it cost as much as the GEMM on convs of
+    few channels). Each output row of each group is one matrix of the GEMM's batch. A
+    padded conv copies each image into the `padded` workspace first (zeros around), so
+    every load is a plain vector load; strided along W (sw > 1), the copy stores each
+    padded row split by column phase (`_phases`), so the output columns' inputs for one
+    tap are sw apart in the row but contiguous in their phase (first layers: 3 -> 16
+    channels, 3x3 / 2 on 320x320, 0.5 -> 0.2 ms; im2col had been half the time). An
+    unpadded conv reads the input in place (stride 1 along W)."""
     group, mg = g["group"], g["m"] // g["group"]
     ho, wo, cg = g["ho"], g["wo"], g["cg"]
+    sh, sw = g["sh"], g["sw"]
     depth = cg * g["kh"] * g["kw"]
     padded = "padded" in call.workspaces
+    assert padded or sw == 1, "an unpadded conv strided along W takes the explicit im2col"
     hp, wp = g["hp"], g["wp"]
+    phases = _phases(wp, sw)
     matrix, row = f"(z / {ho})", f"(z % {ho})"      # image * group + group index, out row
     within = f"{matrix} % {group}"
     image = "image" if padded else f"{matrix} / {group}"   # padded: one image a launch
-    source = f"(({within}) * {cg * hp * wp} + {row} * {wp})" if padded else \
-        f"(({image}) * {g['c'] * hp * wp} + ({within}) * {cg * hp * wp} + {row} * {wp})"
-    q = Operand("x", source, hp * wp, 1, taps=((g["kh"], g["dh"] * wp), (g["kw"], g["dw"])))
+    source = f"(({within}) * {cg * hp * wp} + {row} * {sh * wp})" if padded else \
+        f"(({image}) * {g['c'] * hp * wp} + ({within}) * {cg * hp * wp} + {row} * {sh * wp})"
+    columns = tuple(phases[(q * g["dw"]) % sw] + (q * g["dw"]) // sw for q in range(g["kw"]))
+    q = Operand("x", source, hp * wp, 1,
+                taps=(tuple(p * g["dh"] * wp for p in range(g["kh"])), columns))
     y = Operand("y", f"({image}) * {g['m'] * ho * wo} + ({within}) * {mg * ho * wo} + "
                      f"{row} * {wo}", ho * wo, 1)
     bias = Operand("bias", f"({within}) * {mg}", 1, 0) if has_bias else None
@@ -590,19 +614,47 @@ def _implicit(call, t: str, g: dict, ix: str, has_bias: bool, buffers: list, arg
     if not padded:
         return [gemm.vector_launch([ref("in", 0)] + args + [np.int32(0)])]
     multiply = gemm.vector_launch([ref("ws", "padded")] + args + [None])
-    # a vector of padded columns per work-item: a plain load inside the input row, a
-    # masked gather at its edges (`_row_load`)
-    lanes = _pow2_at_most(wp, LANES[t])
-    fast, span = _row_load(t, lanes, "xr", 1, None, g["wd"])
-    checked, _ = _row_load(t, lanes, "xr", 1, "iw", g["wd"], "xrow")
-    size = (-(-wp // lanes), hp, g["c"])
+    fill = _pad_image(t, g, ix)
+    return [replace(launch, args=launch.args[:-1] + [np.int32(image)])
+            for image in range(g["n"]) for launch in (fill, multiply)]
+
+
+def _pad_image(t: str, g: dict, ix: str) -> Launch:
+    """The launch that copies image `image` (its last argument) into the `padded`
+    workspace, zeros around, each padded row split by column phase (`_phases`) when the
+    conv is strided along W: a vector of one phase's columns per work-item, a plain load
+    inside the input row (every sw-th element), a masked gather at its edges
+    (`_row_load`)."""
+    hp, wp, sw = g["hp"], g["wp"], g["sw"]
+    whole, rem = divmod(wp, sw)
+    longest = whole + (rem > 0)                  # phase 0's columns (all, stride 1)
+    lanes = _pow2_at_most(longest, LANES[t])
+    per = -(-longest // lanes)                   # work-items per phase of a row
+    fast, span = _row_load(t, lanes, "xr", sw, None, g["wd"])
+    checked, _ = _row_load(t, lanes, "xr", sw, "iw", g["wd"], "xrow")
+    size = (sw * per, hp, g["c"])
     pad_buffers = [("x", t, False), ("padded", t, True)]
-    fill = Launch(
+    if sw == 1:
+        head = (f"  const {ix} j0 = get_global_id(0) * {lanes}, h = get_global_id(1), "
+                f"c = get_global_id(2);\n"
+                f"  const {ix} iw = j0 - {g['left']};\n")
+        at, store = "j0", _store_row(t, lanes, "v", "out", "j0", wp)
+    else:
+        head = (f"  const {ix} r = get_global_id(0) / {per}, "
+                f"j0 = (get_global_id(0) % {per}) * {lanes};\n"
+                f"  const {ix} h = get_global_id(1), c = get_global_id(2);\n"
+                f"  const {ix} count = {whole} + (r < {rem});\n"   # the phase's columns
+                f"  if (j0 >= count) return;\n"
+                f"  const {ix} iw = r + j0 * {sw} - {g['left']};\n")
+        at = f"r * {whole} + min(r, ({ix}){rem}) + j0"
+        lane_stores = " ".join(f"if (j0 + {i} < count) out[{i}] = {_lane('v', lanes, i)};"
+                               for i in range(lanes))
+        store = (f"if (j0 + {lanes} <= count) {_store_row(t, lanes, 'v', 'out', 'j0', lanes)} "
+                 f"else {{ {lane_stores} }}") if lanes > 1 else "out[0] = v;"
+    return Launch(
         f"__kernel void pad_image({params(*pad_buffers)}, const int image) {{\n"
-        f"{bind(*pad_buffers)}\n"
-        f"  const {ix} w0 = get_global_id(0) * {lanes}, h = get_global_id(1), "
-        f"c = get_global_id(2);\n"
-        f"  const {ix} ih = h - {g['top']}, iw = w0 - {g['left']};\n"
+        f"{bind(*pad_buffers)}\n{head}"
+        f"  const {ix} ih = h - {g['top']};\n"
         f"  {_vtype(t, lanes)} v = 0;\n"
         f"  if (ih >= 0 && ih < {g['h']}) {{\n"
         f"    __global const {t}* xrow = x + ((image * {g['c']} + c) * {g['h']} + ih) * "
@@ -610,12 +662,10 @@ def _implicit(call, t: str, g: dict, ix: str, has_bias: bool, buffers: list, arg
         f"    __global const {t}* xr = xrow + iw;\n"
         f"    if (iw >= 0 && iw + {span - 1} < {g['wd']}) v = {fast};\n"
         f"    else v = {checked};\n  }}\n"
-        f"  __global {t}* out = padded + (c * {hp} + h) * {wp} + w0;\n"
-        f"  {_store_row(t, lanes, 'v', 'out', 'w0', wp)}\n}}\n",
+        f"  __global {t}* out = padded + (c * {hp} + h) * {wp} + {at};\n"
+        f"  {store}\n}}\n",
         "pad_image", size, _local_size(size, IM2COL_ITEMS),
         [ref("in", 0), ref("ws", "padded"), None])
-    return [replace(launch, args=launch.args[:-1] + [np.int32(image)])
-            for image in range(g["n"]) for launch in (fill, multiply)]
 
 
 def _im2col(t: str, g: dict, ix: str, rows: int, band: int, bands: int, width: int,
@@ -684,60 +734,148 @@ def _panels(ix: str, lanes: int, wo: int, cols: int, width: int, depth: int,
             f"  else {{ {lane_stores} }}\n")
 
 
-def _depthwise(call, t: str, g: dict, has_bias: bool, epilogue) -> Launch:
-    """One input channel per group: each work-item accumulates a vector of output columns
-    on CONV_ROWS output rows over the kernel taps, reading the input rows directly."""
-    lanes = _pow2_at_most(g["wo"], CONV_LANES)
-    rows = CONV_ROWS
+def _depthwise_lanes(t: str, wo: int) -> int:
+    """The vector width of a depthwise work-item's output columns: the fewest columns
+    computed (the last vector of a row overlaps the one before it), a wider vector
+    preferred at equal count (`DEPTHWISE_LANE_COST`)."""
+    widths = [w for w in (16, 8, 4, 2) if w <= min(wo, LANES[t])] or [1]
+    return min(widths, key=lambda w: -(-wo // w) * DEPTHWISE_LANE_COST.get(w, 1.0))
+
+
+def _edge_load(t: str, lanes: int, start: int, stride: int, width: int, name: str):
+    """The vector of `lanes` input columns start, start + stride, ... of row `xrow`
+    (`width` long), zero outside the row, all offsets known, as (a load into `name`, the
+    vector made of it): one plain (or strided) vector load inside the row, its lanes
+    moved into place by constant lane selection (no load where no lane is inside). None
+    where no such load fits in the row."""
     vt = _vtype(t, lanes)
-    kh, kw, mg = g["kh"], g["kw"], g["m"] // g["c"]
+    zero = literal(0, t)
+    columns = [start + i * stride for i in range(lanes)]
+    inside = [i for i, col in enumerate(columns) if 0 <= col < width]
+    if not inside:
+        return "", zero if lanes == 1 else f"({vt})({zero})"
+    first, last = inside[0], inside[-1]
+    for shift in (first, last - (lanes - 1)):
+        # lane i of the result is lane i - shift of the load
+        base = columns[0] + shift * stride
+        load, span = _row_load(t, lanes, f"xrow + {base}", stride, None, width)
+        if base >= 0 and base + span - 1 < width:
+            if lanes == 1 or (shift == 0 and first == 0 and last == lanes - 1):
+                return "", load
+            parts = [_lane(name, lanes, i - shift) if first <= i <= last else zero
+                     for i in range(lanes)]
+            return f"const {vt} {name} = {load};", f"({vt})({', '.join(parts)})"
+    return None
+
+
+def _depthwise(call, t: str, g: dict, has_bias: bool, epilogue) -> Launch:
+    """One input channel per group: each work-item computes DEPTHWISE_ROWS output rows x
+    one vector of output columns of one channel, reading the input rows in place: per
+    input row the block meets, that row's kw tap vectors are loaded once and multiplied
+    into every output row the row meets (each was loaded per output row before). Rows
+    outside the input are skipped. The vectors of a row whose taps all lie inside the
+    input rows load plainly; the others (at the row's edges: the first, the last...) are
+    generated apart, their column offsets known, each tap's vector one load inside the
+    row with its lanes moved into place and the padding's lanes zero (`_edge_load`; a
+    clamped, masked gather only where no load fits). The old kernel gathered every tap
+    of an edge vector lane by lane: 2/3 of the work-items on 20-wide maps. The last vector
+    of a row and the last block of rows are shifted back to end at the map's edge, so
+    every store is whole; the columns and rows another work-item stores are not stored
+    twice (an epilogue's in may be the out itself)."""
+    kh, kw, sh, sw, dh, dw = g["kh"], g["kw"], g["sh"], g["sw"], g["dh"], g["dw"]
+    ho, wo, h, wd, c, m = g["ho"], g["wo"], g["h"], g["wd"], g["c"], g["m"]
+    top, left = g["top"], g["left"]
+    mg = m // c
     ix = _index_type(*call.ins, call.outs[0])
+    lanes = _depthwise_lanes(t, wo)
+    rows = min(ho, DEPTHWISE_ROWS)
+    vt = _vtype(t, lanes)
     buffers = [("x", t, False), ("w", t, False)] + ([("bias", t, False)] if has_bias else []) \
         + [("y", t, True)] + (epilogue.buffers if epilogue is not None else [])
+    vectors = -(-wo // lanes)
+    col_shift = wo % lanes != 0
+    row_shift = ho % rows != 0
+    _, span = _row_load(t, lanes, "xr", sw, None, wd)
+    # input row r of the block (from row oh0 * sh - top) meets output row o at tap p
+    meets: dict = {}
+    for o in range(rows):
+        for p in range(kh):
+            meets.setdefault(o * sh + p * dh, []).append((o, p))
 
-    def taps(checked: bool) -> str:
+    def first_column(j: int) -> int:
+        return (min(j * lanes, wo - lanes) if col_shift else j * lanes) * sw - left
+
+    def inside(j: int) -> bool:
+        start = first_column(j)
+        return start >= 0 and start + (kw - 1) * dw + span - 1 < wd
+
+    def body(j: int | None) -> str:
+        """The taps of vector j (offsets known), or of any inside vector (j None)."""
         lines = []
-        for o in range(rows):
-            lines.append(f"    for ({ix} p = 0; p < {kh}; ++p) {{\n"
-                         f"      const {ix} ih = (oh0 + {o}) * {g['sh']} + p * {g['dh']} - "
-                         f"{g['top']};\n"
-                         f"      if (ih < 0 || ih >= {g['h']}) continue;\n"
-                         f"      __global const {t}* xrow = xc + ih * {g['wd']};\n"
-                         f"      __global const {t}* xr = xrow + iw;\n")
+        for r in sorted(meets):
+            lines.append(f"    if (ih0 + {r} >= 0 && ih0 + {r} < {h}) {{\n"
+                         f"      __global const {t}* xrow = xc + (ih0 + {r}) * {wd};\n")
             for q in range(kw):
-                column = f"iw + {q * g['dw']}" if checked else None
-                load, _ = _row_load(t, lanes, f"xr + {q * g['dw']}", g["sw"], column, g["wd"],
-                                    "xrow")
-                lines.append(f"      acc{o} = fma({load}, ({vt})(wm[p * {kw} + {q}]), "
-                             f"acc{o});\n")
+                if j is None:
+                    load, _ = _row_load(t, lanes, f"xrow + iw0 + {q * dw}", sw, None, wd)
+                else:
+                    start = first_column(j) + q * dw
+                    found = _edge_load(t, lanes, start, sw, wd, f"b{q}")
+                    if found is None:
+                        found = "", _row_load(t, lanes, None, sw, str(start), wd, "xrow")[0]
+                    before, load = found
+                    if before:
+                        lines.append(f"      {before}\n")
+                lines.append(f"      const {vt} v{q} = {load};\n")
+            for o, p in meets[r]:
+                lines.append("      " + " ".join(
+                    f"acc{o} = fma(v{q}, ({vt})(w{p}_{q}), acc{o});" for q in range(kw)) + "\n")
             lines.append("    }\n")
         return "".join(lines)
 
-    _, span = _row_load(t, lanes, "xr", g["sw"], None, g["wd"])
-    extent = span - 1 + (kw - 1) * g["dw"]
-    source = [f"__kernel void depthwise({params(*buffers)}) {{\n{bind(*buffers)}\n"
-              f"  const {ix} ow0 = get_global_id(0) * {lanes}, oh0 = get_global_id(1) * {rows};\n"
-              f"  const {ix} plane = get_global_id(2);\n"  # image * M + output channel
-              f"  const {ix} m = plane % {g['m']}, image = plane / {g['m']};\n"
-              f"  __global const {t}* xc = x + (image * {g['c']} + m / {mg}) * "
-              f"{g['h'] * g['wd']};\n"
-              f"  __global const {t}* wm = w + m * {kh * kw};\n"
-              f"  const {ix} iw = ow0 * {g['sw']} - {g['left']};\n"]
-    source += [f"  {vt} acc{o} = 0;\n" for o in range(rows)]
-    source.append(f"  if (iw >= 0 && iw + {extent} < {g['wd']}) {{\n{taps(False)}  }} else {{\n"
-                  f"{taps(True)}  }}\n")
+    edges = [j for j in range(vectors) if not inside(j)]
+    lines = [f"__kernel void depthwise({params(*buffers)}) {{\n{bind(*buffers)}\n"
+             f"  const {ix} block = get_global_id(0) * {lanes}, "
+             f"first = get_global_id(1) * {rows};\n"
+             f"  const {ix} plane = get_global_id(2);\n"   # image * M + output channel
+             f"  const {ix} m = plane % {m}, image = plane / {m};\n"
+             f"  const {ix} ow0 = {f'min(block, ({ix}){wo - lanes})' if col_shift else 'block'};\n"
+             f"  const {ix} oh0 = {f'min(first, ({ix}){ho - rows})' if row_shift else 'first'};\n"
+             f"  const {ix} ih0 = oh0 * {sh} - {top}, iw0 = ow0 * {sw} - {left};\n"
+             f"  __global const {t}* xc = x + (image * {c} + m / {mg}) * {h * wd};\n"
+             f"  __global const {t}* wm = w + m * {kh * kw};\n"]
+    lines += [f"  const {t} w{p}_{q} = wm[{p * kw + q}];\n"
+              for p in range(kh) for q in range(kw)]
+    lines += [f"  {vt} acc{o} = 0;\n" for o in range(rows)]
+    branches = [(f"get_global_id(0) == {j}", body(j)) for j in edges]
+    if len(edges) < vectors:
+        branches.append((None, body(None)))
+    for k, (condition, code) in enumerate(branches):
+        head = "  " if k == 0 else "  else "
+        if condition is not None:
+            head += f"if ({condition}) "
+        elif len(branches) == 1:
+            head = "  "
+        lines.append(f"{head}{{\n{code}  }}\n")
     for o in range(rows):
         value = f"acc{o} + ({vt})(bias[m])" if has_bias else f"acc{o}"
-        store = _store_row(t, lanes, "v", "yr", "ow0", g["wo"])
-        row = f"(plane * {g['ho']} + oh0 + {o}) * {g['wo']}"
+        row = f"(plane * {ho} + oh0 + {o}) * {wo}"
         fused = "" if epilogue is None else "\n    " + epilogue.apply_lanes(
-            "v", lanes, f"{row} + ow0", 1, call.outs[0].size - 1 if g["wo"] % lanes else None)
-        source.append(f"  if (oh0 + {o} < {g['ho']}) {{\n    {vt} v = {value};{fused}\n"
-                      f"    __global {t}* yr = y + {row} + ow0;\n    {store}\n  }}\n")
-    source.append("}\n")
+            "v", lanes, f"{row} + ow0", 1)
+        full = _store_row(t, lanes, "v", "yr", "ow0", lanes)
+        if col_shift:
+            lane_stores = " ".join(f"if (ow0 + {i} >= block) yr[{i}] = {_lane('v', lanes, i)};"
+                                   for i in range(lanes))
+            store = f"if (ow0 == block) {full} else {{ {lane_stores} }}"
+        else:
+            store = full
+        guard = f"if (oh0 + {o} >= first) " if row_shift else ""
+        lines.append(f"  {guard}{{\n    {vt} v = {value};{fused}\n"
+                     f"    __global {t}* yr = y + {row} + ow0;\n    {store}\n  }}\n")
+    lines.append("}\n")
     args = [ref("in", 0), ref("in", 1)] + ([ref("in", 2)] if has_bias else []) \
         + [ref("out", 0)] + (epilogue.args if epilogue is not None else [])
-    size = (-(-g["wo"] // lanes), -(-g["ho"] // rows), g["n"] * g["m"])
+    size = (vectors, -(-ho // rows), g["n"] * m)
     functions = epilogue.source() if epilogue is not None else ""
-    return Launch(functions + "".join(source), "depthwise", size,
+    return Launch(functions + "".join(lines), "depthwise", size,
                   _local_size(size, DEPTHWISE_ITEMS), args)

@@ -1,0 +1,83 @@
+"""The OpenCL depthwise conv (backends/opencl/kernels/linalg.py, `_depthwise`): blocks of
+output rows x a vector of output columns, each input row's tap vectors loaded once; the
+vectors at a row's edges generated apart, their taps one load moved into place with the
+padding's lanes zero (`_edge_load`), or a gather where no load fits in the row; the last
+vector and the last block of rows shifted back to the map's edge. Against the numpy
+backend, poisoned, with and without a fused residual add and activation: strides 1-3
+(phases of a strided load at the row's end), dilations, asymmetric and wide pads (taps
+with no lane inside the row), maps narrower than a vector, output widths and heights
+that are and are not multiples of the vector and the row block, channel multipliers,
+batches, f64."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from opencl_support import compare_backends, requires_opencl  # noqa: E402
+from test_opencl_conv_panels import _model  # noqa: E402
+
+from palimpsest.backends.opencl.kernels import linalg  # noqa: E402
+
+pytestmark = requires_opencl
+
+# (name, x shape, w shape, strides, dilations, pads); group = x's channels
+CASES = [
+    ("3x3 s1 wide", (1, 8, 21, 37), (8, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    ("3x3 s1 16 wide", (1, 4, 16, 16), (4, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    ("5x5 s1 20x20", (1, 6, 20, 20), (6, 1, 5, 5), (1, 1), (1, 1), (2, 2, 2, 2)),
+    ("5x5 s1 7x7", (1, 5, 7, 7), (5, 1, 5, 5), (1, 1), (1, 1), (2, 2, 2, 2)),
+    ("3x3 s2 even", (2, 6, 28, 28), (6, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
+    ("3x3 s2 odd", (1, 5, 33, 35), (5, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
+    ("3x3 s2 pads (0, 0, 1, 1)", (1, 4, 32, 32), (4, 1, 3, 3), (2, 2), (1, 1), (0, 0, 1, 1)),
+    ("5x5 s2 14x14", (1, 4, 14, 14), (4, 1, 5, 5), (2, 2), (1, 1), (2, 2, 2, 2)),
+    ("3x3 s2 unpadded: strided load past the row", (1, 3, 19, 20), (3, 1, 3, 3), (2, 2),
+     (1, 1), (0, 0, 0, 0)),
+    ("stride 3 x 2", (1, 4, 23, 40), (4, 1, 3, 3), (3, 2), (1, 1), (1, 2, 0, 1)),
+    ("dilation 2 x 3", (1, 4, 19, 26), (4, 1, 3, 3), (1, 1), (2, 3), (2, 3, 2, 3)),
+    ("wide pads: taps wholly in the padding", (1, 3, 5, 6), (3, 1, 3, 3), (1, 1), (1, 1),
+     (3, 4, 2, 5)),
+    ("one output column", (1, 4, 9, 3), (4, 1, 3, 3), (1, 1), (1, 1), (0, 0, 0, 0)),
+    ("two output columns", (1, 4, 6, 2), (4, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    ("5 wide: a shifted vector of 4", (1, 3, 11, 5), (3, 1, 3, 3), (1, 1), (1, 1),
+     (1, 1, 1, 1)),
+    ("one output row", (1, 4, 3, 24), (4, 1, 3, 3), (1, 1), (1, 1), (0, 1, 0, 1)),
+    ("channel multiplier 3", (1, 4, 12, 18), (12, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    ("1x1", (2, 5, 6, 6), (5, 1, 1, 1), (1, 1), (1, 1), (0, 0, 0, 0)),
+    ("1-D along H", (1, 6, 30, 1), (6, 1, 3, 1), (1, 1), (1, 1), (1, 0, 1, 0)),
+    ("7x7 kernel on 4x4", (1, 2, 4, 4), (2, 1, 7, 7), (1, 1), (1, 1), (3, 3, 3, 3)),
+]
+
+
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_depthwise_matches_numpy(case, residual):
+    _, x, w, strides, dilations, pads = case
+    module, feeds = _model(x, w, strides, dilations, pads, x[1] if w[0] % x[1] == 0 and
+                           w[1] == 1 else 1, residual)
+    _, _, stats = compare_backends(module, feeds, poison=True)
+    assert stats.device_launches >= 1
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[4], CASES[11]], ids=lambda c: c[0])
+def test_depthwise_f64(case):
+    _, x, w, strides, dilations, pads = case
+    module, feeds = _model(x, w, strides, dilations, pads, x[1], True, np.float64)
+    compare_backends(module, feeds, poison=True)
+
+
+def test_edge_vectors_load_once_and_move_lanes():
+    """A padded 3x3 conv on a 20-wide map (16 lanes, two vectors, both at an edge): every
+    tap of both is one vector load (no gather); lanes wholly in the padding are zero."""
+    assert linalg._depthwise_lanes("float", 20) == 16
+    load = linalg._edge_load("float", 16, -1, 1, 20, "b")
+    assert load[0] == "const float16 b = vload16(0, xrow + 0);"
+    assert load[1].startswith("(float16)(0.0f, b.s0, b.s1,") and load[1].endswith("b.se)")
+    assert linalg._edge_load("float", 4, -9, 1, 20, "b") == ("", "(float4)(0.0f)")
+    # a strided load that would read past the row: none fits, the caller gathers
+    assert linalg._edge_load("float", 4, 3, 2, 10, "b") is None
