@@ -9,7 +9,9 @@ bound) and returns one upper shape per result, or None. It must be sound: every 
 operands fit their bounds gives results that fit what it returns. Where it cannot tell,
 a dim is None and the result dim stays an unbounded `?`.
 
-An op declares its rule as `bound_rule = classmethod(<one of the functions below>)`:
+An op declares its rule as `bound_rule = classmethod(<one of the functions below>)` (an op
+whose result has one operand's type declares both with `rule, bound_rule =
+same_type_as("x")`, ops_base.py: `at_upper`):
 
 - `at_upper`: the op's shape rule evaluated at the operands' upper shapes. Sound for
   rules whose result dims never shrink when an operand dim grows and that never widen a

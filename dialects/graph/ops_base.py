@@ -14,6 +14,7 @@ import struct
 import sys
 from types import SimpleNamespace
 
+from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph.shapes import ShapeError, check_rank, fmt, merge_shapes
 from palimpsest.ir import attributes as A
 from palimpsest.ir.core import Operation
@@ -476,11 +477,11 @@ def tensor(shape, element: Type) -> TensorType:
 
 
 def same_type_as(operand_name: str):
-    """A shape rule, for `rule = same_type_as("x")`: one result of operand `x`'s shape and
-    element type."""
+    """A shape rule and its bound rule, for `rule, bound_rule = same_type_as("x")`: one
+    result of operand `x`'s shape and element type, bounded as `x` is."""
     def rule(cls, args):
         return [tensor(args.shape(operand_name), args.element(operand_name))]
-    return classmethod(rule)
+    return classmethod(rule), classmethod(B.at_upper)
 
 
 def refine_type(declared: Type, inferred: Type | None) -> Type:

@@ -110,8 +110,7 @@ class _CumulativeOp(GraphOp):
     exclusive = int_prop(0, values=(0, 1))
     reverse = int_prop(0, values=(0, 1))
 
-    bound_rule = classmethod(B.at_upper)
-    rule = same_type_as("x")
+    rule, bound_rule = same_type_as("x")
 
 
 @register_op
@@ -267,8 +266,7 @@ class ReverseSequenceOp(GraphOp):
     batch_axis = int_prop(1, values=(0, 1))
     time_axis = int_prop(0, values=(0, 1))
 
-    bound_rule = classmethod(B.at_upper)
-    rule = same_type_as("input")
+    rule, bound_rule = same_type_as("input")
 
 
 def einsum_shape(equation: str, shapes: list):

@@ -19,8 +19,7 @@ class _SameShapeFloatOp(GraphOp):
     x = operand(FloatTensor)
     y = result_def(AnyTensor)
 
-    bound_rule = classmethod(B.at_upper)
-    rule = same_type_as("x")
+    rule, bound_rule = same_type_as("x")
 
 
 @register_op
@@ -71,10 +70,7 @@ class GroupNormOp(_NormOp):
 
     @classmethod
     def rule(cls, args):
-        x = args.shape("x")
-        if x is not None and len(x) < 3:
-            raise ShapeError(f"input must be N x C x D1..., got {S.fmt(x)}")
-        channels = x[1] if x is not None else None
+        channels = cls.channels(args, 3, "input must be N x C x D1...")
         groups = args["num_groups"]
         if channels is not None and channels % groups:
             raise ShapeError(f"{channels} channels do not split into {groups} groups")
@@ -84,7 +80,7 @@ class GroupNormOp(_NormOp):
                                                                        channels)):
                 raise ShapeError(f"'{name}' must have num_groups or C elements, got "
                                  f"{S.fmt(shape)}")
-        return [tensor(x, args.element("x"))]
+        return [tensor(args.shape("x"), args.element("x"))]
 
 
 @register_op

@@ -232,6 +232,17 @@ class _NormOp(GraphOp):
 
     bound_rule = classmethod(B.at_upper)
 
+    @staticmethod
+    def channels(args, rank: int, what: str):
+        """C, dim 1 of x (None when unknown), once x is known to have `rank` dims or more
+        (else a ShapeError: `what`, then x's shape)."""
+        x = args.shape("x")
+        if x is None:
+            return None
+        if len(x) < rank:
+            raise ShapeError(f"{what}, got {S.fmt(x)}")
+        return x[1]
+
 
 @register_op
 class BatchNormOp(_NormOp):
@@ -248,11 +259,8 @@ class BatchNormOp(_NormOp):
 
     @classmethod
     def rule(cls, args):
-        x = args.shape("x")
-        if x is not None and len(x) < 2:
-            raise ShapeError(f"batch_norm input must have rank 2 or more (N x C x ...), "
-                             f"got {S.fmt(x)}")
-        channels = x[1] if x is not None else None
+        channels = cls.channels(args, 2, "batch_norm input must have rank 2 or more "
+                                         "(N x C x ...)")
         for name in ("scale", "b", "input_mean", "input_var"):
             _vector(args, name, channels, "batch_norm operand")
         args.same_element("scale", "b")
@@ -263,7 +271,7 @@ class BatchNormOp(_NormOp):
                              f"running_var")
         if count == 3 and not args["training_mode"]:
             raise ShapeError("running_mean and running_var results need training_mode = 1")
-        result = [tensor(x, args.element("x"))]
+        result = [tensor(args.shape("x"), args.element("x"))]
         if count == 3:
             mean_type = args.type("input_mean")
             result += [tensor((channels,), mean_type.element_type)] * 2
@@ -278,13 +286,10 @@ class InstanceNormOp(_NormOp):
     @classmethod
     def rule(cls, args):
         element = args.same_element("x", "scale", "b")
-        x = args.shape("x")
-        if x is not None and len(x) < 3:
-            raise ShapeError(f"instance_norm input must have rank 3 or more, got {S.fmt(x)}")
-        channels = x[1] if x is not None else None
+        channels = cls.channels(args, 3, "instance_norm input must have rank 3 or more")
         for name in ("scale", "b"):
             _vector(args, name, channels, "instance_norm operand")
-        return [tensor(x, element)]
+        return [tensor(args.shape("x"), element)]
 
 
 class TrailingNormOp(_NormOp):

@@ -47,8 +47,7 @@ class IdentityOp(_RowMajorOp):
     input = operand(AnyTensor)
     output = result_def(AnyTensor)
 
-    bound_rule = classmethod(B.at_upper)
-    rule = same_type_as("input")
+    rule, bound_rule = same_type_as("input")
 
 
 @register_op
