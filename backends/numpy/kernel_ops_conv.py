@@ -1,7 +1,9 @@
 """conv2d on numpy: im2col + grouped matmul; without an im2col, dense convs by kernel row
 (runs of a row-shifted copy of the image that are BLAS matrices as they lie) and
 depthwise convs by kernel column (`_depthwise_columns`: banded weights times the image's
-rows as they lie, f32/f64; the kernel-row and im2col paths remain for the rest). Registered in `KERNEL_IMPLS` (kernel_ops.py,
+rows as they lie, f32/f64; the kernel-row and im2col paths remain for the rest), and
+dense convs of few input channels (first layers) by output row (`_conv_output_rows`: the
+image's rows with channels inside rows, per kernel column, one GEMM per output row). Registered in `KERNEL_IMPLS` (kernel_ops.py,
 which imports this module); the table there says how it works. A conv whose images take
 one GEMM each (1x1, or one im2col band) keeps its calls, views made, per executor and
 replays them while its arrays are the same objects (`_one_gemm`, kernel_ops.record): on
@@ -106,6 +108,16 @@ def conv2d(op, inputs, outputs, workspaces):
             record(op, arrays, calls)
         replay(calls)
         return
+    if group == 1 and c <= _OUTPUT_ROWS_C and 4 * wo >= m and dh == 1 and kh > 1 \
+            and cols is not None:
+        calls = _conv_output_rows(x, w, bias, y, cols, (top, left), (sh, sw), dw)
+        if calls is not None:
+            if config.get("epilogue"):
+                calls.append((run_epilogue, (config, inputs, y, epilogue_scratch(ws)), {}))
+            if all(np.may_share_memory(a, b) for a, b in calls.views):
+                record(op, arrays, calls)
+            replay(calls)
+            return
     rows_band = 0 if group > 1 or sh > 1 or kh == 1 or cols is None else \
         _kernel_rows_band(cols.size, c, m, (kh, kw), dh, ho, wo, cols.itemsize)
     if not rows_band:
@@ -442,7 +454,7 @@ def _depthwise(x, w, bias, y, padded, cols, pads, strides, dilations):
     mg, taps = m // c, kh * kw
     ho, wo = y.shape[2], y.shape[3]
     (sh, sw), (dh, dw), (top, left) = strides, dilations, pads
-    if _DEPTHWISE_COLUMNS:
+    if _DEPTHWISE_COLUMNS and ho * wo * kh * kw >= _COLUMNS_FROM:
         calls = _depthwise_columns(x, w, bias, y, padded, cols, pads, strides, dilations)
         if calls is not None:
             return calls
@@ -609,6 +621,11 @@ def _depthwise_rows_first(x, weights, bias, y, padded, cols, band, kernel, pads,
 
 # `_depthwise_columns` on (off: the paths above; A/B measurements and tests)
 _DEPTHWISE_COLUMNS = True
+# ... from this many outputs per channel times kernel taps: below it, its kw BLAS calls
+# per channel (or more) cost more than the im2col's one and its copies (in-model A/B, one
+# thread: 3x3 at 8x8 and 10x10 outputs, 1x5 at 1x40: 10-90% slower; 3x3 at 16x16 even;
+# 5x5 at 2x48 to 10x10, 3x3 from 3x80: 25-60% faster)
+_COLUMNS_FROM = 2000
 # Its cost of one 2-D product of a batched matmul in ns: per BLAS call, and per
 # multiply-add (fitted on 3x3 and 5x5 layers of 14x14 to 128x128 outputs, one thread)
 _CALL_NS, _MAC_NS = 40.0, 0.025
@@ -784,3 +801,74 @@ def _split_columns(image, phases, top, left, sw) -> None:
         if j1 > j0 and r1 > r0:
             np.copyto(inside[:, :, j0:j1],
                       image[:, r0 - top:r1 - top, start:start + (j1 - j0 - 1) * sw + 1:sw])
+
+
+# -- dense convs of few input channels, by output row -----------------------------------------
+
+# `_conv_output_rows` for dense convs of at most this many input channels, with Wo at
+# least a quarter of M (one-Conv A/B, 1 thread, conv op medians: a first layer on an RGB
+# image 3x3/2 at 224-320, 5x5/2 at 128-256, 7x7/2 at 224: 0.53-0.68x the time of the
+# im2col; 8 or 16 channels 2x2 or 3x3 at 20x20 to 160x160: 0.5-0.9x; 32 and 64 channels:
+# even; 12 -> 128 channels at 28x28 (Wo < M/4): 1.2x)
+_OUTPUT_ROWS_C = 16
+
+
+def _conv_output_rows(x, w, bias, y, cols, pads, strides, dw):
+    """A dense conv (one group, no row dilation) as one GEMM per output row, without an
+    im2col: S = the padded image's rows, channels inside rows, each read at every kernel
+    column (S[r, c, q] = padded row r of channel c at columns q*dw, q*dw + sw, ...: Wo
+    each, zeros for the pads), in which output row i's kh*C*kw rows are one run of S
+    from row i*sh, Wo apart: a BLAS matrix as it lies. Y[:, i] = W (M x kh*C*kw, kernel
+    rows outermost: copied each run) times it, batched over the rows, written straight
+    into Y. kw strided copies of the image where the im2col makes kh*kw.
+
+    Returns the steps as calls (`_Calls`), or None where the im2col workspace does not
+    hold S and the reordered weights."""
+    n, c, h, wd = x.shape
+    m, _, kh, kw = w.shape
+    ho, wo = y.shape[2], y.shape[3]
+    (sh, sw), (top, left) = strides, pads
+    if y.dtype not in (np.float32, np.float64) or x.dtype != y.dtype or w.dtype != y.dtype \
+            or ho * wo == 0:
+        return None
+    flat = _view_as(cols, (cols.size,))
+    need = (ho - 1) * sh + kh   # padded rows read
+    k = kh * c * kw
+    if need * c * kw * wo + m * k > flat.size:
+        return None
+    item = flat.itemsize
+    calls = _Calls()
+    s4 = _view_as(flat[:need * c * kw * wo], (need, c, kw, wo))
+    packed = _view_as(flat[need * c * kw * wo:need * c * kw * wo + m * k], (m, kh, c, kw))
+    by_row = _view_as(w, (m, c, kh, kw)).transpose(0, 2, 1, 3)
+    calls.views.append((by_row, w))
+    calls.append((np.copyto, (packed, by_row), {}))
+    weights = _view_as(packed, (m, k))
+    rows = _strided(flat, 0, (ho, k, wo), (sh * c * kw * wo * item, wo * item, item))
+    r0, r1 = min(need, top), max(min(need, top), min(need, top + h))
+    if r0:
+        calls.append((s4[:r0].fill, (0,), {}))
+    if r1 < need:
+        calls.append((s4[r1:].fill, (0,), {}))
+    columns = [_tap_range(wd, q * dw, sw, left, wo) for q in range(kw)]
+    for q, (j0, j1, _) in enumerate(columns):
+        if r1 > r0 and j1 > j0:
+            if j0:
+                calls.append((s4[r0:r1, :, q, :j0].fill, (0,), {}))
+            if j1 < wo:
+                calls.append((s4[r0:r1, :, q, j1:].fill, (0,), {}))
+        elif r1 > r0:
+            calls.append((s4[r0:r1, :, q].fill, (0,), {}))
+    for image in range(n):
+        src = x[image]
+        for q, (j0, j1, start) in enumerate(columns):
+            if r1 > r0 and j1 > j0:
+                calls.append((np.copyto, (s4[r0:r1, :, q, j0:j1], src[
+                    :, r0 - top:r1 - top, start:start + (j1 - j0 - 1) * sw + 1:sw
+                ].transpose(1, 0, 2)), {}))
+        calls.append((np.matmul, (weights, rows), {"out": y[image].transpose(1, 0, 2)}))
+    if bias is not None:
+        bias4 = _view_as(bias, (1, m, 1, 1))
+        calls.views.append((bias4, bias))
+        calls.append((np.add, (y, bias4), {"out": y}))
+    return calls

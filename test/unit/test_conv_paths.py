@@ -2,12 +2,18 @@
 graph level's reference on shapes that take it: lowered to kernels, printed and parsed
 back, run with poisoning on (test_kernels.check), and the path itself must have run.
 
-- depthwise with kh*kw*Ho*Wo >= 2500 (3x3 from 17x17 outputs, 5x5 from 10x10):
-  `_depthwise_rows_first` (T by kernel column and row phase, a batched matmul per band
+- depthwise, f32/f64, kh*kw*Ho*Wo >= 2000: `_depthwise_columns` (a batched matmul per
+  kernel column of banded weights by the padded image's rows or column phases as they
+  lie, summed into Y); smaller ones keep the im2col path.
+- dense convs of at most 16 input channels (first layers): `_conv_output_rows` (the
+  padded rows, channels inside rows, per kernel column; one GEMM per output row).
+- with `_depthwise_columns` off, depthwise with kh*kw*Ho*Wo >= 2500 (3x3 from 17x17
+  outputs, 5x5 from 10x10): `_depthwise_rows_first` (T by kernel column and row phase, a batched matmul per band
   and phase, kernel rows summed into Y): pads or none (X read as it lies), a multiplier,
   dilations, strides (2x2, 3x2, 2x1, with a dilation), several bands, a batch, f64,
   kernel rows that read only pads; smaller images keep the im2col path.
-- dense, stride 1 along the height, 32x32 outputs or more: `_conv_kernel_rows` (T by
+- dense (more than 16 channels here: `_conv_output_rows` off), stride 1 along the
+  height, 32x32 outputs or more: `_conv_kernel_rows` (T by
   kernel column, one GEMM per kernel row summed into Y, in bands of output rows).
 - the im2col in bands of output rows, the bias added band by band (strided, grouped,
   dilated, stride phases).
@@ -85,6 +91,20 @@ def test_depthwise_rows_first(monkeypatch, c, mg, hw, kernel, strides, dilations
                     (c * mg, 1) + kernel, attrs, bias, dtype)
 
 
+@pytest.mark.parametrize("c, hw, kernel, strides, pads", [
+    (96, (8, 8), (3, 3), (1, 1), (1, 1, 1, 1)),
+    (64, (20, 20), (3, 3), (2, 2), (1, 1, 1, 1)),
+    (32, (1, 40), (1, 5), (1, 1), (0, 2, 0, 2)),
+    (16, (14, 14), (5, 5), (2, 2), (2, 2, 2, 2)),
+])
+def test_depthwise_columns_not_below(monkeypatch, c, hw, kernel, strides, pads):
+    """Fewer than _COLUMNS_FROM outputs per channel times taps: the im2col path."""
+    taken = _taken(monkeypatch, "_depthwise_columns")
+    _checked(monkeypatch, "_depthwise_columns", c, (1, c) + hw, (c, 1) + kernel,
+             {"group": c, "pads": list(pads), "strides": list(strides)})
+    assert not taken
+
+
 def test_depthwise_small_images_keep_im2col(monkeypatch):
     """A 7x7 image: kh BLAS calls per channel cost more than the copies they save."""
     monkeypatch.setattr(conv, "_DEPTHWISE_COLUMNS", False)
@@ -139,6 +159,7 @@ def _taken(monkeypatch, name) -> list:
 ])
 def test_depthwise_columns(monkeypatch, c, mg, hw, kernel, strides, dilations, pads, n,
                            bias, dtype):
+    monkeypatch.setattr(conv, "_COLUMNS_FROM", 0)   # (the small ones too)
     taken = _taken(monkeypatch, "_depthwise_columns")
     attrs = {"group": c, "pads": list(pads), "strides": list(strides),
              "dilations": list(dilations)}
@@ -158,6 +179,54 @@ def test_depthwise_columns_bands(monkeypatch, rows, channels):
              {"group": 10, "pads": [1, 2, 1, 0], "strides": [1, 1]})
     assert taken and all(calls is not None for calls in taken)
 
+
+# Dense convs of few input channels (`_conv_output_rows`: S = the padded rows, channels
+# inside rows, per kernel column; one GEMM per output row): first layers (3x3/2, 5x5/2
+# with uneven pads, 7x7/2), strides 1 to 3 and uneven, a column dilation, 2x2 with
+# one-sided pads, a one-channel image, no pads, a kernel wider than the image's pads
+# reach, a batch, f64, no bias; not with a row dilation, nor Wo < M/4.
+@pytest.mark.parametrize("c, m, hw, kernel, strides, dilations, pads, n, bias, dtype", [
+    (3, 16, (64, 64), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1, True, np.float32),
+    (3, 24, (64, 64), (5, 5), (2, 2), (1, 1), (1, 1, 2, 2), 1, True, np.float32),
+    (3, 8, (45, 43), (7, 7), (2, 2), (1, 1), (3, 3, 3, 3), 2, True, np.float32),
+    (16, 8, (40, 40), (2, 2), (1, 1), (1, 1), (0, 0, 1, 1), 1, True, np.float32),
+    (8, 16, (33, 35), (3, 3), (2, 3), (1, 2), (2, 1, 0, 3), 1, False, np.float32),
+    (1, 4, (16, 50), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 2, True, np.float64),
+    (4, 6, (12, 13), (3, 2), (1, 3), (1, 1), (0, 0, 0, 0), 1, True, np.float32),
+    (2, 3, (9, 11), (5, 5), (1, 1), (1, 3), (4, 0, 1, 6), 1, True, np.float32),
+])
+def test_dense_output_rows(monkeypatch, c, m, hw, kernel, strides, dilations, pads, n, bias,
+                           dtype):
+    taken = _taken(monkeypatch, "_conv_output_rows")
+    attrs = {"pads": list(pads), "strides": list(strides), "dilations": list(dilations)}
+    _checked(monkeypatch, "_conv_output_rows", c * 5 + m, (n, c) + hw, (m, c) + kernel,
+             attrs, bias, dtype)
+    assert taken and all(calls is not None for calls in taken)
+
+
+@pytest.mark.parametrize("c, m, hw, dilations", [
+    (3, 8, (20, 20), (2, 1)),     # a row dilation
+    (12, 128, (28, 28), (1, 1)),  # Wo < M/4
+    (32, 8, (20, 20), (1, 1)),    # more channels than _OUTPUT_ROWS_C
+])
+def test_dense_output_rows_not_taken(monkeypatch, c, m, hw, dilations):
+    taken = _taken(monkeypatch, "_conv_output_rows")
+    _checked(monkeypatch, "_conv_output_rows", c, (1, c) + hw, (m, c, 3, 3),
+             {"pads": [1, 1, 1, 1], "dilations": list(dilations)})
+    assert not taken
+
+
+def test_dense_output_rows_with_epilogue(monkeypatch):
+    taken = _taken(monkeypatch, "_conv_output_rows")
+    rng = np.random.default_rng(5)
+    x = rand(rng, (1, 3, 30, 30))
+    model = model_of([node("Conv", ["x", "w", "b"], {"pads": [1, 1, 1, 1], "strides": [2, 2]},
+                           outs=("c",)),
+                      node("Relu", ["c"])], {"x": x},
+                     {"w": rand(rng, (8, 3, 3, 3)), "b": rand(rng, (8,))})
+    check(model, {"x": x}, "kernel.conv2d", atol=1e-5)
+    assert taken and taken[0] is not None
+
 # Dense convs, stride 1 along the height, 32x32 outputs or more: `_conv_kernel_rows`
 # (T by kernel column, one GEMM per kernel row summed into Y): pads or none, dilations,
 # a column stride, a 2x2 kernel with uneven pads, a batch, f64, a fused epilogue (Relu).
@@ -171,6 +240,7 @@ def test_depthwise_columns_bands(monkeypatch, rows, channels):
 ])
 def test_dense_kernel_rows(monkeypatch, c, m, hw, kernel, strides, dilations, pads, n,
                            bias, dtype):
+    monkeypatch.setattr(conv, "_OUTPUT_ROWS_C", 0)
     attrs = {"pads": list(pads), "strides": list(strides), "dilations": list(dilations)}
     calls = _checked(monkeypatch, "_conv_kernel_rows", c * 3 + m, (n, c) + hw,
                      (m, c) + kernel, attrs, bias, dtype)
@@ -185,6 +255,7 @@ def test_dense_kernel_rows(monkeypatch, c, m, hw, kernel, strides, dilations, pa
     ((33, 36), (2, 2), (1, 1), (0, 0, 1, 1)),
 ])
 def test_dense_kernel_rows_in_bands(monkeypatch, hw, kernel, dilations, pads):
+    monkeypatch.setattr(conv, "_OUTPUT_ROWS_C", 0)
     monkeypatch.setattr(conv, "_KERNEL_ROWS_BAND", 1)
     calls = _checked(monkeypatch, "_conv_kernel_rows", sum(hw), (1, 3) + hw, (4, 3) + kernel,
                      {"pads": list(pads), "dilations": list(dilations)})
@@ -192,6 +263,7 @@ def test_dense_kernel_rows_in_bands(monkeypatch, hw, kernel, dilations, pads):
 
 
 def test_dense_kernel_rows_with_epilogue(monkeypatch):
+    monkeypatch.setattr(conv, "_OUTPUT_ROWS_C", 0)
     calls = _counting(monkeypatch, "_conv_kernel_rows")
     rng = np.random.default_rng(11)
     x = rand(rng, (1, 4, 33, 33))
@@ -203,6 +275,7 @@ def test_dense_kernel_rows_with_epilogue(monkeypatch):
 
 
 def test_dense_small_images_keep_im2col(monkeypatch):
+    monkeypatch.setattr(conv, "_OUTPUT_ROWS_C", 0)
     assert not _checked(monkeypatch, "_conv_kernel_rows", 5, (1, 8, 20, 20), (8, 8, 3, 3),
                         {"pads": [1, 1, 1, 1]})
 
