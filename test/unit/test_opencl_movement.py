@@ -284,6 +284,24 @@ def test_resize_nearest_modes(nearest_mode, ctm):
     resized(x, scales=[1, 1, 3, 2], nearest_mode=nearest_mode, coordinate_transformation_mode=ctm)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.float16, np.int64])
+@pytest.mark.parametrize("shape, scales, axes", [
+    ((1, 3, 10, 40), [2, 2], [2, 3]),       # x2 along W: 16-lane vectors of 8, whole
+    ((2, 3, 5, 10), [2, 2], [2, 3]),        # x2: a vector of 16 and a tail of 4
+    ((1, 2, 6, 9), [4, 4], [2, 3]),         # x4, a tail only past 32
+    ((1, 2, 3, 5), [8, 8], [2, 3]),         # x8
+    ((1, 4, 7, 37), [3], [2]),              # along H only: rows copied, a tail of 5
+    ((1, 2, 6, 11), [1, 1.5], [2, 3]),      # a table of indices along W
+    ((3, 50), [2, 2], [0, 1]),              # 2-D
+    ((40,), [2], [0]),                      # 1-D: one row
+], ids=["x2", "x2 tail", "x4", "x8", "along H", "x1.5 table", "2-D", "1-D"])
+def test_resize_nearest_rows(dtype, shape, scales, axes):
+    """The row-wise nearest resize (no extrapolation): copied rows, integer upsamples of
+    repeated lanes with tails, index tables, every element size."""
+    resized(data(shape, dtype), scales=scales, axes=axes, mode="nearest",
+            coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+
+
 @pytest.mark.parametrize("mode", ["linear", "cubic"])
 @pytest.mark.parametrize("scales", [[0.5, 0.4], [0.25, 0.3], [2.0, 1.7]],
                          ids=["half", "quarter", "up"])
