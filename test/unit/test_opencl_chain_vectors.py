@@ -58,6 +58,50 @@ def test_vector_chains_match_numpy(case, dtype):
     assert stats.device_launches == 1
 
 
+# plain arithmetic (no math call) with a broadcast in: vectors of the widest lanes that
+# stay within a row (16, 8, 4), else the per-element form. (out, scale, bias, lanes)
+BROADCASTS = {
+    "channel scale, rows of 80": ((1, 6, 10, 80), (1, 6, 1, 1), (1, 6, 10, 80), 16),
+    "channel scale, rows of 40": ((2, 5, 3, 40), (1, 5, 1, 1), (1,), 8),
+    "row bias, rows of 20": ((3, 7, 20), (3, 7, 1), (20,), 4),
+    "rows of 6: per element": ((3, 5, 6), (3, 5, 1), (1,), 1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROADCASTS))
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_broadcast_chains_run_on_vectors(case, dtype):
+    from palimpsest.backends.opencl.kernels import elementwise
+    from palimpsest.backends.opencl.kernels.base import Arg, KernelCall
+
+    shape, s_shape, b_shape, lanes = BROADCASTS[case]
+    np_type = np.float32 if dtype == "f32" else np.float64
+    if dtype == "f64":
+        lanes = min(lanes, 8)
+    t, ts, tb = (f"tensor<{'x'.join(map(str, d))}x{dtype}>" for d in (shape, s_shape, b_shape))
+    text = f"""func.func @main(%a: {t}, %s: {ts}, %b: {tb}) -> {t} {{
+      %m = graph.mul %a, %s : ({t}, {ts}) -> {t}
+      %r = graph.add %m, %b : ({t}, {tb}) -> {t}
+      %y = graph.relu %r : ({t}) -> {t}
+      func.return %y : {t}
+    }}"""
+    rng = np.random.default_rng(4)
+    inputs = {"a": rng.standard_normal(shape).astype(np_type),
+              "s": rng.standard_normal(s_shape).astype(np_type),
+              "b": rng.standard_normal(b_shape).astype(np_type)}
+    _, _, stats = compare_backends(text, inputs, poison=True)
+    assert stats.device_launches == 1
+    dt = np.dtype(np_type)
+    call = KernelCall("kernel.elementwise",
+                      {"steps": ["graph.mul", "graph.add", "graph.relu"],
+                       "wiring": [[0, 1], [3, 2], [4]], "step_props": None},
+                      [Arg(shape, dt), Arg(s_shape, dt), Arg(b_shape, dt)], [Arg(shape, dt)])
+    (launch,) = elementwise.elementwise(call)
+    size = int(np.prod(shape))
+    assert launch.global_size[0] >= size // lanes and launch.global_size[0] < size // lanes + 16
+    assert (f"vstore{lanes}" in launch.source) == (lanes > 1)
+
+
 def test_vector_and_tail_tanh_are_rounded_from_double():
     from palimpsest.backends.numpy.session import Session
     from palimpsest.backends.opencl.runtime import device
