@@ -102,6 +102,27 @@ def test_broadcast_chains_run_on_vectors(case, dtype):
     assert (f"vstore{lanes}" in launch.source) == (lanes > 1)
 
 
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_erf_and_gelu_match_numpy(dtype):
+    """f32 erf (and GELU's) is the numpy backend's rational function (`pal_erf`), on
+    vectors and the tail; NaN stays NaN, infinities and large values saturate to +-1."""
+    n = 16 * 40 + 7
+    np_type = np.float32 if dtype == "f32" else np.float64
+    t = f"tensor<{n}x{dtype}>"
+    text = f"""func.func @main(%x: {t}) -> ({t}, {t}) {{
+      %e = graph.erf %x : ({t}) -> {t}
+      %g = graph.gelu %x : ({t}) -> {t}
+      func.return %e, %g : {t}, {t}
+    }}"""
+    x = np.random.default_rng(5).standard_normal(n).astype(np_type) * 2.5
+    x[:8] = [np.nan, np.inf, -np.inf, 10.0, -10.0, 0.0, -0.0, 4.0]
+    x[-3:] = [np.nan, 3.9, -1e-8]
+    expected, actual, _ = compare_backends(text, {"x": x}, rtol=1e-5, atol=1e-6, poison=True)
+    erf = np.asarray(actual["e"] if "e" in actual else list(actual.values())[0])
+    assert np.isnan(erf[0]) and np.isnan(erf[-3])
+    assert erf[1] == 1 and erf[2] == -1
+
+
 def test_vector_and_tail_tanh_are_rounded_from_double():
     from palimpsest.backends.numpy.session import Session
     from palimpsest.backends.opencl.runtime import device

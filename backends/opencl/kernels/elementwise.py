@@ -26,11 +26,12 @@ def _step(name: str, args: list, props: dict, t: str, vector: bool = False,
     c = lambda value: literal(value, t)  # noqa: E731
     x = args[0]
     tanh = "pal_tanh" if t == "float" and (exact_tanh or not vector) else "tanh"
+    erf = "pal_erf" if t == "float" else "erf"   # the numpy backend's rational (runtime.py)
     unary = {"graph.neg": f"(-{x})", "graph.exp": f"exp({x})", "graph.log": f"log({x})",
              "graph.sqrt": f"sqrt({x})", "graph.tanh": f"{tanh}({x})",
              "graph.sin": f"sin({x})", "graph.cos": f"cos({x})",
              "graph.floor": f"floor({x})", "graph.ceil": f"ceil({x})",
-             "graph.round": f"rint({x})", "graph.erf": f"erf({x})",
+             "graph.round": f"rint({x})", "graph.erf": f"{erf}({x})",
              "graph.reciprocal": f"({c(1)} / {x})",
              "graph.sigmoid": f"({c(1)} / ({c(1)} + exp(-{x})))",
              "graph.softplus": f"(fmax({x}, {c(0)}) + log1p(exp(-fabs({x}))))",
@@ -58,7 +59,7 @@ def _step(name: str, args: list, props: dict, t: str, vector: bool = False,
         if props.get("approximate", "none") == "tanh":
             inner = f"{c(0.7978845608028654)} * ({x} + {c(0.044715)} * {x} * {x} * {x})"
             return f"({c(0.5)} * {x} * ({c(1)} + tanh({inner})))"
-        return f"({c(0.5)} * {x} * ({c(1)} + erf({x} * {c(0.7071067811865476)})))"
+        return f"({c(0.5)} * {x} * ({c(1)} + {erf}({x} * {c(0.7071067811865476)})))"
     if name == "graph.leaky_relu":
         return f"({x} < {c(0)} ? {c(props.get('alpha', 0.01))} * {x} : {x})"
     if name in ("graph.elu", "graph.selu"):
