@@ -98,6 +98,33 @@ def test_average_pool_counting_pads(name, kernel, props):
                      {"x": _data((1, 2, 7, 8))})
 
 
+# the vector pool (`_vector_pool`): 16-lane vectors, edge vectors with -inf lanes, a
+# shifted last vector and row block; (shape, kernel, props)
+WIDE_POOLS = [
+    ("2x2 / 2", (1, 3, 34, 36), [2, 2], {"strides": [2, 2]}),
+    ("2x2 / 1, pads (0, 0, 1, 1)", (1, 2, 21, 37), [2, 2], {"pads": [0, 0, 1, 1]}),
+    ("3x3 / 2, pads 1", (2, 2, 31, 45), [3, 3], {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("5x5 / 1, pads 2 (SPP)", (1, 2, 13, 13), [5, 5], {"pads": [2, 2, 2, 2]}),
+    ("3x3 / 2, ceil_mode", (1, 2, 18, 40), [3, 3], {"strides": [2, 2], "ceil_mode": 1}),
+    ("dilations, wide pads", (1, 2, 9, 22), [3, 3], {"dilations": [2, 3],
+                                                     "pads": [2, 4, 1, 5]}),
+    ("3 x 2 / (3, 3)", (1, 2, 20, 50), [3, 2], {"strides": [3, 3]}),
+]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("mode", ["max", "average"])
+@pytest.mark.parametrize("name, shape, kernel, props", WIDE_POOLS,
+                         ids=[p[0] for p in WIDE_POOLS])
+def test_vector_pool(mode, name, shape, kernel, props, dtype):
+    np_type = np.float32 if dtype == "f32" else np.float64
+    x = _data(shape).astype(np_type)
+    x[0, 0, 0, :3] = np.nan            # NaN wins a max, at the edge and inside
+    x[0, -1, 5, 7] = np.nan
+    compare_backends(_pool_graph(mode, shape, kernel, dtype, **props), {"x": x},
+                     poison=True)
+
+
 @pytest.mark.parametrize("dtype, np_dtype", [("i32", np.int32), ("i8", np.int8),
                                              ("i64", np.int64)])
 def test_integer_max_pool(dtype, np_dtype):

@@ -424,15 +424,15 @@ def _full_c_shape(c_shape, y_shape, a_vector: bool, b_vector: bool) -> tuple:
 # -- conv2d -------------------------------------------------------------------------------------
 
 def _row_load(t: str, lanes: int, pointer: str, stride: int, column: str | None, width: int,
-              row: str | None = None):
+              row: str | None = None, fill: str | None = None):
     """`lanes` elements `stride` apart from `pointer` (column `column` of the row that
     starts at `row`, `width` long): plain vector loads, or with `column` given, lanes
-    outside the row read as zero (the conv's padding): each lane's column is clamped into
-    the row and gathered, then masked, without branches. Also the span of elements the
-    plain form reads."""
+    outside the row read as `fill` (default zero: the conv's padding): each lane's column
+    is clamped into the row and gathered, then masked, without branches. Also the span of
+    elements the plain form reads."""
     vt = _vtype(t, lanes)
     if column is not None:
-        zero = literal(0, t)
+        zero = fill or literal(0, t)
         if lanes == 1:
             return (f"(({column}) >= 0 && ({column}) < {width} ? "
                     f"({row})[clamp(({column}), 0, {width - 1})] : {zero})"), 0
@@ -742,14 +742,15 @@ def _depthwise_lanes(t: str, wo: int) -> int:
     return min(widths, key=lambda w: -(-wo // w) * DEPTHWISE_LANE_COST.get(w, 1.0))
 
 
-def _edge_load(t: str, lanes: int, start: int, stride: int, width: int, name: str):
+def _edge_load(t: str, lanes: int, start: int, stride: int, width: int, name: str,
+               fill: str | None = None):
     """The vector of `lanes` input columns start, start + stride, ... of row `xrow`
-    (`width` long), zero outside the row, all offsets known, as (a load into `name`, the
-    vector made of it): one plain (or strided) vector load inside the row, its lanes
-    moved into place by constant lane selection (no load where no lane is inside). None
-    where no such load fits in the row."""
+    (`width` long), `fill` (default zero) outside the row, all offsets known, as (a load
+    into `name`, the vector made of it): one plain (or strided) vector load inside the
+    row, its lanes moved into place by constant lane selection (no load where no lane is
+    inside). None where no such load fits in the row."""
     vt = _vtype(t, lanes)
-    zero = literal(0, t)
+    zero = fill or literal(0, t)
     columns = [start + i * stride for i in range(lanes)]
     inside = [i for i, col in enumerate(columns) if 0 <= col < width]
     if not inside:
