@@ -7,8 +7,8 @@ from __future__ import annotations
 from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
-    AnyTensor, FloatTensor, GraphOp, IndexTensor, ShapeError, float_prop, int_prop,
-    str_prop, tensor,
+    AnyTensor, FloatTensor, GraphOp, IndexTensor, ShapeError, flag_prop, float_prop,
+    int_prop, str_prop, tensor,
 )
 from palimpsest.dialects.graph.ops_nn import TrailingNormOp
 from palimpsest.ir.opdef import (
@@ -52,7 +52,7 @@ class AttentionOp(GraphOp):
     nonpad_kv_seqlen = optional_operand(IndexTensor)
     y = result_def(AnyTensor)
     extras = variadic_result(AnyTensor)
-    is_causal = int_prop(0, values=(0, 1))
+    is_causal = flag_prop(0)
     kv_num_heads = int_prop(optional=True)
     q_num_heads = int_prop(optional=True)
     qk_matmul_output_mode = int_prop(0, values=(0, 1, 2, 3))
@@ -118,7 +118,7 @@ class RotaryEmbeddingOp(GraphOp):
     sin_cache = operand(FloatTensor)
     position_ids = optional_operand(IndexTensor)
     y = result_def(AnyTensor)
-    interleaved = int_prop(0, values=(0, 1))
+    interleaved = flag_prop(0)
     num_heads = int_prop(0)
     rotary_embedding_dim = int_prop(0)
 

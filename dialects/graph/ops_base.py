@@ -110,6 +110,11 @@ def int_prop(default: int | None = None, *, optional: bool = False, check=None,
                    check=_and(_check_int, extra), description="an i64 integer")
 
 
+def flag_prop(default: int) -> PropDef:
+    """An ONNX flag: an i64 integer, 0 or 1."""
+    return int_prop(default, values=(0, 1))
+
+
 def float_prop(default: float | None = None, *, optional: bool = False) -> PropDef:
     return PropDef(A.FloatAttr, optional=optional or default is not None,
                    default=A.FloatAttr(float(default), FloatType("f32"))
@@ -641,7 +646,7 @@ __all__ = [
     "A", "AnyTensor", "Args", "BoolTensor", "FloatTensor", "GraphOp", "IndexTensor",
     "IndexVector", "IntTensor", "NumericTensor", "ONNX_DTYPES", "ONNX_DTYPE_CODES",
     "OPTIONAL", "SINGLE", "ScalarTensor", "ShapeError", "ShapeVector", "VARIADIC",
-    "constant_values", "declare_op", "dense_values", "float_prop", "floats_prop",
-    "int_prop", "ints_prop", "non_negative", "positive", "refine_type", "same_type_as",
-    "segments_prop", "str_prop", "tensor", "tensor_prop", "tensor_where",
+    "constant_values", "declare_op", "dense_values", "flag_prop", "float_prop",
+    "floats_prop", "int_prop", "ints_prop", "non_negative", "positive", "refine_type",
+    "same_type_as", "segments_prop", "str_prop", "tensor", "tensor_prop", "tensor_where",
 ]

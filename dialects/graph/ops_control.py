@@ -16,7 +16,7 @@ importer (or the text) declares; the verifier checks them against the terminator
 from __future__ import annotations
 
 from palimpsest.dialects.graph.ops_base import (
-    AnyTensor, GraphOp, ShapeError, int_prop, ints_prop, tensor,
+    AnyTensor, GraphOp, ShapeError, flag_prop, int_prop, ints_prop, tensor,
 )
 from palimpsest.dialects.graph.shapes import merge_shapes
 from palimpsest.ir.core import Operation
@@ -134,7 +134,7 @@ class ScanOp(_RegionOp):
     scan_input_directions = ints_prop()
     scan_output_axes = ints_prop()
     scan_output_directions = ints_prop()
-    batched = int_prop(0, values=(0, 1))   # Scan-8: dim 0 is a batch, scanned entry by entry
+    batched = flag_prop(0)   # Scan-8: dim 0 is a batch, scanned entry by entry
 
     def verify_(self) -> None:
         super().verify_()

@@ -10,7 +10,7 @@ from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
     ONNX_DTYPES, AnyTensor, FloatTensor, GraphOp, IndexTensor, NumericTensor, ShapeError,
-    floats_prop, int_prop, ints_prop, same_type_as, str_prop, tensor,
+    flag_prop, floats_prop, int_prop, ints_prop, same_type_as, str_prop, tensor,
 )
 from palimpsest.ir.opdef import (
     operand, optional_operand, register_op, result_def, variadic_operand, variadic_result,
@@ -29,7 +29,7 @@ class TriluOp(GraphOp):
     input = operand(AnyTensor)
     k = optional_operand(IndexTensor)
     output = result_def(AnyTensor)
-    upper = int_prop(1, values=(0, 1))
+    upper = flag_prop(1)
 
     bound_rule = classmethod(B.at_upper)
 
@@ -107,8 +107,8 @@ class _CumulativeOp(GraphOp):
     x = operand(NumericTensor)
     axis = operand(IndexTensor)
     y = result_def(AnyTensor)
-    exclusive = int_prop(0, values=(0, 1))
-    reverse = int_prop(0, values=(0, 1))
+    exclusive = flag_prop(0)
+    reverse = flag_prop(0)
 
     rule, bound_rule = same_type_as("x")
 
@@ -133,8 +133,8 @@ class TopKOp(GraphOp):
     values = result_def(AnyTensor)
     indices = result_def(AnyTensor)
     axis = int_prop(-1)
-    largest = int_prop(1, values=(0, 1))
-    sorted = int_prop(1, values=(0, 1))
+    largest = flag_prop(1)
+    sorted = flag_prop(1)
 
     @classmethod
     def rule(cls, args):
@@ -158,7 +158,7 @@ class UniqueOp(GraphOp):
     y = result_def(AnyTensor)
     extras = variadic_result(AnyTensor)
     axis = int_prop(optional=True)
-    sorted = int_prop(1, values=(0, 1))
+    sorted = flag_prop(1)
 
     @classmethod
     def rule(cls, args):

@@ -9,7 +9,8 @@ from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
     MAX_KNOWN_ELEMENTS, ONNX_DTYPES, AnyTensor, BoolTensor, FloatTensor, GraphOp,
-    NumericTensor, ShapeError, declare_op, float_prop, int_prop, str_prop, tensor,
+    NumericTensor, ShapeError, declare_op, flag_prop, float_prop, int_prop, str_prop,
+    tensor,
 )
 from palimpsest.ir.opdef import (
     InPlace, operand, optional_operand, register_op, result_def, variadic_operand,
@@ -174,7 +175,7 @@ AddOp = declare_op(BinaryOp, "graph.add", "AddOp", apply=staticmethod(operator.a
 SubOp = declare_op(BinaryOp, "graph.sub", "SubOp", apply=staticmethod(operator.sub))
 MulOp = declare_op(BinaryOp, "graph.mul", "MulOp", apply=staticmethod(operator.mul))
 DivOp = declare_op(BinaryOp, "graph.div", "DivOp", apply=staticmethod(S.int_div))
-ModOp = declare_op(BinaryOp, "graph.mod", "ModOp", fmod=int_prop(0, values=(0, 1)))
+ModOp = declare_op(BinaryOp, "graph.mod", "ModOp", fmod=flag_prop(0))
 
 
 @register_op
@@ -325,7 +326,7 @@ class CastOp(GraphOp):
     input = operand(AnyTensor)
     output = result_def(AnyTensor)
     to = int_prop(values=tuple(sorted(ONNX_DTYPES)))
-    saturate = int_prop(1, values=(0, 1))
+    saturate = flag_prop(1)
     round_mode = str_prop("up", choices=("up", "down", "nearest"))
 
     bound_rule = classmethod(B.at_upper)

@@ -11,7 +11,7 @@ from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
     ONNX_DTYPES, AnyTensor, BoolTensor, FloatTensor, GraphOp, NumericTensor, ShapeError,
-    declare_op, float_prop, int_prop, str_prop, tensor, tensor_where,
+    declare_op, flag_prop, float_prop, int_prop, str_prop, tensor, tensor_where,
 )
 from palimpsest.dialects.graph.ops_elementwise import (
     BinaryOp, BoolResult, FloatUnaryOp, UnaryOp,
@@ -73,8 +73,8 @@ class _ClassifyOp(BoolResult, UnaryOp):
 
 IsNaNOp = declare_op(_ClassifyOp, "graph.is_nan", "IsNaNOp")
 IsInfOp = declare_op(_ClassifyOp, "graph.is_inf", "IsInfOp",
-                     detect_negative=int_prop(1, values=(0, 1)),
-                     detect_positive=int_prop(1, values=(0, 1)))
+                     detect_negative=flag_prop(1),
+                     detect_positive=flag_prop(1))
 
 
 class _BitwiseOp(BinaryOp):
@@ -106,7 +106,7 @@ class CastLikeOp(GraphOp):
     input = operand(AnyTensor)
     target_type = operand(AnyTensor)
     output = result_def(AnyTensor)
-    saturate = int_prop(1, values=(0, 1))
+    saturate = flag_prop(1)
     round_mode = str_prop("up", choices=("up", "down", "nearest"))
 
     bound_rule = classmethod(B.at_upper)

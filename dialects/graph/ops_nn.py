@@ -6,8 +6,8 @@ from __future__ import annotations
 from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
-    AnyTensor, BoolTensor, FloatTensor, GraphOp, NumericTensor, ShapeError, float_prop,
-    int_prop, ints_prop, non_negative, positive, str_prop, tensor,
+    AnyTensor, BoolTensor, FloatTensor, GraphOp, NumericTensor, ShapeError, flag_prop,
+    float_prop, int_prop, ints_prop, non_negative, positive, str_prop, tensor,
 )
 from palimpsest.ir.opdef import (
     operand, optional_operand, register_op, result_def, variadic_result,
@@ -60,8 +60,8 @@ class GemmOp(GraphOp):
     y = result_def(AnyTensor)
     alpha = float_prop(1.0)
     beta = float_prop(1.0)
-    transA = int_prop(0, values=(0, 1))
-    transB = int_prop(0, values=(0, 1))
+    transA = flag_prop(0)
+    transB = flag_prop(0)
 
     bound_rule = classmethod(B.at_upper)
 
@@ -147,7 +147,7 @@ class ConvTransposeOp(_ConvLike):
 class _PoolOp(GraphOp):
     x = operand(FloatTensor)
     auto_pad = AUTO_PAD
-    ceil_mode = int_prop(0, values=(0, 1))
+    ceil_mode = flag_prop(0)
     dilations = ints_prop(check=positive)
     kernel_shape = ints_prop(optional=False, check=positive)
     pads = ints_prop(check=non_negative)
@@ -187,7 +187,7 @@ class MaxPoolOp(_PoolOp):
 class AveragePoolOp(_PoolOp):
     name = "graph.average_pool"
     y = result_def(AnyTensor)
-    count_include_pad = int_prop(0, values=(0, 1))
+    count_include_pad = flag_prop(0)
 
     bound_rule = classmethod(B.at_upper)
 
@@ -255,7 +255,7 @@ class BatchNormOp(_NormOp):
     input_var = operand(FloatTensor)
     stats = variadic_result(AnyTensor)
     momentum = float_prop(0.9)
-    training_mode = int_prop(0, values=(0, 1))
+    training_mode = flag_prop(0)
 
     @classmethod
     def rule(cls, args):
@@ -337,7 +337,7 @@ class _SoftmaxLike(GraphOp):
     input = operand(FloatTensor)
     output = result_def(AnyTensor)
     axis = int_prop(-1)
-    coerce_2d = int_prop(0, values=(0, 1))
+    coerce_2d = flag_prop(0)
 
     bound_rule = classmethod(B.at_upper)
 

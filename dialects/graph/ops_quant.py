@@ -10,8 +10,8 @@ from __future__ import annotations
 from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
-    ONNX_DTYPES, AnyTensor, FloatTensor, GraphOp, NumericTensor, ShapeError, int_prop,
-    non_negative, tensor,
+    ONNX_DTYPES, AnyTensor, FloatTensor, GraphOp, NumericTensor, ShapeError, flag_prop,
+    int_prop, non_negative, tensor,
 )
 from palimpsest.dialects.graph.ops_nn import ConvAttrs
 from palimpsest.ir.opdef import operand, optional_operand, register_op, result_def
@@ -54,7 +54,7 @@ class QuantizeLinearOp(_LinearQuantOp):
     y_scale = operand(AnyTensor)
     y_zero_point = optional_operand(AnyTensor)
     precision = int_prop(0)
-    saturate = int_prop(1, values=(0, 1))
+    saturate = flag_prop(1)
 
     @classmethod
     def result_element(cls, args):

@@ -13,8 +13,8 @@ from __future__ import annotations
 from palimpsest.dialects.graph.bound_rules import at_upper
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
-    AnyTensor, FloatTensor, GraphOp, IndexTensor, ShapeError, float_prop, floats_prop,
-    int_prop, str_prop, tensor, tensor_where,
+    AnyTensor, FloatTensor, GraphOp, IndexTensor, ShapeError, flag_prop, float_prop,
+    floats_prop, int_prop, str_prop, tensor, tensor_where,
 )
 from palimpsest.ir.types import IntegerType
 from palimpsest.ir.attributes import ArrayAttr, StringAttr
@@ -111,7 +111,7 @@ class _RecurrentOp(GraphOp):
     direction = str_prop("forward", choices=("forward", "reverse", "bidirectional"))
     hidden_size = int_prop(optional=True)
     layout = int_prop(0, values=(0, 1))
-    output_sequence = int_prop(0, values=(0, 1))  # opsets 1 and 3 (see the module doc)
+    output_sequence = flag_prop(0)  # opsets 1 and 3 (see the module doc)
 
     gates = 1          # gate blocks in W and R
     state_results = 1  # Y_h (and Y_c for LSTM)
@@ -177,7 +177,7 @@ class LSTMOp(_RecurrentOp):
     name = "graph.lstm"
     initial_c = optional_operand(FloatTensor)
     P = optional_operand(FloatTensor)
-    input_forget = int_prop(0, values=(0, 1))
+    input_forget = flag_prop(0)
     gates = 4
     state_results = 2
     states = ("initial_h", "initial_c")
@@ -193,7 +193,7 @@ class GRUOp(_RecurrentOp):
     """Gates z, r, h in W/R/B."""
 
     name = "graph.gru"
-    linear_before_reset = int_prop(0, values=(0, 1))
+    linear_before_reset = flag_prop(0)
     gates = 3
 
 

@@ -8,8 +8,8 @@ import math
 from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
-    AnyTensor, GraphOp, IntTensor, NumericTensor, ShapeError, declare_op, int_prop,
-    tensor, tensor_where,
+    AnyTensor, GraphOp, IntTensor, NumericTensor, ShapeError, declare_op, flag_prop,
+    int_prop, tensor, tensor_where,
 )
 from palimpsest.ir.opdef import operand, optional_operand, result_def
 from palimpsest.ir.types import FloatType, IntegerType, i64
@@ -25,8 +25,8 @@ class ReduceOp(GraphOp):
     data = operand(NumericTensor)
     axes = optional_operand(IntTensor)
     reduced = result_def(AnyTensor)
-    keepdims = int_prop(1, values=(0, 1))
-    noop_with_empty_axes = int_prop(0, values=(0, 1))
+    keepdims = flag_prop(1)
+    noop_with_empty_axes = flag_prop(0)
     # whether reducing over no axes (noop_with_empty_axes) returns the input unchanged; the
     # composite reductions still apply their elementwise step (ReduceL1 -> |x|,
     # ReduceSumSquare -> x * x, ...): those are not folded to the input
@@ -111,8 +111,8 @@ class ArgReduceOp(GraphOp):
     data = operand(NumericTensor)
     reduced = result_def(AnyTensor)
     axis = int_prop(0)
-    keepdims = int_prop(1, values=(0, 1))
-    select_last_index = int_prop(0, values=(0, 1))
+    keepdims = flag_prop(1)
+    select_last_index = flag_prop(0)
 
     bound_rule = classmethod(B.at_upper)
 

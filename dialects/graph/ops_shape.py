@@ -7,8 +7,8 @@ from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
     MAX_KNOWN_ELEMENTS, AnyTensor, FloatTensor, GraphOp, IndexTensor, IndexVector,
-    ShapeError, ShapeVector, declare_op, float_prop, int_prop, ints_prop, non_negative,
-    same_type_as, str_prop, tensor,
+    ShapeError, ShapeVector, declare_op, flag_prop, float_prop, int_prop, ints_prop,
+    non_negative, same_type_as, str_prop, tensor,
 )
 from palimpsest.ir.opdef import (
     operand, optional_operand, register_op, result_def, variadic_operand, variadic_result,
@@ -60,7 +60,7 @@ class ReshapeOp(_RowMajorOp):
     data = operand(AnyTensor)
     shape = operand(ShapeVector)
     reshaped = result_def(AnyTensor)
-    allowzero = int_prop(0, values=(0, 1))
+    allowzero = flag_prop(0)
 
     bound_rule = classmethod(B.reshape_bounds)
 
@@ -332,13 +332,13 @@ class ResizeOp(GraphOp):
     scales = optional_operand(FloatTensor)
     sizes = optional_operand(ShapeVector)
     y = result_def(AnyTensor)
-    antialias = int_prop(0, values=(0, 1))
+    antialias = flag_prop(0)
     axes = ints_prop()
     coordinate_transformation_mode = str_prop("half_pixel", choices=(
         "half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
         "asymmetric", "tf_crop_and_resize"))
     cubic_coeff_a = float_prop(-0.75)
-    exclude_outside = int_prop(0, values=(0, 1))
+    exclude_outside = flag_prop(0)
     extrapolation_value = float_prop(0.0)
     keep_aspect_ratio_policy = str_prop("stretch", choices=(
         "stretch", "not_larger", "not_smaller"))

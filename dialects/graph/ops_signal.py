@@ -6,7 +6,7 @@ from __future__ import annotations
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
     ONNX_DTYPES, AnyTensor, FloatTensor, GraphOp, IndexTensor, NumericTensor, ShapeError,
-    int_prop, tensor,
+    flag_prop, int_prop, tensor,
 )
 from palimpsest.ir.opdef import operand, optional_operand, register_op, result_def
 
@@ -28,7 +28,7 @@ class _WindowOp(GraphOp):
     size = operand(IndexTensor)
     output = result_def(AnyTensor)
     output_datatype = int_prop(1)
-    periodic = int_prop(1, values=(0, 1))
+    periodic = flag_prop(1)
 
     @classmethod
     def rule(cls, args):
@@ -78,8 +78,8 @@ class DFTOp(GraphOp):
     dft_length = optional_operand(IndexTensor)
     axis = optional_operand(IndexTensor)
     output = result_def(AnyTensor)
-    inverse = int_prop(0, values=(0, 1))
-    onesided = int_prop(0, values=(0, 1))
+    inverse = flag_prop(0)
+    onesided = flag_prop(0)
 
     @classmethod
     def rule(cls, args):
@@ -118,7 +118,7 @@ class STFTOp(GraphOp):
     window = optional_operand(NumericTensor)
     frame_length = optional_operand(IndexTensor)
     output = result_def(AnyTensor)
-    onesided = int_prop(1, values=(0, 1))
+    onesided = flag_prop(1)
 
     @classmethod
     def rule(cls, args):

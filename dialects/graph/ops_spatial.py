@@ -6,8 +6,8 @@ from __future__ import annotations
 from palimpsest.dialects.graph import bound_rules as B
 from palimpsest.dialects.graph import shapes as S
 from palimpsest.dialects.graph.ops_base import (
-    AnyTensor, FloatTensor, GraphOp, IndexTensor, ShapeError, float_prop, int_prop, ints_prop,
-    non_negative, positive, str_prop, tensor,
+    AnyTensor, FloatTensor, GraphOp, IndexTensor, ShapeError, flag_prop, float_prop,
+    int_prop, ints_prop, non_negative, positive, str_prop, tensor,
 )
 from palimpsest.ir.opdef import operand, optional_operand, register_op, result_def
 
@@ -28,7 +28,7 @@ class GridSampleOp(GraphOp):
     x = operand(AnyTensor)
     grid = operand(FloatTensor)
     y = result_def(AnyTensor)
-    align_corners = int_prop(0, values=(0, 1))
+    align_corners = flag_prop(0)
     mode = str_prop("linear", choices=("linear", "bilinear", "nearest", "cubic", "bicubic"))
     padding_mode = str_prop("zeros", choices=("zeros", "border", "reflection"))
 
@@ -50,7 +50,7 @@ class AffineGridOp(GraphOp):
     theta = operand(FloatTensor)
     size = operand(IndexTensor)
     grid = result_def(AnyTensor)
-    align_corners = int_prop(0, values=(0, 1))
+    align_corners = flag_prop(0)
 
     @classmethod
     def rule(cls, args):
