@@ -98,6 +98,28 @@ def test_transpose_element_types(dtype):
     transposed(data((4, 5, 6), dtype), (1, 0, 2))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.float16, np.int64])
+@pytest.mark.parametrize("shape, perm", [
+    ((1, 64, 64, 3), (0, 3, 1, 2)),     # NHWC image -> NCHW: 3 channels deinterleaved
+    ((2, 3, 17, 5), (0, 2, 3, 1)),      # NCHW -> NHWC: interleaved, a tail of 5
+    ((37, 8), (1, 0)),                  # 8 wide, a tail
+    ((2, 40, 2), (0, 2, 1)),            # 2 wide, batch 2
+    ((5, 33), (1, 0)),                  # 5 rows interleaved, a tail of 1
+    ((1, 7, 16), (0, 2, 1)),            # one whole vector
+], ids=["nhwc to nchw", "nchw to nhwc", "8 wide", "2 wide", "5 rows", "one vector"])
+def test_narrow_transpose(shape, perm, dtype):
+    """A transpose whose short side is at most 8: vectors of 16 positions of the long
+    side, lanes moved by constant selection, and the tail element by element."""
+    from palimpsest.backends.opencl.kernels import movement
+    from palimpsest.backends.opencl.kernels.base import Arg, KernelCall
+
+    transposed(data(shape, dtype), perm)
+    out = tuple(shape[p] for p in perm)
+    call = KernelCall("kernel.transpose", {"perm": list(perm)}, [Arg(shape, np.dtype(dtype))],
+                      [Arg(out, np.dtype(dtype))])
+    assert [launch.kernel for launch in movement.transpose(call)] == ["transpose_narrow"]
+
+
 # -- concat ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("axis", [0, 1, 2])
