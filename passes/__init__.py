@@ -11,6 +11,7 @@ PASSES = {
     "infer-shapes": "infer_shapes",
     "canonicalize": "canonicalize",
     "fold-constants": "fold_constants",
+    "inline-static-branches": "inline_branches",
     "bufferize": "bufferize",
     "insert-deallocs": "insert_deallocs",
     "lower-to-kernels": "lower_to_kernels",

@@ -111,15 +111,17 @@ class _Lazy:
         return len(self.operands)
 
 
-def infer_shapes(root: Operation, fold: bool = True) -> InferShapesResult:
+def infer_shapes(root: Operation, fold: bool = True, regions: bool = True) -> InferShapesResult:
     """Refine types under `root` (usually a module) in place; see the module doc.
-    With fold=False no constant is created and no op erased (values still propagate)."""
+    With fold=False no constant is created and no op erased (values still propagate);
+    with regions=False only the ops of function bodies are visited, not those inside a
+    graph op's regions (a branch not taken may not fit the shapes: inline_branches.py)."""
     result = InferShapesResult()
     # One walk in program order suffices: operands are visited before their users,
     # and functions that are called are never retyped.
     returns = _retypable_returns(root)
     state = _State()
-    for op in root.walk():
+    for op in root.walk() if regions else _body_ops(root):
         if not isinstance(op, GraphOp) or op.parent is None or _settled_constant(op):
             continue
         _visit(op, state, returns, fold, result)
@@ -133,6 +135,13 @@ def infer_shapes(root: Operation, fold: bool = True) -> InferShapesResult:
     for fn, ret in returns.values():
         _retype_function(fn, ret, result)
     return result
+
+
+def _body_ops(root: Operation):
+    """The ops of each function body under `root`, none inside their ops' regions."""
+    for fn in root.walk():
+        if fn.name == "func.func" and fn.regions and fn.regions[0].blocks:
+            yield from list(fn.regions[0].blocks[0].ops)
 
 
 def _settled_constant(op: GraphOp) -> bool:

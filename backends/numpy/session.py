@@ -88,6 +88,11 @@ from palimpsest.ir.types import TensorType
 
 
 VERIFY_MODES = ("first", "plans", "passes", "none")
+# Guards (integer inputs that decide an If): the most elements an input may have for its
+# value to join the signature, and the most distinct values a session plans for before
+# it stops (a value that changes every run would compile every run).
+MAX_GUARD_ELEMENTS = 8
+MAX_GUARD_VALUES = 8
 _MISSING = object()
 
 
@@ -236,6 +241,14 @@ class Session:
         self._input_checks = None    # per input (name, type, fast check): `_input_checks`
         self._again = None           # what `run_again` needs of `last_plan` (`_again`)
         self._bounded: set = set()   # inputs given bounds (set_input_bound)
+        # integer inputs an If's condition is computed from: their values (small ones)
+        # join the signature, and a plan inlines the branches they and the shapes decide
+        self._guards: list = []
+        self._guard_values: set = set()   # the distinct values seen (MAX_GUARD_VALUES)
+        if self.specialize and has_control_flow(module):
+            from palimpsest.passes.inline_branches import branch_guards
+
+            self._guards = branch_guards(func)
         self._cache: OrderedDict = OrderedDict()
         self._dynamic: CompiledPlan | None = None
         self.prepared = False
@@ -303,6 +316,22 @@ class Session:
     def _clone(self):
         return clone_op(self._module)
 
+    def _signature(self, arrays: list) -> tuple:
+        """The plan-cache key of a run's arrays (in input order): their shapes, and with
+        guards the values of the small ones (an input changing its value every run, a
+        step counter, stops being a guard after MAX_GUARD_VALUES distinct values)."""
+        shapes = tuple([a.shape for a in arrays])
+        if not self._guards:
+            return shapes
+        values = tuple((i, arrays[i].dtype.str, tuple(arrays[i].ravel().tolist()))
+                       for i in self._guards if arrays[i].size <= MAX_GUARD_ELEMENTS)
+        if values not in self._guard_values:
+            self._guard_values.add(values)
+            if len(self._guard_values) > MAX_GUARD_VALUES:
+                self._guards = []
+                return shapes
+        return shapes + (values,) if values else shapes
+
     def _compile(self, signature):
         from palimpsest.ir.verifier import verify
         from palimpsest.passes.pass_manager import PassManager, parse_pipeline
@@ -315,6 +344,16 @@ class Session:
             func = find_function(module, self.function)
             if signature is not None:
                 specialize_inputs(func, dict(zip(self.input_names, signature)))
+                if has_control_flow(module):
+                    # the Ifs whose conditions the shapes (and guards) decide go inline:
+                    # what they leave is planned as one function, without segments
+                    from palimpsest.passes.inline_branches import inline_static_branches
+
+                    args = func.regions[0].blocks[0].args
+                    known = {} if len(signature) == len(args) else {
+                        args[i]: np.array(values, np.dtype(dtype)).reshape(signature[i])
+                        for i, dtype, values in signature[-1]}
+                    inline_static_branches(func, known)
             elif self._bounded:
                 retype_inputs(func, self.input_types)  # the dynamic plan, at the bounds
             if has_control_flow(module):
@@ -413,7 +452,7 @@ class Session:
         hit = None
         compile_seconds = 0.0
         if self.specialize:
-            signature = tuple([a.shape for a in arrays.values()])   # (in input order)
+            signature = self._signature(list(arrays.values()))   # (in input order)
             plan, hit = self._lookup(signature)
             if not hit:
                 compile_seconds = plan.compile_seconds
@@ -450,9 +489,9 @@ class Session:
         does, the executor's own binding checks the arrays (shape, dtype: the same errors),
         no RunReport (`last_stats` is left as it was); stats and `last_plan` kept."""
         if self.specialize:
-            plan, _ = self._lookup(tuple(a.shape for a in arrays.values())
-                                   if list(arrays) == self.input_names else
-                                   tuple(arrays[n].shape for n in self.input_names))
+            plan, _ = self._lookup(self._signature(
+                list(arrays.values()) if list(arrays) == self.input_names else
+                [arrays[n] for n in self.input_names]))
         else:
             plan = self._dynamic_plan()
         results, _ = plan.run(arrays, None, self.profiler)
@@ -468,6 +507,8 @@ class Session:
         and its results come back as a list in output order; else None (nothing ran: the
         caller goes through `run_checked`). No profiler: a profiled session never takes it."""
         plan = self.last_plan
+        if self._guards:   # (the values would need checking too: run_checked does)
+            return None
         again = self._again
         if again is None or again[0] is not plan:
             again = self._again = _again(plan, self.profiler)

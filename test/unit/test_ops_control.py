@@ -45,9 +45,11 @@ def _segments_run(session):
     return [(s, s.session) for s in segments if s.session is not None]
 
 
-def _if_model():
+def _if_model(rate_type=T.FLOAT):
     """sr == 16000 selects a conv branch, else a matmul branch; both read x and weights
-    of the outer graph (initializers used only inside the branches)."""
+    of the outer graph (initializers used only inside the branches). A float `sr` is
+    data to a session: the If runs as segments; an int64 one (as Silero VAD's) is a guard,
+    its value part of the plan's signature: the branch it takes is inlined."""
     w16 = RNG.standard_normal((4, 1, 3)).astype(np.float32)
     w8 = RNG.standard_normal((8, 4)).astype(np.float32)
     then = h.make_graph(
@@ -64,19 +66,24 @@ def _if_model():
              h.make_node("If", ["is16"], ["y"], then_branch=then, else_branch=other)]
     graph = h.make_graph(
         nodes, "vad", [h.make_tensor_value_info("x", T.FLOAT, [2, 8]),
-                       h.make_tensor_value_info("sr", T.INT64, [])],
+                       h.make_tensor_value_info("sr", rate_type, [])],
         [h.make_tensor_value_info("y", T.FLOAT, None)],
         initializer=[numpy_helper.from_array(w16, "w16"), numpy_helper.from_array(w8, "w8"),
-                     numpy_helper.from_array(np.array(16000, np.int64), "k16"),
+                     numpy_helper.from_array(np.array(
+                         16000, helper_dtype(rate_type)), "k16"),
                      numpy_helper.from_array(np.array([1], np.int64), "axis1")])
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
+def helper_dtype(onnx_type):
+    return np.dtype(h.tensor_dtype_to_np_dtype(onnx_type))
 
 
 @pytest.mark.parametrize("rate", [16000, 8000])
 def test_if_branches_are_subnetworks_reading_outer_values(rate):
     model = _if_model()
     x = RNG.standard_normal((2, 8)).astype(np.float32)
-    session = _check(model, {"x": x, "sr": np.array(rate, np.int64)})
+    session = _check(model, {"x": x, "sr": np.array(rate, np.float32)})
     # the branch taken ran as a planned function: its ops are kernel ops writing into a
     # planned pool, its weights constants of that function
     ran = _segments_run(session)
@@ -132,3 +139,40 @@ def test_scan_running_sum_in_both_directions():
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 16)])
     _check(model, {"init": np.zeros(2, np.float32),
                    "xs": RNG.standard_normal((5, 2)).astype(np.float32)})
+
+
+def test_if_decided_by_an_integer_input_is_inlined_per_value():
+    """An int64 `sr` deciding the If is a guard: each value gets a plan of its own with
+    the branch taken inlined (no segments: one function, planned as one); a value seen
+    before hits its plan."""
+    model = _if_model(T.INT64)
+    session = None
+    for rate in (16000, 8000, 16000):
+        x = RNG.standard_normal((2, 8)).astype(np.float32)
+        feeds = {"x": x, "sr": np.array(rate, np.int64)}
+        if session is None:
+            session = _check(model, feeds)
+        else:
+            want = ort.InferenceSession(model.SerializeToString()).run(["y"], feeds)[0]
+            np.testing.assert_allclose(session.run(feeds)["y"], want, rtol=1e-5, atol=1e-6)
+        ops = {op.name for op in session.last_plan.func.walk()}
+        assert "graph.if" not in ops and not any(n.startswith("graph.") for n in ops)
+        assert ("kernel.conv2d" in ops) == (rate == 16000)
+    assert session.stats.compiles == 2 and session.last_stats.cache_hit
+
+
+def test_a_guard_whose_value_keeps_changing_stops_being_one():
+    """A value that changes every run would compile every run: past MAX_GUARD_VALUES
+    distinct values the session plans the If as segments again, and still matches."""
+    from palimpsest.backends.numpy.session import MAX_GUARD_VALUES, has_control_flow
+
+    model = _if_model(T.INT64)
+    session = Session(import_onnx(model), poison=True)
+    runner = ort.InferenceSession(model.SerializeToString())
+    for rate in range(16000 - MAX_GUARD_VALUES, 16003):
+        feeds = {"x": RNG.standard_normal((2, 8)).astype(np.float32),
+                 "sr": np.array(rate, np.int64)}
+        np.testing.assert_allclose(session.run(feeds)["y"], runner.run(["y"], feeds)[0],
+                                   rtol=1e-5, atol=1e-6, err_msg=str(rate))
+    assert has_control_flow(session.last_plan.module)
+    assert session.stats.compiles == MAX_GUARD_VALUES + 1
