@@ -65,6 +65,7 @@ DOT_BLOCK = 16                      # outputs per work-item in the k-vector (dot
 CONV_LANES = 8                      # output columns per im2col vector
 IM2COL_ITEMS = 256                  # work-items per work-group (see _local_size)
 DEPTHWISE_ITEMS = 64
+PAD_ROWS = 16                       # padded rows per work-group of pad_image
 DEPTHWISE_ROWS = 4                  # output rows per depthwise work-item (2: 0-25% slower,
                                     # 6: spills on 5x5 kernels)
 DEPTHWISE_LANE_COST = {16: 1.0, 8: 0.7, 4: 0.5, 2: 0.45}   # a vector's relative time
@@ -622,50 +623,54 @@ def _implicit(call, t: str, g: dict, ix: str, has_bias: bool, buffers: list, arg
 def _pad_image(t: str, g: dict, ix: str) -> Launch:
     """The launch that copies image `image` (its last argument) into the `padded`
     workspace, zeros around, each padded row split by column phase (`_phases`) when the
-    conv is strided along W: a vector of one phase's columns per work-item, a plain load
-    inside the input row (every sw-th element), a masked gather at its edges
-    (`_row_load`)."""
-    hp, wp, sw = g["hp"], g["wp"], g["sw"]
-    whole, rem = divmod(wp, sw)
-    longest = whole + (rem > 0)                  # phase 0's columns (all, stride 1)
-    lanes = _pow2_at_most(longest, LANES[t])
-    per = -(-longest // lanes)                   # work-items per phase of a row
-    fast, span = _row_load(t, lanes, "xr", sw, None, g["wd"])
-    checked, _ = _row_load(t, lanes, "xr", sw, "iw", g["wd"], "xrow")
-    size = (sw * per, hp, g["c"])
+    conv is strided along W: a work-item per padded row; per phase, the columns before
+    and after the input's are zeros and those between are copied in vectors (every sw-th
+    input element), all bounds known when generating, a row above or below the input
+    zeros. (A work-item per vector gathered lane by lane at the row's edges: 2-3x
+    slower.)"""
+    hp, wp, sw, wd, left = g["hp"], g["wp"], g["sw"], g["wd"], g["left"]
+    lanes = _pow2_at_most(wd, LANES[t])
+    vt = _vtype(t, lanes)
+    zero = literal(0, t)
+    _, span = _row_load(t, lanes, "s", sw, None, wd)
+    lines = []
+    for r, start in enumerate(_phases(wp, sw)):
+        count = len(range(r, wp, sw))
+        # phase column j is padded column r + j * sw, input column r + j * sw - left
+        first = max(0, -(-(left - r) // sw))               # the first inside the input
+        last = min(count - 1, (wd - 1 + left - r) // sw)    # the last inside
+        vector_last = (wd - span + left - r) // sw          # the last a vector may start at
+        lines.append(f"    {{ __global {t}* o = out + {start};\n")
+        if first > last:
+            lines.append(f"      for (int j = 0; j < {count}; ++j) o[j] = {zero};\n    }}\n")
+            continue
+        lines.append(f"      for (int j = 0; j < {first}; ++j) o[j] = {zero};\n"
+                     f"      __global const {t}* s = xrow + {r + first * sw - left};\n"
+                     f"      int j = {first};\n")
+        if lanes > 1 and vector_last >= first:
+            load, _ = _row_load(t, lanes, f"s + (j - {first}) * {sw}", sw, None, wd)
+            lines.append(f"      for (; j <= {vector_last}; j += {lanes}) "
+                         f"vstore{lanes}({load}, 0, o + j);\n")
+        lines.append(f"      for (; j <= {last}; ++j) o[j] = s[(j - {first}) * {sw}];\n"
+                     f"      for (; j < {count}; ++j) o[j] = {zero};\n    }}\n")
     pad_buffers = [("x", t, False), ("padded", t, True)]
-    if sw == 1:
-        head = (f"  const {ix} j0 = get_global_id(0) * {lanes}, h = get_global_id(1), "
-                f"c = get_global_id(2);\n"
-                f"  const {ix} iw = j0 - {g['left']};\n")
-        at, store = "j0", _store_row(t, lanes, "v", "out", "j0", wp)
-    else:
-        head = (f"  const {ix} r = get_global_id(0) / {per}, "
-                f"j0 = (get_global_id(0) % {per}) * {lanes};\n"
-                f"  const {ix} h = get_global_id(1), c = get_global_id(2);\n"
-                f"  const {ix} count = {whole} + (r < {rem});\n"   # the phase's columns
-                f"  if (j0 >= count) return;\n"
-                f"  const {ix} iw = r + j0 * {sw} - {g['left']};\n")
-        at = f"r * {whole} + min(r, ({ix}){rem}) + j0"
-        lane_stores = " ".join(f"if (j0 + {i} < count) out[{i}] = {_lane('v', lanes, i)};"
-                               for i in range(lanes))
-        store = (f"if (j0 + {lanes} <= count) {_store_row(t, lanes, 'v', 'out', 'j0', lanes)} "
-                 f"else {{ {lane_stores} }}") if lanes > 1 else "out[0] = v;"
-    return Launch(
+    size = (hp, g["c"])
+    source = (
         f"__kernel void pad_image({params(*pad_buffers)}, const int image) {{\n"
-        f"{bind(*pad_buffers)}\n{head}"
+        f"{bind(*pad_buffers)}\n"
+        f"  const {ix} h = get_global_id(0), c = get_global_id(1);\n"
         f"  const {ix} ih = h - {g['top']};\n"
-        f"  {_vtype(t, lanes)} v = 0;\n"
-        f"  if (ih >= 0 && ih < {g['h']}) {{\n"
+        f"  __global {t}* out = padded + (c * {hp} + h) * {wp};\n"
+        f"  if (ih < 0 || ih >= {g['h']}) {{\n"
+        f"    int j = 0;\n" +
+        (f"    for (; j + {lanes} <= {wp}; j += {lanes}) vstore{lanes}(({vt})({zero}), 0, "
+         f"out + j);\n" if lanes > 1 else "") +
+        f"    for (; j < {wp}; ++j) out[j] = {zero};\n"
+        f"  }} else {{\n"
         f"    __global const {t}* xrow = x + ((image * {g['c']} + c) * {g['h']} + ih) * "
-        f"{g['wd']};\n"
-        f"    __global const {t}* xr = xrow + iw;\n"
-        f"    if (iw >= 0 && iw + {span - 1} < {g['wd']}) v = {fast};\n"
-        f"    else v = {checked};\n  }}\n"
-        f"  __global {t}* out = padded + (c * {hp} + h) * {wp} + {at};\n"
-        f"  {store}\n}}\n",
-        "pad_image", size, _local_size(size, IM2COL_ITEMS),
-        [ref("in", 0), ref("ws", "padded"), None])
+        f"{wd};\n" + "".join(lines) + "  }\n}\n")
+    return Launch(source, "pad_image", size, _local_size(size, PAD_ROWS),
+                  [ref("in", 0), ref("ws", "padded"), None])
 
 
 def _im2col(t: str, g: dict, ix: str, rows: int, band: int, bands: int, width: int,
