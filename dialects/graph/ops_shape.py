@@ -236,18 +236,23 @@ class SliceOp(GraphOp):
                                axes if args.has("axes") else None, steps)]
 
 
-@register_op
-class GatherOp(GraphOp):
-    """Picks entries of `data` along `axis`: result = data[:axis] + indices + data[axis+1:]."""
+class _GatherLikeOp(GraphOp):
+    """Gather and GatherElements: entries of `data` picked by `indices` along `axis`."""
 
-    name = "graph.gather"
-    moves_values = ("data",)
     data = operand(AnyTensor)
     indices = operand(IndexTensor)
     output = result_def(AnyTensor)
     axis = int_prop(0)
 
     bound_rule = classmethod(B.at_upper)
+
+
+@register_op
+class GatherOp(_GatherLikeOp):
+    """Picks entries of `data` along `axis`: result = data[:axis] + indices + data[axis+1:]."""
+
+    name = "graph.gather"
+    moves_values = ("data",)
 
     @classmethod
     def rule(cls, args):
@@ -268,14 +273,8 @@ class GatherOp(GraphOp):
 
 
 @register_op
-class GatherElementsOp(GraphOp):
+class GatherElementsOp(_GatherLikeOp):
     name = "graph.gather_elements"
-    data = operand(AnyTensor)
-    indices = operand(IndexTensor)
-    output = result_def(AnyTensor)
-    axis = int_prop(0)
-
-    bound_rule = classmethod(B.at_upper)
 
     @classmethod
     def rule(cls, args):
