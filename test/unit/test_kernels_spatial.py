@@ -147,6 +147,12 @@ REAL = {
     # PP-OCR detector heads: 2x2 stride-2 upsampling, every out cell hit once
     "ocr_head_up": ((1, 24, 160, 160), (24, 24, 2, 2), True, {"strides": [2, 2]}),
     "ocr_head_last": ((1, 24, 320, 320), (24, 1, 2, 2), True, {"strides": [2, 2]}),
+    # kernel == stride (OpenCL's `_tiled`): a shifted last vector, channels not a multiple
+    # of the block, batch 2, narrow rows, one column
+    "tiled_odd": ((2, 5, 7, 21), (5, 11, 2, 2), False, {"strides": [2, 2]}),
+    "tiled_3x2": ((1, 6, 5, 9), (6, 3, 3, 2), True, {"strides": [3, 2]}),
+    "tiled_narrow": ((1, 4, 6, 3), (4, 9, 2, 4), True, {"strides": [2, 4]}),
+    "tiled_one_column": ((1, 3, 4, 1), (3, 2, 2, 2), True, {"strides": [2, 2]}),
     # U-Net / decoder style: 3x3 stride 2, pads 1, output_padding 1 (overlapping taps)
     "decoder_3x3": ((1, 32, 40, 48), (32, 16, 3, 3), True,
                     {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}),
