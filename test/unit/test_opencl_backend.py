@@ -283,3 +283,40 @@ def test_a_failed_launch_names_the_kernel_its_sizes_and_arguments():
     assert "kernel 'fill' failed" in message and "INVALID_WORK_GROUP_SIZE" in message
     assert "global (3,), local (2,)" in message
     assert "3 parameters, 3 arguments: buffer 64 B, int64 0, int32 7" in message
+
+
+@pytest.mark.parametrize("group,stride,pads,channels", [
+    (1, 2, (0, 0, 0, 0), 3),      # im2col
+    (1, 1, (1, 1, 1, 1), 3),      # the padded image, then the implicit GEMM
+    (64, 1, (1, 1, 1, 1), 64),    # depthwise
+])
+def test_grouped_launches_stay_within_a_gpus_work_item_limits(group, stride, pads, channels):
+    """im2col, the padded image and depthwise group their small work-items (for PoCL)
+    along every dimension: on a device that takes fewer along one (an NVIDIA GPU: 64 on
+    dim 2; 1024 a group) each group stays within its limits and divides the global size."""
+    from palimpsest.backends.opencl.kernels.base import GENERATORS, Arg, DeviceLimits, \
+        KernelCall
+
+    f32 = np.dtype(np.float32)
+    gpu = DeviceLimits(1024, 49152, 132, (1024, 1024, 64))
+    size = 64 // stride + (0 if any(pads) else -1)
+    workspaces = {"im2col": Arg((channels * 9, size * size), f32),
+                  "padded": Arg((channels, 66, 66), f32)}
+    call = KernelCall("kernel.conv2d", {"group": group, "strides": (stride, stride),
+                                        "dilations": (1, 1), "pads": pads},
+                      [Arg((1, channels, 64, 64), f32),
+                       Arg((channels, channels // group, 3, 3), f32)],
+                      [Arg((1, channels, size, size), f32)], workspaces, gpu)
+    launches = GENERATORS["kernel.conv2d"](call)
+    assert launches
+    # Silero VAD's 1-D conv had its im2col's 256 items along dim 2: a group the GPU refuses
+    from palimpsest.backends.opencl.kernels.linalg import IM2COL_ITEMS, _local_size
+    assert _local_size((1, 1, 256), IM2COL_ITEMS, gpu) == (1, 1, 64)
+    assert _local_size((3, 5, 256), 4096, gpu) == (3, 5, 64)
+    for launch in launches:
+        if launch.local_size is None:
+            continue
+        assert int(np.prod(launch.local_size)) <= gpu.max_work_group_size
+        for local, most, size_ in zip(launch.local_size, gpu.max_work_item_sizes,
+                                      launch.global_size):
+            assert local <= most and size_ % local == 0, (launch.kernel, launch.local_size)

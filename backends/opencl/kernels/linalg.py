@@ -48,7 +48,7 @@ from dataclasses import replace
 import numpy as np
 
 from palimpsest.backends.opencl.kernels.base import (
-    Launch, Unsupported, bind, broadcast_index, generator, literal, params, ref,
+    DeviceLimits, Launch, Unsupported, bind, broadcast_index, generator, literal, params, ref,
 )
 from palimpsest.backends.opencl.kernels.elementwise import fused_epilogue
 
@@ -103,13 +103,18 @@ def _pow2_at_most(value: int, cap: int) -> int:
     return lanes
 
 
-def _local_size(global_size, items: int) -> tuple:
+def _local_size(global_size, items: int, device: DeviceLimits) -> tuple:
     """Up to `items` work-items per work-group, filling dim 0 first, each dim a divisor of
-    the global size. PoCL runs a work-group's items as one loop, so grouping the small
-    items of im2col and depthwise saves its per-work-group dispatch (3-18x on im2col)."""
+    the global size, within the device's group and per-dimension limits (an NVIDIA GPU
+    takes 64 along dim 2). PoCL runs a work-group's items as one loop, so grouping the
+    small items of im2col and depthwise saves its per-work-group dispatch (3-18x on
+    im2col)."""
+    items = min(items, device.max_work_group_size)
+    dims = device.max_work_item_sizes
     local = []
-    for size in global_size:
+    for index, size in enumerate(global_size):
         room = max(1, items // max(1, int(np.prod(local, dtype=np.int64))))
+        room = min(room, dims[index] if index < len(dims) else 1)
         local.append(max(d for d in range(1, min(size, room) + 1) if size % d == 0))
     return tuple(local)
 
@@ -557,7 +562,7 @@ def conv2d(call) -> list:
                           f" + {full}", None)]
                 source, size = _im2col(t, g, ix, rows, band, bands, width, depth, panel)
                 programs[rows] = [Launch(source, "im2col", size,
-                                         _local_size(size, IM2COL_ITEMS),
+                                         _local_size(size, IM2COL_ITEMS, call.device),
                                          [ref("in", 0), ref("ws", "im2col"), None])] + [
                     Gemm(t, mg, cols, depth, group, Operand("w", weights, depth, 1), q,
                          Operand("y", y_at + shift, pixels, 1), bias,
@@ -615,12 +620,12 @@ def _implicit(call, t: str, g: dict, ix: str, has_bias: bool, buffers: list, arg
     if not padded:
         return [gemm.vector_launch([ref("in", 0)] + args + [np.int32(0)])]
     multiply = gemm.vector_launch([ref("ws", "padded")] + args + [None])
-    fill = _pad_image(t, g, ix)
+    fill = _pad_image(t, g, ix, call.device)
     return [replace(launch, args=launch.args[:-1] + [np.int32(image)])
             for image in range(g["n"]) for launch in (fill, multiply)]
 
 
-def _pad_image(t: str, g: dict, ix: str) -> Launch:
+def _pad_image(t: str, g: dict, ix: str, device: DeviceLimits) -> Launch:
     """The launch that copies image `image` (its last argument) into the `padded`
     workspace, zeros around, each padded row split by column phase (`_phases`) when the
     conv is strided along W: a work-item per padded row; per phase, the columns before
@@ -669,7 +674,7 @@ def _pad_image(t: str, g: dict, ix: str) -> Launch:
         f"  }} else {{\n"
         f"    __global const {t}* xrow = x + ((image * {g['c']} + c) * {g['h']} + ih) * "
         f"{wd};\n" + "".join(lines) + "  }\n}\n")
-    return Launch(source, "pad_image", size, _local_size(size, PAD_ROWS),
+    return Launch(source, "pad_image", size, _local_size(size, PAD_ROWS, device),
                   [ref("in", 0), ref("ws", "padded"), None])
 
 
@@ -884,4 +889,4 @@ def _depthwise(call, t: str, g: dict, has_bias: bool, epilogue) -> Launch:
     size = (vectors, -(-ho // rows), g["n"] * m)
     functions = epilogue.source() if epilogue is not None else ""
     return Launch(functions + "".join(lines), "depthwise", size,
-                  _local_size(size, DEPTHWISE_ITEMS), args)
+                  _local_size(size, DEPTHWISE_ITEMS, call.device), args)

@@ -523,7 +523,8 @@ def _vector_pool(call, t: str, is_max: bool):
                      f"    {store}\n  }}\n")
     lines.append("}\n")
     size = (vectors, -(-ho // rows), n * c)
-    return Launch(functions + "".join(lines), "pool2d", size, _local_size(size, POOL_ITEMS),
+    return Launch(functions + "".join(lines), "pool2d", size,
+                  _local_size(size, POOL_ITEMS, call.device),
                   [ref("in", 0), ref("out", 0)])
 
 
