@@ -1,15 +1,16 @@
 """conv2d on numpy: im2col + grouped matmul; without an im2col, dense convs by kernel row
-(runs of a row-shifted copy of the image that are BLAS matrices as they lie) and
+(runs of a row-shifted copy of the image that are BLAS matrices as they lie), dense
+convs of few input channels (first layers) by output row (`_conv_output_rows`: the
+image's rows with channels inside rows, per kernel column, one GEMM per output row) and
 depthwise convs by kernel column (`_depthwise_columns`: banded weights times the image's
-rows as they lie, f32/f64; the kernel-row and im2col paths remain for the rest), and
-dense convs of few input channels (first layers) by output row (`_conv_output_rows`: the
-image's rows with channels inside rows, per kernel column, one GEMM per output row). Registered in `KERNEL_IMPLS` (kernel_ops.py,
-which imports this module); the table there says how it works. A conv whose images take
-one GEMM each (1x1, or one im2col band) keeps its calls, views made, per executor and
-replays them while its arrays are the same objects (`_one_gemm`, kernel_ops.record): on
-Silero VAD's 1-row convs deciding and viewing cost twice the numpy work. The window
-helpers here (`_window`, `_fill_border`, `_tap_range`) serve pool2d too
-(kernel_ops_pool.py)."""
+rows as they lie, f32/f64; the kernel-row and im2col paths remain for the rest).
+Registered in `KERNEL_IMPLS` (kernel_ops.py, which imports this module); the table there
+says how it works (it predates the two paths above). A conv whose images take one GEMM
+each (1x1, or one im2col band) keeps its calls, views made, per executor and replays
+them while its arrays are the same objects (`_one_gemm`, kernel_ops.record): on Silero
+VAD's 1-row convs deciding and viewing cost twice the numpy work; the two paths above
+are recorded likewise. The window helpers here (`_window`, `_fill_border`, `_tap_range`)
+serve pool2d too (kernel_ops_pool.py)."""
 
 from __future__ import annotations
 

@@ -8,13 +8,14 @@ back, run with poisoning on (test_kernels.check), and the path itself must have 
 - dense convs of at most 16 input channels (first layers): `_conv_output_rows` (the
   padded rows, channels inside rows, per kernel column; one GEMM per output row).
 - with `_depthwise_columns` off, depthwise with kh*kw*Ho*Wo >= 2500 (3x3 from 17x17
-  outputs, 5x5 from 10x10): `_depthwise_rows_first` (T by kernel column and row phase, a batched matmul per band
-  and phase, kernel rows summed into Y): pads or none (X read as it lies), a multiplier,
-  dilations, strides (2x2, 3x2, 2x1, with a dilation), several bands, a batch, f64,
-  kernel rows that read only pads; smaller images keep the im2col path.
-- dense (more than 16 channels here: `_conv_output_rows` off), stride 1 along the
-  height, 32x32 outputs or more: `_conv_kernel_rows` (T by
-  kernel column, one GEMM per kernel row summed into Y, in bands of output rows).
+  outputs, 5x5 from 10x10): `_depthwise_rows_first` (T by kernel column and row phase,
+  a batched matmul per band and phase, kernel rows summed into Y): pads or none (X read
+  as it lies), a multiplier, dilations, strides (2x2, 3x2, 2x1, with a dilation),
+  several bands, a batch, f64, kernel rows that read only pads; smaller images keep
+  the im2col path.
+- dense (with `_conv_output_rows` off), stride 1 along the height, 32x32 outputs or
+  more: `_conv_kernel_rows` (T by kernel column, one GEMM per kernel row summed into Y,
+  in bands of output rows).
 - the im2col in bands of output rows, the bias added band by band (strided, grouped,
   dilated, stride phases).
 """
