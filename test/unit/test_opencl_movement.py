@@ -120,6 +120,26 @@ def test_narrow_transpose(shape, perm, dtype):
     assert [launch.kernel for launch in movement.transpose(call)] == ["transpose_narrow"]
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.int64])
+@pytest.mark.parametrize("shape, perm, kernel", [
+    ((16, 24), (1, 0), "transpose_blocks"),
+    ((3, 32, 40), (0, 2, 1), "transpose_blocks"),
+    ((2, 16, 8, 8), (0, 2, 3, 1), "transpose_blocks"),   # NCHW -> NHWC, 16 channels
+    ((1, 512, 256, 1), (0, 2, 1, 3), "transpose_blocks"),  # magika's
+    ((24, 20), (1, 0), "transpose_tiled"),               # 20: not a multiple of 8
+])
+def test_block_transpose(shape, perm, kernel, dtype):
+    """Sides that are multiples of 8: 8 x 8 blocks moved in registers; others tiled."""
+    from palimpsest.backends.opencl.kernels import movement
+    from palimpsest.backends.opencl.kernels.base import Arg, KernelCall
+
+    transposed(data(shape, dtype), perm)
+    out = tuple(shape[p] for p in perm)
+    call = KernelCall("kernel.transpose", {"perm": list(perm)}, [Arg(shape, np.dtype(dtype))],
+                      [Arg(out, np.dtype(dtype))])
+    assert [launch.kernel for launch in movement.transpose(call)] == [kernel]
+
+
 # -- concat ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("axis", [0, 1, 2])
