@@ -15,6 +15,7 @@ ndarray, OpenCL's DeviceArray) and implements the hooks:
 | `copy(source, target)` | `buffer.copy` | a copy on the backend |
 | `run_kernel(op, values)` | `kernel.*` but `kernel.generic` | the kernel, on the backend |
 | `kernel_runner()` | each function's run | `run_kernel` as a callable f(op, values) (a backend may hand its dispatch function itself, one call less per kernel) |
+| `capture(plan, program, values)` | a plain run of the lean program, from its second | the program with kernel ops the backend can replay as they are (the same calls on the same arrays) replaced by their replay, or None (the default: none can) |
 | `run_generic(op, values)` | `buffer.compute`, `kernel.generic` | the graph op, on the backend or its host |
 | `poison_array(array)` | with `poison=True`: an allocation made, freed, a pool view whose liveness ended | fill it with poison |
 | `bind_input(index, array, plan)` / `read_output(name, result, user, copy)` | `run` | inputs in, results out (zero-copy where the backend can) |
@@ -39,6 +40,10 @@ the pool arenas and constants (`_fixed_ops`) are bound all at once from the last
 their ops left out of the program, while the backend's `pool` hands back the same arenas
 (it does when no result of the last run is alive) and the constants are unchanged; a
 plain run (no profiler, no poison) walks the program with no per-op check for either.
+From the second such run the backend may `capture` that program: a kernel op whose every
+buffer is one of those fixed arrays does the same thing each run, and the numpy backend
+replaces it by the numpy calls it recorded (backends/numpy/kernel_ops.py `record`),
+replayed with no dispatch at all; the capture is dropped with the fixed views.
 """
 
 from __future__ import annotations
@@ -129,6 +134,11 @@ class ExecutorLoop:
         """`run_kernel` as the loop calls it for one function's run: f(op, values)."""
         return self.run_kernel
 
+    def capture(self, plan: "FunctionPlan", program: list, values: dict):
+        """The lean `program` with what the backend can replay as is replaced (module
+        doc), or None."""
+        return None
+
     def poison_array(self, array) -> None:
         pass
 
@@ -206,6 +216,14 @@ class ExecutorLoop:
         profiler = self.profiler
         run_kernel = self.kernel_runner()
         if profiler is None and not poison_after:   # the loop of a plain run
+            if pools is None and program is plan.lean:   # the lean program, views bound
+                captured = plan.captured
+                if captured is None:
+                    plan.lean_runs += 1
+                    if plan.lean_runs > 1:
+                        captured = plan.captured = self.capture(plan, program, values) or ()
+                if captured:
+                    program = captured
             for handler, op, _ in program:
                 if handler is None:
                     run_kernel(op, values)
@@ -230,6 +248,7 @@ class ExecutorLoop:
         if pools is not None:   # a full run: its fixed views, for the next runs
             plan.fixed_values = {v: values[v] for v in plan.fixed_results}
             plan.fixed_pools = pools
+            plan.captured, plan.lean_runs = None, 0
         ret = plan.ret
         if ret is None:
             raise func.error("has no func.return")
@@ -260,7 +279,7 @@ class ExecutorLoop:
         if last is not None and all(a is b for a, b in zip(pools, last)):
             values.update(plan.fixed_values)
             return plan.lean, None
-        plan.fixed_pools = plan.fixed_values = None
+        plan.fixed_pools = plan.fixed_values = plan.captured = None
         return plan.unpooled, pools
 
     def _constants_of(self, plan: "FunctionPlan") -> dict:
@@ -277,7 +296,7 @@ class ExecutorLoop:
                 return dict(bound)
         values: dict = {}
         attrs = []
-        plan.fixed_pools = plan.fixed_values = None   # views of the old constants
+        plan.fixed_pools = plan.fixed_values = plan.captured = None   # old constants' views
         for op in plan.constant_ops:
             self._constant(op, values, 0)
             attrs.append((op, op.properties["value"]))
@@ -468,6 +487,8 @@ class FunctionPlan:
         self.lean = self.unpooled = None   # the program less those ops / less the arenas
         self.fixed_values = None      # fixed result -> array, as the last full run bound
         self.fixed_pools = None       # the arena arrays of that run
+        self.captured = None          # the lean program as the backend captured it, () none
+        self.lean_runs = 0            # lean runs since the fixed views were bound
         if func.is_declaration:
             return
         last = func.entry_block.last

@@ -316,6 +316,11 @@ class Executor(ExecutorLoop):
             _execute_kernel = execute_kernel
         return partial(_execute_kernel, self)   # (a local of the run: no cycle kept)
 
+    def capture(self, plan, program: list, values: dict):
+        from palimpsest.backends.numpy.kernel_ops import capture
+
+        return capture(self, program, values)
+
     def run_generic(self, op, values) -> None:
         self._compute(op, values)
 

@@ -172,6 +172,17 @@ def replay(calls: list) -> None:
         fn(*args, **kwargs)
 
 
+def replayed(op, arrays: tuple, make) -> None:
+    """Run the calls `make()` gives ([(fn, args, kwargs)], from shapes and the config
+    only), recorded for `op` on `arrays` and replayed while they stay the same objects
+    (and, in a captured program, with no dispatch at all: `capture`)."""
+    calls = recorded(op, arrays)
+    if calls is None:
+        calls = make()
+        record(op, arrays, calls)
+    replay(calls)
+
+
 class _Calls(list):
     """[(fn, args, kwargs)] for `record`, with `views`: (view, array) pairs of operands
     reshaped for the calls, which must share memory (a reshape that copied would replay
@@ -192,7 +203,48 @@ def prepared(op, make):
     return value
 
 
-# -- the executor's hook ---------------------------------------------------------------------
+# -- the executor's hooks --------------------------------------------------------------------
+
+class _Replay:
+    """A captured kernel op (`capture`): its recorded calls, run as the program's handler;
+    an error names the op, as `execute_kernel`'s do."""
+
+    __slots__ = ("calls",)
+
+    def __init__(self, calls):
+        self.calls = calls
+
+    def __call__(self, executor, op, values, depth) -> None:
+        try:
+            for fn, args, kwargs in self.calls:
+                fn(*args, **kwargs)
+        except (ValueError, TypeError, IndexError, KeyError, AttributeError) as error:
+            raise op.error(f"failed at run time: {error}") from None
+
+
+def capture(executor, program: list, values: dict):
+    """`program` (the loop's lean one, its fixed views bound in `values`) with each kernel
+    op that recorded its calls on the very arrays it has now replaced by a `_Replay` of
+    them, or None when none has. Such an op's buffers are the run's fixed views (pool
+    views, constants: the same objects every lean run), so its calls do the same work
+    each run; an op reading a run's input (a new view each run) never recorded them. The
+    replay runs in the executor's run, whose floating-point error state is set."""
+    captured, replays = [], 0
+    entries = executor.kernel_entries
+    for entry in program:
+        bound = entries.get(entry[1]) if entry[0] is None else None
+        memo = bound.memo if bound is not None and not bound.dynamic else None
+        if memo:
+            arrays = [values.get(v) for group in (bound.ins, bound.outs, bound.workspaces)
+                      for v in group]
+            if len(arrays) == len(memo[0]) and all(a is b for a, b in zip(arrays, memo[0])):
+                captured.append((_Replay(memo[1]), entry[1], entry[2]))
+                replays += 1
+                continue
+        captured.append(entry)
+    return captured if replays else None
+
+
 
 def execute_kernel(executor, op, values: dict) -> None:
     """Run kernel op `op` with the executor's buffers (`values`). Per call: the op's

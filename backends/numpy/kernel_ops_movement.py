@@ -7,29 +7,47 @@ from __future__ import annotations
 import numpy as np
 
 from palimpsest.backends.numpy.kernel_ops import (
-    _scalar, _view_as, config_of, impl, record, recorded, replay, workspaces_by_role)
+    _scalar, _view_as, config_of, impl, record, recorded, replay, replayed, workspaces_by_role)
 
 
 # -- data movement --------------------------------------------------------------------------------
 
 @impl("kernel.transpose")
 def transpose(op, inputs, outputs, workspaces):
-    np.copyto(outputs[0], inputs[0].transpose(config_of(op)["perm"]))
+    x, y = inputs[0], outputs[0]
+    replayed(op, (x, y), lambda: [(np.copyto, (y, x.transpose(config_of(op)["perm"])), {})])
 
 
 @impl("kernel.concat")
 def concat(op, inputs, outputs, workspaces):
-    np.concatenate(inputs, axis=config_of(op)["axis"], out=outputs[0])
+    y = outputs[0]
+    replayed(op, (*inputs, y), lambda: [
+        (np.concatenate, (inputs,), {"axis": config_of(op)["axis"], "out": y})])
 
 
 @impl("kernel.gather")
 def gather(op, inputs, outputs, workspaces):
-    axis = config_of(op)["axis"]
     x, indices = inputs
+    y = outputs[0]
+    replayed(op, (x, indices, y), lambda: _gather_calls(config_of(op)["axis"], x, indices, y))
+
+
+def _gather_calls(axis: int, x, indices, y) -> list:
+    """The indices checked (each run: they may be computed), then one np.take."""
     dim = x.shape[axis]
-    if indices.size and (dim == 0 or indices.min() < -dim or indices.max() >= dim):
+    calls = [(_check_indices, (indices, dim), {})] if indices.size else []
+    if indices.dtype == np.intp:
+        return calls + [(np.take, (x, indices), {"axis": axis, "out": y, "mode": "wrap"})]
+    return calls + [(_take, (x, indices, axis, y), {})]
+
+
+def _check_indices(indices, dim: int) -> None:
+    if dim == 0 or indices.min() < -dim or indices.max() >= dim:
         raise ValueError(f"gather indices out of range [-{dim}, {dim - 1}]")
-    np.take(x, indices.astype(np.intp, copy=False), axis=axis, out=outputs[0], mode="wrap")
+
+
+def _take(x, indices, axis: int, y) -> None:
+    np.take(x, indices.astype(np.intp), axis=axis, out=y, mode="wrap")
 
 
 @impl("kernel.pad")

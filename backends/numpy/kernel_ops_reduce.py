@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from palimpsest.backends.numpy.kernel_ops import (
-    _scalar, _view_as, config_of, impl, workspaces_by_role)
+    _scalar, _view_as, config_of, impl, replayed, workspaces_by_role)
 from palimpsest.backends.numpy.kernel_ops_elementwise import core_inputs, run_epilogue
 
 
@@ -17,34 +17,41 @@ from palimpsest.backends.numpy.kernel_ops_elementwise import core_inputs, run_ep
 
 @impl("kernel.matmul")
 def matmul(op, inputs, outputs, workspaces):
-    config = config_of(op)
-    _product(config, core_inputs(config, inputs), outputs[0])
+    y = outputs[0]
+    replayed(op, (*inputs, y, *workspaces), lambda: _matmul_calls(config_of(op), inputs, y,
+                                                                   workspaces))
+
+
+def _matmul_calls(config, inputs, y, workspaces) -> list:
+    calls = _product_calls(config, core_inputs(config, inputs), y)
     if config["epilogue"]:
-        run_epilogue(config, inputs, outputs[0], workspaces[-1] if workspaces else None)
+        calls.append((run_epilogue, (config, inputs, y,
+                                     workspaces[-1] if workspaces else None), {}))
+    return calls
 
 
-def _product(config, inputs, y):
+def _product_calls(config, inputs, y) -> list:
+    """alpha * A @ B (+ beta * C) into y, as calls."""
     a, b = inputs[0], inputs[1]
     c = inputs[2] if len(inputs) > 2 else None
     if config["transA"]:
         a = np.swapaxes(a, -1, -2)
     if config["transB"]:
         b = np.swapaxes(b, -1, -2)
-    np.matmul(a, b, out=y)
+    calls = [(np.matmul, (a, b), {"out": y})]
     alpha, beta = config["alpha"], config["beta"]
     if c is None or beta == 0.0:
         if alpha != 1.0:
-            np.multiply(y, _scalar(alpha, y.dtype), out=y)
-        return
+            calls.append((np.multiply, (y, _scalar(alpha, y.dtype)), {"out": y}))
+        return calls
     if beta == 1.0:
         if alpha != 1.0:
-            np.multiply(y, _scalar(alpha, y.dtype), out=y)
-        np.add(y, c, out=y)
-        return
+            calls.append((np.multiply, (y, _scalar(alpha, y.dtype)), {"out": y}))
+        return calls + [(np.add, (y, c), {"out": y})]
     # alpha*AB + beta*C = beta * (alpha/beta * AB + C): no C-sized temporary
-    np.multiply(y, _scalar(alpha / beta, y.dtype), out=y)
-    np.add(y, c, out=y)
-    np.multiply(y, _scalar(beta, y.dtype), out=y)
+    return calls + [(np.multiply, (y, _scalar(alpha / beta, y.dtype)), {"out": y}),
+                    (np.add, (y, c), {"out": y}),
+                    (np.multiply, (y, _scalar(beta, y.dtype)), {"out": y})]
 
 
 # -- normalization ------------------------------------------------------------------------------
@@ -58,26 +65,35 @@ _EINSUM_ROW = 1024
 def _row_sum(rows: np.ndarray, out: np.ndarray) -> bool:
     """Sum the C-contiguous (R, L) `rows` into the R values of `out`; False when it did
     not (long rows, or `out` not a flat view)."""
-    if not 0 < rows.shape[1] <= _EINSUM_ROW or not out.flags.c_contiguous:
+    if _row_sum_rows(rows, out) is None:
         return False
     np.einsum("ij->i", rows, out=out.reshape(-1))
     return True
 
 
+def _row_sum_rows(rows: np.ndarray, out: np.ndarray):
+    """`rows` when `_row_sum` would sum them with einsum, else None."""
+    return rows if 0 < rows.shape[1] <= _EINSUM_ROW and out.flags.c_contiguous else None
+
+
 @impl("kernel.softmax")
 def softmax(op, inputs, outputs, workspaces):
-    axis = config_of(op)["axis"]
-    x, y = inputs[0], outputs[0]
-    stats = workspaces[0]
+    x, y, stats = inputs[0], outputs[0], workspaces[0]
+    replayed(op, (x, y, stats), lambda: _softmax_calls(config_of(op)["axis"], x, y, stats))
+
+
+def _softmax_calls(axis: int, x, y, stats) -> list:
     # fmax's reduce loop is 1.5x faster than max's on short rows; a NaN still makes its
     # whole row NaN (through exp and the sum), as with max
-    np.fmax.reduce(x, axis=axis, keepdims=True, out=stats)
-    np.subtract(x, stats, out=y)
-    np.exp(y, out=y)
-    if not (axis == y.ndim - 1 and y.size and y.flags.c_contiguous
-            and _row_sum(y.reshape(-1, y.shape[-1]), stats)):
-        np.sum(y, axis=axis, keepdims=True, out=stats)
-    np.divide(y, stats, out=y)
+    calls = [(np.fmax.reduce, (x,), {"axis": axis, "keepdims": True, "out": stats}),
+             (np.subtract, (x, stats), {"out": y}), (np.exp, (y,), {"out": y})]
+    rows = _row_sum_rows(y.reshape(-1, y.shape[-1]), stats) \
+        if axis == y.ndim - 1 and y.size and y.flags.c_contiguous else None
+    if rows is not None:
+        calls.append((np.einsum, ("ij->i", rows), {"out": stats.reshape(-1)}))
+    else:
+        calls.append((np.sum, (y,), {"axis": axis, "keepdims": True, "out": stats}))
+    return calls + [(np.divide, (y, stats), {"out": y})]
 
 
 @impl("kernel.layer_norm")
@@ -113,28 +129,30 @@ def layer_norm(op, inputs, outputs, workspaces):
 
 @impl("kernel.reduce")
 def reduce(op, inputs, outputs, workspaces):
-    config = config_of(op)
     x, y = inputs[0], outputs[0]
+    acc = workspaces[0] if workspaces else None
+    replayed(op, (x, y, *workspaces), lambda: _reduce_calls(config_of(op), x, y, acc))
+
+
+def _reduce_calls(config, x, y, acc) -> list:
     axes = tuple(config["axes"])
     keep = bool(config["keepdims"])
-    acc = workspaces[0] if workspaces else None
     target = acc if acc is not None else y
     mode = config["mode"]
     # the ufuncs' reductions themselves, as np.mean / np.sum / np.max compute them (their
     # Python layers cost more than the reduction of a small tensor)
-    if mode == "mean":
-        np.add.reduce(x, axis=axes, dtype=target.dtype, out=target, keepdims=keep)
-        np.true_divide(target, np.intp(math.prod(x.shape[a] for a in axes)), out=target,
-                       casting="unsafe")
-        if acc is not None and y.dtype.kind in "iu":
-            np.trunc(acc, out=acc)
-    elif mode == "sum":
-        np.add.reduce(x, axis=axes, dtype=target.dtype, out=target, keepdims=keep)
+    if mode in ("mean", "sum"):
+        calls = [(np.add.reduce, (x,), {"axis": axes, "dtype": target.dtype, "out": target,
+                                        "keepdims": keep})]
+        if mode == "mean":
+            calls.append((np.true_divide, (target, np.intp(math.prod(x.shape[a] for a in axes))),
+                          {"out": target, "casting": "unsafe"}))
+            if acc is not None and y.dtype.kind in "iu":
+                calls.append((np.trunc, (acc,), {"out": acc}))
     else:
-        if x.dtype.kind == "f":
-            initial = -np.inf
-        else:
-            initial = np.iinfo(x.dtype).min
-        np.maximum.reduce(x, axis=axes, out=target, keepdims=keep, initial=initial)
+        initial = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        calls = [(np.maximum.reduce, (x,), {"axis": axes, "out": target, "keepdims": keep,
+                                            "initial": initial})]
     if acc is not None:
-        np.copyto(y, acc, casting="unsafe")
+        calls.append((np.copyto, (y, acc), {"casting": "unsafe"}))
+    return calls

@@ -6,21 +6,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from palimpsest.backends.numpy.kernel_ops import config_of, impl, prepared
+from palimpsest.backends.numpy.kernel_ops import config_of, impl, prepared, replayed
 
 
 @impl("kernel.split")
 def split(op, inputs, outputs, workspaces):
-    config = config_of(op)
-    x, axis = inputs[0], config["axis"]
+    replayed(op, (inputs[0], *outputs), lambda: _split_calls(config_of(op), inputs[0], outputs))
+
+
+def _split_calls(config, x, outputs) -> list:
+    axis = config["axis"]
     if sum(config["sizes"]) != x.shape[axis]:
         raise ValueError(f"split sizes {list(config['sizes'])} do not add up to dimension "
                          f"{x.shape[axis]}")
+    calls = []
     start = 0
     lead = (slice(None),) * axis
     for out, size in zip(outputs, config["sizes"]):
-        np.copyto(out, x[lead + (slice(start, start + size),)])
+        calls.append((np.copyto, (out, x[lead + (slice(start, start + size),)]), {}))
         start += size
+    return calls
 
 
 def slices(config) -> tuple:
@@ -37,7 +42,8 @@ def slices(config) -> tuple:
 
 @impl("kernel.slice")
 def slice_(op, inputs, outputs, workspaces):
-    np.copyto(outputs[0], inputs[0][prepared(op, _slices_of)])
+    x, y = inputs[0], outputs[0]
+    replayed(op, (x, y), lambda: [(np.copyto, (y, x[prepared(op, _slices_of)]), {})])
 
 
 def _slices_of(op, config) -> tuple:

@@ -267,3 +267,61 @@ def test_an_input_passed_on_to_a_result_is_copied():
     y = Session(import_onnx(model)).run({"x": x, "flag": np.array(True)})["y"]
     np.testing.assert_array_equal(y, x)
     assert not np.may_share_memory(y, x)
+
+
+def test_captured_program_replays_kernels_on_fixed_views():
+    """From the second run on the same arenas, a kernel op whose buffers are all fixed
+    views (pool views, constants) runs as the numpy calls it recorded, with no dispatch
+    (backends/numpy/kernel_ops.py `capture`): every later run still matches onnxruntime;
+    a held result drops the capture with the fixed views; indices computed from the data
+    are still checked at every run."""
+    from palimpsest.backends.numpy.kernel_ops import _Replay
+    from palimpsest.ir.diagnostics import DiagnosticError
+
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((6, 6)).astype(np.float32)
+    nodes = [h.make_node("Tanh", ["x"], ["t"]),
+             h.make_node("MatMul", ["t", "w"], ["m"]),
+             h.make_node("Transpose", ["m"], ["tr"], perm=[1, 0]),
+             h.make_node("Softmax", ["tr"], ["s"], axis=-1),
+             h.make_node("ReduceSum", ["s", "axes"], ["r"], keepdims=0),
+             h.make_node("Cast", ["i"], ["ic"], to=T.INT64),
+             h.make_node("Gather", ["s", "ic"], ["g"], axis=0),
+             h.make_node("Concat", ["g", "s"], ["y"], axis=0)]
+    graph = h.make_graph(
+        nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [4, 6]),
+                     h.make_tensor_value_info("i", T.FLOAT, [2])],
+        [h.make_tensor_value_info("y", T.FLOAT, None), h.make_tensor_value_info("r", T.FLOAT, None)],
+        initializer=[numpy_helper.from_array(w, "w"),
+                     numpy_helper.from_array(np.array([1], np.int64), "axes")])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    sess = ort.InferenceSession(model.SerializeToString())
+    session = Session(import_onnx(model))
+
+    def feeds():
+        return {"x": rng.standard_normal((4, 6)).astype(np.float32),
+                "i": rng.integers(0, 6, 2).astype(np.float32)}
+
+    def check(feed, hold=False):
+        got = session.run(feed)
+        for name, want in zip(("y", "r"), sess.run(["y", "r"], feed)):
+            np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6)
+        return got if hold else None
+
+    for _ in range(4):
+        check(feeds())
+    plan = session.last_plan.executor.plans[session.last_plan.func]
+    replays = [op.name for handler, op, _ in plan.captured or () if isinstance(handler, _Replay)]
+    assert {"kernel.matmul", "kernel.transpose", "kernel.softmax", "kernel.reduce",
+            "kernel.gather", "kernel.concat"} <= set(replays)
+    held = check(feeds(), hold=True)
+    check(feeds())
+    assert plan.captured is None          # fresh arenas: no fixed views, no capture
+    del held
+    for _ in range(3):
+        check(feeds())
+    assert plan.captured
+    bad = feeds()
+    bad["i"][1] = 9.0
+    with pytest.raises(DiagnosticError, match="gather indices out of range"):
+        session.run(bad)
