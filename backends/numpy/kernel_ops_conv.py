@@ -821,10 +821,12 @@ def _conv_output_rows(x, w, bias, y, cols, pads, strides, dw):
     each, zeros for the pads), in which output row i's kh*C*kw rows are one run of S
     from row i*sh, Wo apart: a BLAS matrix as it lies. Y[:, i] = W (M x kh*C*kw, kernel
     rows outermost: copied each run) times it, batched over the rows, written straight
-    into Y. kw strided copies of the image where the im2col makes kh*kw.
+    into Y, the bias added. kw strided copies of the image where the im2col makes kh*kw.
+    In bands of output rows, S's rows for a band about _CHUNK_BYTES (each band copies
+    kh - sh rows more), so that the GEMM reads S from L2.
 
     Returns the steps as calls (`_Calls`), or None where the im2col workspace does not
-    hold S and the reordered weights."""
+    hold a band's S and the reordered weights."""
     n, c, h, wd = x.shape
     m, _, kh, kw = w.shape
     ho, wo = y.shape[2], y.shape[3]
@@ -833,43 +835,56 @@ def _conv_output_rows(x, w, bias, y, cols, pads, strides, dw):
             or ho * wo == 0:
         return None
     flat = _view_as(cols, (cols.size,))
-    need = (ho - 1) * sh + kh   # padded rows read
-    k = kh * c * kw
-    if need * c * kw * wo + m * k > flat.size:
-        return None
     item = flat.itemsize
+    row = c * kw * wo   # one row of S
+    k = kh * c * kw
+    # output rows a band: S's rows for them about _CHUNK_BYTES (they stay in L2 from the
+    # copies to the GEMM), all of them when S is smaller
+    band = max(1, min(ho, (_CHUNK_BYTES // (item * row) - kh) // sh + 1))
+    span = (band - 1) * sh + kh   # S rows a band reads
+    if span * row + m * k > flat.size:
+        return None
     calls = _Calls()
-    s4 = _view_as(flat[:need * c * kw * wo], (need, c, kw, wo))
-    packed = _view_as(flat[need * c * kw * wo:need * c * kw * wo + m * k], (m, kh, c, kw))
+    s4 = _view_as(flat[:span * row], (span, c, kw, wo))
+    packed = _view_as(flat[span * row:span * row + m * k], (m, kh, c, kw))
     by_row = _view_as(w, (m, c, kh, kw)).transpose(0, 2, 1, 3)
     calls.views.append((by_row, w))
     calls.append((np.copyto, (packed, by_row), {}))
     weights = _view_as(packed, (m, k))
-    rows = _strided(flat, 0, (ho, k, wo), (sh * c * kw * wo * item, wo * item, item))
-    r0, r1 = min(need, top), max(min(need, top), min(need, top + h))
-    if r0:
-        calls.append((s4[:r0].fill, (0,), {}))
-    if r1 < need:
-        calls.append((s4[r1:].fill, (0,), {}))
+    bias3 = None
+    if bias is not None:
+        bias3 = _view_as(bias, (m, 1, 1))
+        calls.views.append((bias3, bias))
     columns = [_tap_range(wd, q * dw, sw, left, wo) for q in range(kw)]
-    for q, (j0, j1, _) in enumerate(columns):
-        if r1 > r0 and j1 > j0:
-            if j0:
-                calls.append((s4[r0:r1, :, q, :j0].fill, (0,), {}))
-            if j1 < wo:
-                calls.append((s4[r0:r1, :, q, j1:].fill, (0,), {}))
-        elif r1 > r0:
-            calls.append((s4[r0:r1, :, q].fill, (0,), {}))
     for image in range(n):
         src = x[image]
-        for q, (j0, j1, start) in enumerate(columns):
-            if r1 > r0 and j1 > j0:
-                calls.append((np.copyto, (s4[r0:r1, :, q, j0:j1], src[
-                    :, r0 - top:r1 - top, start:start + (j1 - j0 - 1) * sw + 1:sw
+        for i0 in range(0, ho, band):
+            rows = min(band, ho - i0)
+            p0, used = i0 * sh, (rows - 1) * sh + kh   # the band's padded rows
+            a0 = min(used, max(0, top - p0))            # [a0, a1): inside the image
+            a1 = max(a0, min(used, top + h - p0))
+            if a0:
+                calls.append((s4[:a0].fill, (0,), {}))
+            if a1 < used:
+                calls.append((s4[a1:used].fill, (0,), {}))
+            for q, (j0, j1, first) in enumerate(columns):
+                if a1 == a0:
+                    continue
+                if j1 == j0:
+                    calls.append((s4[a0:a1, :, q].fill, (0,), {}))
+                    continue
+                if j0:
+                    calls.append((s4[a0:a1, :, q, :j0].fill, (0,), {}))
+                if j1 < wo:
+                    calls.append((s4[a0:a1, :, q, j1:].fill, (0,), {}))
+                i = p0 + a0 - top   # the image row of S's row a0
+                calls.append((np.copyto, (s4[a0:a1, :, q, j0:j1], src[
+                    :, i:i + a1 - a0, first:first + (j1 - j0 - 1) * sw + 1:sw
                 ].transpose(1, 0, 2)), {}))
-        calls.append((np.matmul, (weights, rows), {"out": y[image].transpose(1, 0, 2)}))
-    if bias is not None:
-        bias4 = _view_as(bias, (1, m, 1, 1))
-        calls.views.append((bias4, bias))
-        calls.append((np.add, (y, bias4), {"out": y}))
+            out = y[image][:, i0:i0 + rows]
+            calls.append((np.matmul, (weights, _strided(
+                flat, 0, (rows, k, wo), (sh * row * item, wo * item, item))),
+                {"out": out.transpose(1, 0, 2)}))
+            if bias3 is not None:
+                calls.append((np.add, (out, bias3), {"out": out}))
     return calls

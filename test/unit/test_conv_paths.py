@@ -217,6 +217,22 @@ def test_dense_output_rows_not_taken(monkeypatch, c, m, hw, dilations):
     assert not taken
 
 
+
+@pytest.mark.parametrize("hw, kernel, strides, pads, chunk", [
+    ((23, 20), (3, 3), (1, 1), (1, 1, 1, 1), 1),
+    ((30, 21), (5, 5), (2, 2), (1, 1, 2, 2), 5400),   # 3 output rows a band
+    ((17, 19), (2, 2), (1, 1), (0, 0, 1, 1), 4 * 3 * 2 * 19 * 6),   # 5 rows a band, 2 last
+    ((25, 16), (3, 3), (3, 1), (4, 0, 5, 1), 1),   # bands wholly in the top or bottom pad
+])
+def test_dense_output_rows_in_bands(monkeypatch, hw, kernel, strides, pads, chunk):
+    """Bands of output rows (forced by _CHUNK_BYTES: one output row, or a few): the first
+    starts in the top pad, the last runs into the bottom one, a batch of 2."""
+    monkeypatch.setattr(conv, "_CHUNK_BYTES", chunk)
+    taken = _taken(monkeypatch, "_conv_output_rows")
+    _checked(monkeypatch, "_conv_output_rows", sum(hw), (2, 3) + hw, (5, 3) + kernel,
+             {"pads": list(pads), "strides": list(strides)})
+    assert taken and all(calls is not None for calls in taken)
+
 def test_dense_output_rows_with_epilogue(monkeypatch):
     taken = _taken(monkeypatch, "_conv_output_rows")
     rng = np.random.default_rng(5)
