@@ -19,12 +19,14 @@ the body, and the walk repeats until no condition is known.
 from __future__ import annotations
 
 from palimpsest.ir.core import Operation
-from palimpsest.ir.types import TensorType, is_integer
+from palimpsest.ir.types import TensorType
 from palimpsest.passes.infer_shapes import infer_shapes
 from palimpsest.passes.pass_manager import ModulePass, register_pass
 
 # Condition slices are scalar logic: values larger than this are not evaluated.
 MAX_EVALUATED_ELEMENTS = 64
+# A guard is an argument of at most this many elements (its value joins a plan's key).
+MAX_GUARD_ELEMENTS = 8
 
 
 def inline_static_branches(func: Operation, known: dict | None = None) -> int:
@@ -131,9 +133,11 @@ class InlineStaticBranches(ModulePass):
 
 
 def branch_guards(func: Operation) -> list:
-    """Indices of `func`'s integer or bool arguments that a condition of a `graph.if` of
-    its body is computed from: a session that knows their values (small ones: its
-    guards) can inline that If."""
+    """Indices of `func`'s arguments that a condition of a `graph.if` of its body is
+    computed from through small values only (at most MAX_EVALUATED_ELEMENTS elements
+    each, as `_evaluate` reads; the argument itself at most MAX_GUARD_ELEMENTS): a session that knows their values (its guards: Silero
+    VAD's `sr`, DeepFilterNet's `atten_lim_db`) can inline that If. The walk stops at a
+    large value: a condition on a model's output (openWakeWord's verifier) has none."""
     block = func.regions[0].blocks[0]
     args = list(block.args)
     found = set()
@@ -144,10 +148,13 @@ def branch_guards(func: Operation) -> list:
         if value in seen:
             continue
         seen.add(value)
+        t = value.type
+        if not isinstance(t, TensorType) or not t.has_static_shape \
+                or t.num_elements() > MAX_EVALUATED_ELEMENTS:
+            continue
         op = getattr(value, "op", None)
         if op is None:
-            if value in args and isinstance(value.type, TensorType) and \
-                    is_integer(value.type.element_type):
+            if value in args and t.num_elements() <= MAX_GUARD_ELEMENTS:
                 found.add(args.index(value))
         elif not op.regions:
             stack.extend(op.operands)

@@ -88,10 +88,9 @@ from palimpsest.ir.types import TensorType
 
 
 VERIFY_MODES = ("first", "plans", "passes", "none")
-# Guards (integer inputs that decide an If): the most elements an input may have for its
-# value to join the signature, and the most distinct values a session plans for before
-# it stops (a value that changes every run would compile every run).
-MAX_GUARD_ELEMENTS = 8
+# Guards (small inputs that decide an If, passes/inline_branches.py): the most distinct
+# values a session plans for before it stops (a value that changes every run would
+# compile every run).
 MAX_GUARD_VALUES = 8
 _MISSING = object()
 
@@ -241,7 +240,7 @@ class Session:
         self._input_checks = None    # per input (name, type, fast check): `_input_checks`
         self._again = None           # what `run_again` needs of `last_plan` (`_again`)
         self._bounded: set = set()   # inputs given bounds (set_input_bound)
-        # integer inputs an If's condition is computed from: their values (small ones)
+        # small inputs an If's condition is computed from: their values (<= 8 elements)
         # join the signature, and a plan inlines the branches they and the shapes decide
         self._guards: list = []
         self._guard_values: set = set()   # the distinct values seen (MAX_GUARD_VALUES)
@@ -324,7 +323,7 @@ class Session:
         if not self._guards:
             return shapes
         values = tuple((i, arrays[i].dtype.str, tuple(arrays[i].ravel().tolist()))
-                       for i in self._guards if arrays[i].size <= MAX_GUARD_ELEMENTS)
+                       for i in self._guards)
         if values not in self._guard_values:
             self._guard_values.add(values)
             if len(self._guard_values) > MAX_GUARD_VALUES:

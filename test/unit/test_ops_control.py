@@ -45,11 +45,12 @@ def _segments_run(session):
     return [(s, s.session) for s in segments if s.session is not None]
 
 
-def _if_model(rate_type=T.FLOAT):
+def _if_model(guarded=False):
     """sr == 16000 selects a conv branch, else a matmul branch; both read x and weights
-    of the outer graph (initializers used only inside the branches). A float `sr` is
-    data to a session: the If runs as segments; an int64 one (as Silero VAD's) is a guard,
-    its value part of the plan's signature: the branch it takes is inlined."""
+    of the outer graph (initializers used only inside the branches). `guarded`: `sr` is
+    an int64 scalar, as Silero VAD's, a guard to a session (its value part of the plan's
+    signature: the branch it takes is inlined); else the rate is the max of a 9-element
+    float input, more elements than a guard has: data, and the If runs as segments."""
     w16 = RNG.standard_normal((4, 1, 3)).astype(np.float32)
     w8 = RNG.standard_normal((8, 4)).astype(np.float32)
     then = h.make_graph(
@@ -62,28 +63,31 @@ def _if_model(rate_type=T.FLOAT):
         [h.make_node("MatMul", ["x", "w8"], ["mm"]),
          h.make_node("Sigmoid", ["mm"], ["out2"])],
         "else", [], [h.make_tensor_value_info("out2", T.FLOAT, None)])
-    nodes = [h.make_node("Equal", ["sr", "k16"], ["is16"]),
-             h.make_node("If", ["is16"], ["y"], then_branch=then, else_branch=other)]
+    rate = [] if guarded else [h.make_node("ReduceMax", ["sr"], ["rate"], keepdims=0)]
+    nodes = rate + [h.make_node("Equal", ["sr" if guarded else "rate", "k16"], ["is16"]),
+                    h.make_node("If", ["is16"], ["y"], then_branch=then, else_branch=other)]
     graph = h.make_graph(
         nodes, "vad", [h.make_tensor_value_info("x", T.FLOAT, [2, 8]),
-                       h.make_tensor_value_info("sr", rate_type, [])],
+                       h.make_tensor_value_info("sr", T.INT64, []) if guarded else
+                       h.make_tensor_value_info("sr", T.FLOAT, [9])],
         [h.make_tensor_value_info("y", T.FLOAT, None)],
         initializer=[numpy_helper.from_array(w16, "w16"), numpy_helper.from_array(w8, "w8"),
                      numpy_helper.from_array(np.array(
-                         16000, helper_dtype(rate_type)), "k16"),
+                         16000, np.int64 if guarded else np.float32), "k16"),
                      numpy_helper.from_array(np.array([1], np.int64), "axis1")])
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
 
 
-def helper_dtype(onnx_type):
-    return np.dtype(h.tensor_dtype_to_np_dtype(onnx_type))
+def rate_feed(rate, guarded=False):
+    """`sr` for `_if_model(guarded)` at `rate`."""
+    return np.array(rate, np.int64) if guarded else np.full(9, rate, np.float32)
 
 
 @pytest.mark.parametrize("rate", [16000, 8000])
 def test_if_branches_are_subnetworks_reading_outer_values(rate):
     model = _if_model()
     x = RNG.standard_normal((2, 8)).astype(np.float32)
-    session = _check(model, {"x": x, "sr": np.array(rate, np.float32)})
+    session = _check(model, {"x": x, "sr": rate_feed(rate)})
     # the branch taken ran as a planned function: its ops are kernel ops writing into a
     # planned pool, its weights constants of that function
     ran = _segments_run(session)
@@ -145,7 +149,7 @@ def test_if_decided_by_an_integer_input_is_inlined_per_value():
     """An int64 `sr` deciding the If is a guard: each value gets a plan of its own with
     the branch taken inlined (no segments: one function, planned as one); a value seen
     before hits its plan."""
-    model = _if_model(T.INT64)
+    model = _if_model(guarded=True)
     session = None
     for rate in (16000, 8000, 16000):
         x = RNG.standard_normal((2, 8)).astype(np.float32)
@@ -166,7 +170,7 @@ def test_a_guard_whose_value_keeps_changing_stops_being_one():
     distinct values the session plans the If as segments again, and still matches."""
     from palimpsest.backends.numpy.session import MAX_GUARD_VALUES, has_control_flow
 
-    model = _if_model(T.INT64)
+    model = _if_model(guarded=True)
     session = Session(import_onnx(model), poison=True)
     runner = ort.InferenceSession(model.SerializeToString())
     for rate in range(16000 - MAX_GUARD_VALUES, 16003):

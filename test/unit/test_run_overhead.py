@@ -211,8 +211,9 @@ def test_identity_branches_pass_their_values_on(flag):
     """An If branch of Identity ops only (as Silero VAD's shape checks have) passes its
     values on without a session of its own: an outer input, a chain of identities, an
     initializer; the other branch computes; both against onnxruntime, poisoned, and a
-    result held across runs keeps its values. The flag is data (a float input compared),
-    so the If stays (a bool input would be a guard: the branch inlined)."""
+    result held across runs keeps its values. The flag is data (the max of a 9-element
+    input compared: more elements than a guard has), so the If stays (a bool input would
+    be a guard: the branch inlined)."""
     then = h.make_graph(
         [h.make_node("Identity", ["x"], ["a"]), h.make_node("Identity", ["a"], ["b"]),
          h.make_node("Identity", ["k"], ["c"])],
@@ -222,11 +223,12 @@ def test_identity_branches_pass_their_values_on(flag):
         "else", [], [h.make_tensor_value_info(n, T.FLOAT, None) for n in ("r", "n")])
     graph = h.make_graph(
         [h.make_node("Tanh", ["x0"], ["x"]),
-         h.make_node("Greater", ["f", "zero"], ["flag"]),
+         h.make_node("ReduceMax", ["f"], ["fmax"], keepdims=0),
+         h.make_node("Greater", ["fmax", "zero"], ["flag"]),
          h.make_node("If", ["flag"], ["y", "z"], then_branch=then, else_branch=other),
          h.make_node("Add", ["y", "x"], ["s"])],
         "g", [h.make_tensor_value_info("x0", T.FLOAT, [2, 3]),
-              h.make_tensor_value_info("f", T.FLOAT, [])],
+              h.make_tensor_value_info("f", T.FLOAT, [9])],
         [h.make_tensor_value_info(n, T.FLOAT, None) for n in ("y", "z", "s")],
         initializer=[numpy_helper.from_array(np.arange(4, dtype=np.float32), "k"),
                      numpy_helper.from_array(np.array(0, np.float32), "zero")])
@@ -237,7 +239,7 @@ def test_identity_branches_pass_their_values_on(flag):
     held = None
     for seed in range(3):
         feeds = {"x0": np.random.default_rng(seed).standard_normal((2, 3)).astype(np.float32),
-                 "f": np.array(1.0 if flag else -1.0, np.float32)}
+                 "f": np.full(9, 1.0 if flag else -1.0, np.float32)}
         got = session.run(feeds)
         for name, expected in zip(("y", "z", "s"), sess.run(["y", "z", "s"], feeds)):
             np.testing.assert_allclose(got[name], expected, rtol=1e-6, atol=1e-6)

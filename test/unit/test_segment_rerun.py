@@ -12,7 +12,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from example_models import corpus_model, onnxruntime_run  # noqa: E402
-from test_ops_control import _if_model  # noqa: E402
+from test_ops_control import _if_model, rate_feed  # noqa: E402
 
 from palimpsest.backends.numpy.session import Session  # noqa: E402
 from palimpsest.dialects.graph.from_onnx import import_onnx  # noqa: E402
@@ -46,7 +46,7 @@ def test_reruns_on_new_inputs_and_branches_match(lean_runs):
     kept = []   # every run's results and what they should be, all held to the end
     for index, rate in enumerate([16000, 16000, 16000, 8000, 8000, 16000, 8000, 16000]):
         feeds = {"x": rng.standard_normal((2, 8)).astype(np.float32),
-                 "sr": np.array(rate, np.float32)}
+                 "sr": rate_feed(rate)}
         want = onnxruntime_run(model, feeds)
         got = session.run(feeds)
         _close(got, want, f"run {index} at {rate}")
@@ -63,7 +63,7 @@ def test_reruns_at_new_shapes_match(lean_runs):
     rng = np.random.default_rng(8)
     for index, batch in enumerate([2, 2, 3, 3, 1, 2, 3]):
         feeds = {"x": rng.standard_normal((batch, 8)).astype(np.float32),
-                 "sr": np.array(16000, np.float32)}
+                 "sr": rate_feed(16000)}
         _close(session.run(feeds), onnxruntime_run(model, feeds), f"run {index} ({batch})")
     assert lean_runs[0] > 0
 
@@ -89,3 +89,23 @@ def test_silero_vad_state_fed_back_matches():
         feeds["state"] = got["stateN"]   # held by the next run, as a caller's is
     assert not has_control_flow(session.last_plan.module)
     assert session.stats.compiles == 1
+
+
+def test_deepfilternet_if_on_a_float_setting_is_inlined():
+    """DeepFilterNet's streaming export branches on |atten_lim_db| > threshold, a float
+    scalar input (a user's setting): a guard, so the branch is inlined and the model runs
+    as one planned function, matching onnxruntime; another setting gets its own plan."""
+    from palimpsest.backends.numpy.session import has_control_flow
+
+    path, feeds = corpus_model("deepfilternet_stream")
+    session = Session(str(path), poison=True)
+    for limit in (float(feeds["atten_lim_db"]), float(feeds["atten_lim_db"]) + 30.0):
+        feeds = dict(feeds, atten_lim_db=np.array(limit, np.float32))
+        want = onnxruntime_run(path, feeds)
+        got = session.run(feeds)
+        for name, expected in want.items():
+            scale = max(float(np.max(np.abs(expected))), 1e-12)
+            worst = float(np.max(np.abs(got[name].astype(np.float64) - expected))) / scale
+            assert worst <= 1e-4, f"limit {limit}: {name} differs by {worst:.2e}"
+        assert not has_control_flow(session.last_plan.module)
+    assert session.stats.compiles == 2
