@@ -209,8 +209,9 @@ def plan_bytes(module_path, feeds, session) -> tuple[int, int]:
     from palimpsest.dialects.graph.from_onnx import import_onnx
 
     module = import_onnx(str(module_path))
-    if not has_control_flow(module):
-        return _planned(module, [a.shape for a in feeds.values()])
+    if not has_control_flow(module) or not has_control_flow(session.last_plan.module):
+        # (its Ifs inlined at these shapes and guard values: one function, as it ran)
+        return _planned(module, [a.shape for a in feeds.values()], list(feeds.values()))
     pools = bound = 0
     for segment in session.last_plan.executor.plan.segments():
         if segment.session is not None:
@@ -221,18 +222,25 @@ def plan_bytes(module_path, feeds, session) -> tuple[int, int]:
     return pools, bound
 
 
-def _planned(module, shapes) -> tuple[int, int]:
+def _planned(module, shapes, values=None) -> tuple[int, int]:
+    """The planned bytes and lower bound of `module` at `shapes`; with the input arrays
+    (`values`), its Ifs that those shapes and the session's guards decide inlined first."""
     from palimpsest.backends.binding import find_function
     from palimpsest.ir import attributes as A
     from palimpsest.ir.types import FunctionType, TensorType
+    from palimpsest.passes.inline_branches import branch_guards, inline_static_branches
     from palimpsest.passes.pass_manager import PassManager, parse_pipeline
     from palimpsest.passes.plan_memory import plan_memory
 
     func = find_function(module, None)
-    for arg, shape in zip(func.entry_block.args, shapes):
+    args = func.entry_block.args
+    guards = branch_guards(func) if values is not None else []
+    for arg, shape in zip(args, shapes):
         arg.type = TensorType(tuple(shape), arg.type.element_type)
     func.properties["function_type"] = A.TypeAttr(FunctionType(
-        tuple(a.type for a in func.entry_block.args), func.type.results))
+        tuple(a.type for a in args), func.type.results))
+    if values is not None:
+        inline_static_branches(func, {args[i]: values[i] for i in guards})
     # the default pipeline (schedule-for-memory, epilogues and prepacking included) up to
     # plan-memory, then plan-memory itself for its report
     PassManager([p for p in parse_pipeline("default") if p.name != "plan-memory"]).run(module)
