@@ -77,19 +77,23 @@ def assert_session_matches_onnxruntime(path, feeds: dict, what: str, runs: int =
     """A Session on the model file at `path`, poisoning on (arena bytes not yet written are
     NaN), gives onnxruntime's outputs to 1e-4 relative to each output's largest value, on
     each of `runs` runs (the later ones reuse the cached plan). Returns the session."""
-    import numpy as np
-
     from palimpsest.backends.numpy.session import Session
 
     want = onnxruntime_run(path, feeds)
     session = Session(str(path), poison=True)
     for _ in range(runs):
-        got = session.run(feeds)
-        for output, expected in want.items():
-            scale = max(float(np.max(np.abs(expected))), 1e-12)
-            worst = float(np.max(np.abs(got[output].astype(np.float64) - expected))) / scale
-            assert worst <= 1e-4, f"{what}: output {output} differs by {worst:.2e} (relative)"
+        assert_relative_match(session.run(feeds), want, what)
     return session
+
+
+def assert_relative_match(got: dict, want: dict, what: str) -> None:
+    """Each output of `want` within 1e-4 of its largest value in `got`."""
+    import numpy as np
+
+    for output, expected in want.items():
+        scale = max(float(np.max(np.abs(expected))), 1e-12)
+        worst = float(np.max(np.abs(got[output].astype(np.float64) - expected))) / scale
+        assert worst <= 1e-4, f"{what}: output {output} differs by {worst:.2e} (relative)"
 
 
 # -- the small real-model cases the backend tests share ---------------------------------------

@@ -11,7 +11,7 @@ np = pytest.importorskip("numpy")
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from example_models import corpus_model, onnxruntime_run  # noqa: E402
+from example_models import assert_relative_match, corpus_model, onnxruntime_run  # noqa: E402
 from test_ops_control import _if_model, rate_feed  # noqa: E402
 
 from palimpsest.backends.numpy.session import Session  # noqa: E402
@@ -80,12 +80,8 @@ def test_silero_vad_state_fed_back_matches():
     for index in range(5):
         feeds["input"] = (rng.standard_normal(feeds["input"].shape) * 0.1).astype(
             feeds["input"].dtype)
-        want = onnxruntime_run(path, feeds)
         got = session.run(feeds)
-        for name, expected in want.items():
-            scale = max(float(np.max(np.abs(expected))), 1e-12)
-            worst = float(np.max(np.abs(got[name].astype(np.float64) - expected))) / scale
-            assert worst <= 1e-4, f"run {index}: {name} differs by {worst:.2e}"
+        assert_relative_match(got, onnxruntime_run(path, feeds), f"run {index}")
         feeds["state"] = got["stateN"]   # held by the next run, as a caller's is
     assert not has_control_flow(session.last_plan.module)
     assert session.stats.compiles == 1
@@ -101,11 +97,7 @@ def test_deepfilternet_if_on_a_float_setting_is_inlined():
     session = Session(str(path), poison=True)
     for limit in (float(feeds["atten_lim_db"]), float(feeds["atten_lim_db"]) + 30.0):
         feeds = dict(feeds, atten_lim_db=np.array(limit, np.float32))
-        want = onnxruntime_run(path, feeds)
-        got = session.run(feeds)
-        for name, expected in want.items():
-            scale = max(float(np.max(np.abs(expected))), 1e-12)
-            worst = float(np.max(np.abs(got[name].astype(np.float64) - expected))) / scale
-            assert worst <= 1e-4, f"limit {limit}: {name} differs by {worst:.2e}"
+        assert_relative_match(session.run(feeds), onnxruntime_run(path, feeds),
+                              f"limit {limit}")
         assert not has_control_flow(session.last_plan.module)
     assert session.stats.compiles == 2
