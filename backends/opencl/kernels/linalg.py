@@ -779,6 +779,85 @@ def _edge_load(t: str, lanes: int, start: int, stride: int, width: int, name: st
     return None
 
 
+def _window_rows(t: str, lanes: int, rows: int, kernel, strides, dilations, left: int,
+                 wo: int, h: int, width: int, combine, fill: str | None = None):
+    """What a depthwise conv and a vector pool (normalize.py) share: a work-item's block of
+    `rows` output rows x one vector of `lanes` output columns; per input row the block
+    meets, that row's kw tap vectors loaded once (`_row_load`; at a row's edges, vector j's
+    offsets known, `_edge_load` with `fill` outside the row) and `combine(o, p, q)`, a
+    statement, taking tap (p, q) into output row o's accumulator `acc{o}`. Returns
+    taps(vectors), the code of the taps of a row of `vectors` vectors, in a kernel that
+    has set `xc` (the plane), `ih0` and `iw0` (the block's first input row and column)."""
+    (kh, kw), (sh, sw), (dh, dw) = kernel, strides, dilations
+    vt = _vtype(t, lanes)
+    col_shift = wo % lanes != 0
+    _, span = _row_load(t, lanes, "xr", sw, None, width)
+    # input row r of the block (from row oh0 * sh - top) meets output row o at tap p
+    meets: dict = {}
+    for o in range(rows):
+        for p in range(kh):
+            meets.setdefault(o * sh + p * dh, []).append((o, p))
+
+    def first_column(j: int) -> int:
+        return (min(j * lanes, wo - lanes) if col_shift else j * lanes) * sw - left
+
+    def inside(j: int) -> bool:
+        start = first_column(j)
+        return start >= 0 and start + (kw - 1) * dw + span - 1 < width
+
+    def body(j: int | None) -> str:
+        lines = []
+        for r in sorted(meets):
+            lines.append(f"    if (ih0 + {r} >= 0 && ih0 + {r} < {h}) {{\n"
+                         f"      __global const {t}* xrow = xc + (ih0 + {r}) * {width};\n")
+            for q in range(kw):
+                if j is None:
+                    load, _ = _row_load(t, lanes, f"xrow + iw0 + {q * dw}", sw, None, width)
+                else:
+                    start = first_column(j) + q * dw
+                    found = _edge_load(t, lanes, start, sw, width, f"b{q}", fill)
+                    if found is None:
+                        found = "", _row_load(t, lanes, None, sw, str(start), width, "xrow",
+                                              fill)[0]
+                    before, load = found
+                    if before:
+                        lines.append(f"      {before}\n")
+                lines.append(f"      const {vt} v{q} = {load};\n")
+            for o, p in meets[r]:
+                lines.append("      " + " ".join(combine(o, p, q) for q in range(kw)) + "\n")
+            lines.append("    }\n")
+        return "".join(lines)
+
+    def taps(vectors: int) -> str:
+        """The kernel's taps: the edge vectors each in a branch of its own (their offsets
+        known), then any inside vector."""
+        edges = [j for j in range(vectors) if not inside(j)]
+        branches = [(f"get_global_id(0) == {j}", body(j)) for j in edges]
+        if len(edges) < vectors:
+            branches.append((None, body(None)))
+        code = []
+        for k, (condition, lines) in enumerate(branches):
+            head = "  " if k == 0 else "  else "
+            if condition is not None:
+                head += f"if ({condition}) "
+            code.append(f"{head}{{\n{lines}  }}\n")
+        return "".join(code)
+
+    return taps
+
+
+def _window_store(t: str, lanes: int, col_shift: bool) -> str:
+    """A `_window_rows` block's store of vector `v` at `yr`: whole, or where the row's
+    last vector was shifted back (`col_shift`) only the lanes from `block` on, which no
+    other work-item stores."""
+    full = _store_row(t, lanes, "v", "yr", "ow0", lanes)
+    if not col_shift:
+        return full
+    lane_stores = " ".join(f"if (ow0 + {i} >= block) yr[{i}] = {_lane('v', lanes, i)};"
+                           for i in range(lanes))
+    return f"if (ow0 == block) {full} else {{ {lane_stores} }}"
+
+
 def _depthwise(call, t: str, g: dict, has_bias: bool, epilogue) -> Launch:
     """One input channel per group: each work-item computes DEPTHWISE_ROWS output rows x
     one vector of output columns of one channel, reading the input rows in place: per
@@ -806,45 +885,8 @@ def _depthwise(call, t: str, g: dict, has_bias: bool, epilogue) -> Launch:
     vectors = -(-wo // lanes)
     col_shift = wo % lanes != 0
     row_shift = ho % rows != 0
-    _, span = _row_load(t, lanes, "xr", sw, None, wd)
-    # input row r of the block (from row oh0 * sh - top) meets output row o at tap p
-    meets: dict = {}
-    for o in range(rows):
-        for p in range(kh):
-            meets.setdefault(o * sh + p * dh, []).append((o, p))
-
-    def first_column(j: int) -> int:
-        return (min(j * lanes, wo - lanes) if col_shift else j * lanes) * sw - left
-
-    def inside(j: int) -> bool:
-        start = first_column(j)
-        return start >= 0 and start + (kw - 1) * dw + span - 1 < wd
-
-    def body(j: int | None) -> str:
-        """The taps of vector j (offsets known), or of any inside vector (j None)."""
-        lines = []
-        for r in sorted(meets):
-            lines.append(f"    if (ih0 + {r} >= 0 && ih0 + {r} < {h}) {{\n"
-                         f"      __global const {t}* xrow = xc + (ih0 + {r}) * {wd};\n")
-            for q in range(kw):
-                if j is None:
-                    load, _ = _row_load(t, lanes, f"xrow + iw0 + {q * dw}", sw, None, wd)
-                else:
-                    start = first_column(j) + q * dw
-                    found = _edge_load(t, lanes, start, sw, wd, f"b{q}")
-                    if found is None:
-                        found = "", _row_load(t, lanes, None, sw, str(start), wd, "xrow")[0]
-                    before, load = found
-                    if before:
-                        lines.append(f"      {before}\n")
-                lines.append(f"      const {vt} v{q} = {load};\n")
-            for o, p in meets[r]:
-                lines.append("      " + " ".join(
-                    f"acc{o} = fma(v{q}, ({vt})(w{p}_{q}), acc{o});" for q in range(kw)) + "\n")
-            lines.append("    }\n")
-        return "".join(lines)
-
-    edges = [j for j in range(vectors) if not inside(j)]
+    taps = _window_rows(t, lanes, rows, (kh, kw), (sh, sw), (dh, dw), left, wo, h, wd,
+                        lambda o, p, q: f"acc{o} = fma(v{q}, ({vt})(w{p}_{q}), acc{o});")
     lines = [f"__kernel void depthwise({params(*buffers)}) {{\n{bind(*buffers)}\n"
              f"  const {ix} block = get_global_id(0) * {lanes}, "
              f"first = get_global_id(1) * {rows};\n"
@@ -858,28 +900,13 @@ def _depthwise(call, t: str, g: dict, has_bias: bool, epilogue) -> Launch:
     lines += [f"  const {t} w{p}_{q} = wm[{p * kw + q}];\n"
               for p in range(kh) for q in range(kw)]
     lines += [f"  {vt} acc{o} = 0;\n" for o in range(rows)]
-    branches = [(f"get_global_id(0) == {j}", body(j)) for j in edges]
-    if len(edges) < vectors:
-        branches.append((None, body(None)))
-    for k, (condition, code) in enumerate(branches):
-        head = "  " if k == 0 else "  else "
-        if condition is not None:
-            head += f"if ({condition}) "
-        elif len(branches) == 1:
-            head = "  "
-        lines.append(f"{head}{{\n{code}  }}\n")
+    lines.append(taps(vectors))
     for o in range(rows):
         value = f"acc{o} + ({vt})(bias[m])" if has_bias else f"acc{o}"
         row = f"(plane * {ho} + oh0 + {o}) * {wo}"
         fused = "" if epilogue is None else "\n    " + epilogue.apply_lanes(
             "v", lanes, f"{row} + ow0", 1)
-        full = _store_row(t, lanes, "v", "yr", "ow0", lanes)
-        if col_shift:
-            lane_stores = " ".join(f"if (ow0 + {i} >= block) yr[{i}] = {_lane('v', lanes, i)};"
-                                   for i in range(lanes))
-            store = f"if (ow0 == block) {full} else {{ {lane_stores} }}"
-        else:
-            store = full
+        store = _window_store(t, lanes, col_shift)
         guard = f"if (oh0 + {o} >= first) " if row_shift else ""
         lines.append(f"  {guard}{{\n    {vt} v = {value};{fused}\n"
                      f"    __global {t}* yr = y + {row} + ow0;\n    {store}\n  }}\n")

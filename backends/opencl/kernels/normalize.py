@@ -41,7 +41,7 @@ from palimpsest.backends.opencl.kernels.base import (
     strides_of,
 )
 from palimpsest.backends.opencl.kernels.linalg import (
-    _depthwise_lanes, _edge_load, _lane, _local_size, _row_load, _store_row, _vtype,
+    _depthwise_lanes, _local_size, _vtype, _window_rows, _window_store,
 )
 
 FLOATS = ("float", "double")
@@ -451,43 +451,8 @@ def _vector_pool(call, t: str, is_max: bool):
     step = lambda acc, v: combine.format(a=acc, b=v, n=lanes)  # noqa: E731
     vectors = -(-wo // lanes)
     col_shift, row_shift = wo % lanes != 0, ho % rows != 0
-    _, span = _row_load(t, lanes, "xr", sw, None, w)
-    meets: dict = {}
-    for o in range(rows):
-        for p in range(kh):
-            meets.setdefault(o * sh + p * dh, []).append(o)
-
-    def first_column(j: int) -> int:
-        return (min(j * lanes, wo - lanes) if col_shift else j * lanes) * sw - left
-
-    def inside(j: int) -> bool:
-        start = first_column(j)
-        return start >= 0 and start + (kw - 1) * dw + span - 1 < w
-
-    def body(j: int | None) -> str:
-        lines = []
-        for r in sorted(meets):
-            lines.append(f"    if (ih0 + {r} >= 0 && ih0 + {r} < {h}) {{\n"
-                         f"      __global const {t}* xrow = xc + (ih0 + {r}) * {w};\n")
-            for q in range(kw):
-                if j is None:
-                    load, _ = _row_load(t, lanes, f"xrow + iw0 + {q * dw}", sw, None, w)
-                else:
-                    start = first_column(j) + q * dw
-                    found = _edge_load(t, lanes, start, sw, w, f"b{q}", fill)
-                    if found is None:
-                        found = "", _row_load(t, lanes, None, sw, str(start), w, "xrow",
-                                              fill)[0]
-                    before, load = found
-                    if before:
-                        lines.append(f"      {before}\n")
-                lines.append(f"      const {vt} v{q} = {load};\n")
-            for o in meets[r]:
-                lines.append("      " + " ".join(f"acc{o} = {step(f'acc{o}', f'v{q}')};"
-                                                for q in range(kw)) + "\n")
-            lines.append("    }\n")
-        return "".join(lines)
-
+    taps = _window_rows(t, lanes, rows, (kh, kw), (sh, sw), (dh, dw), left, wo, h, w,
+                        lambda o, p, q: f"acc{o} = {step(f'acc{o}', f'v{q}')};", fill)
     buffers = [("x", t, False), ("y", t, True)]
     init = f"({vt})({_lowest(t)})" if is_max else f"({vt})({literal(0, t)})"
     lines = [f"__kernel void pool2d({params(*buffers)}) {{\n{bind(*buffers)}\n"
@@ -499,24 +464,10 @@ def _vector_pool(call, t: str, is_max: bool):
              f"  const int ih0 = oh0 * {sh} - {top}, iw0 = ow0 * {sw} - {left};\n"
              f"  __global const {t}* xc = x + plane * {h * w}L;\n"]
     lines += [f"  {vt} acc{o} = {init};\n" for o in range(rows)]
-    edges = [j for j in range(vectors) if not inside(j)]
-    branches = [(f"get_global_id(0) == {j}", body(j)) for j in edges]
-    if len(edges) < vectors:
-        branches.append((None, body(None)))
-    for k, (condition, code) in enumerate(branches):
-        head = "  " if k == 0 else "  else "
-        if condition is not None:
-            head += f"if ({condition}) "
-        lines.append(f"{head}{{\n{code}  }}\n")
+    lines.append(taps(vectors))
     for o in range(rows):
         value = f"acc{o}" if is_max else f"acc{o} / ({vt})({literal(kh * kw, t)})"
-        full = _store_row(t, lanes, "v", "yr", "ow0", lanes)
-        if col_shift:
-            lane_stores = " ".join(f"if (ow0 + {i} >= block) yr[{i}] = {_lane('v', lanes, i)};"
-                                   for i in range(lanes))
-            store = f"if (ow0 == block) {full} else {{ {lane_stores} }}"
-        else:
-            store = full
+        store = _window_store(t, lanes, col_shift)
         guard = f"if (oh0 + {o} >= first) " if row_shift else ""
         lines.append(f"  {guard}{{\n    const {vt} v = {value};\n"
                      f"    __global {t}* yr = y + (plane * {ho} + oh0 + {o}) * {wo} + ow0;\n"
