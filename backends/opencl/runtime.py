@@ -125,7 +125,7 @@ class Device:
         self.name = f"{cl_device.name.strip()} ({cl_device.platform.name.strip()})"
         self.build_stats = BuildStats()
         self._kernels: dict = {}   # (source, name) -> cl.Kernel
-        self._typed: set = set()   # kernels given their scalar argument dtypes
+        self._dtypes: dict = {}    # kernel -> the argument dtypes it was given (`launch`)
 
     # Functions the generated kernels may call, put before a program's source when it
     # names them. pal_tanh: float tanh rounded from a double one where the device has
@@ -200,18 +200,57 @@ class Device:
                 args.append(offset)
             else:
                 args.append(arg)
-        if kernel not in self._typed:
-            dtypes = []
-            for arg in launch.args:
-                dtypes += [None, np.int64] if isinstance(arg, Ref) else [np.asarray(arg).dtype]
-            kernel.set_scalar_arg_dtypes(dtypes)
-            self._typed.add(kernel)
+        if kernel not in self._dtypes:
+            kernel.set_scalar_arg_dtypes(self._arg_dtypes(kernel, launch))
         try:
             kernel.set_args(*args)
             self.cl.enqueue_nd_range_kernel(self.queue, kernel, launch.global_size,
                                             launch.local_size)
         except self.cl.Error as error:  # a generator's bug (or a device limit it missed)
             raise RuntimeError(self._launch_failure(launch, kernel, args, error)) from None
+
+    def _arg_dtypes(self, kernel, launch: Launch) -> list:
+        """The kernel's argument dtypes (None for a buffer), from its first launch's
+        arguments: a kernel's signature fixes them."""
+        dtypes = self._dtypes.get(kernel)
+        if dtypes is None:
+            dtypes = []
+            for arg in launch.args:
+                dtypes += [None, np.int64] if isinstance(arg, Ref) else [np.asarray(arg).dtype]
+            self._dtypes[kernel] = dtypes
+        return dtypes
+
+    def bind(self, launch: Launch, buffers) -> tuple:
+        """`launch` with its arguments set once, for a captured program to enqueue again
+        and again: (a cl.Kernel of its own, global size, local size, its argument list,
+        holes). The kernel is a new one of the cached kernel's program, given that
+        kernel's argument dtypes (the conversions `launch` makes); `buffers(ref)` gives
+        a Ref's (cl.Buffer, element offset) as in `launch`, or None for a buffer the
+        caller binds at each run: the holes, (position in the list, Ref) of each, whose
+        two list entries the caller fills before `kernel.set_args(*list)`. Without holes
+        the arguments are set here. Nothing is enqueued."""
+        shared = self._kernels.get((launch.source, launch.kernel)) or self.kernel(
+            launch.source, launch.kernel, launch.flush_denormals)
+        dtypes = self._arg_dtypes(shared, launch)
+        kernel = self.cl.Kernel(shared.program, launch.kernel)
+        kernel.set_scalar_arg_dtypes(dtypes)
+        args, holes = [], []
+        for arg in launch.args:
+            if isinstance(arg, Ref):
+                found = buffers(arg)
+                if found is None:
+                    holes.append((len(args), arg))
+                    found = (None, 0)
+                args.extend(found)
+            else:
+                args.append(arg)
+        if not holes:
+            try:
+                kernel.set_args(*args)
+            except self.cl.Error as error:
+                raise RuntimeError(self._launch_failure(launch, kernel, args, error)) from None
+        return (kernel, tuple(launch.global_size),
+                None if launch.local_size is None else tuple(launch.local_size), args, holes)
 
     def _launch_failure(self, launch: Launch, kernel, args: list, error) -> str:
         """What a failed launch was: the kernel, its sizes against the device's limits and
