@@ -11,10 +11,29 @@ import math
 import numpy as np
 
 from palimpsest.backends.numpy.kernel_ops import (
-    CLIP, STEP_IMPLS, _scalar, impl, prepared, record, recorded, replay, step)
+    CLIP, STEP_IMPLS, impl, prepared, record, recorded, replay, step)
 from palimpsest.backends.numpy.kernels import _same_view
 from palimpsest.dialects.graph.reference.elementwise import cube_or_square
 from palimpsest.dialects.kernel_elementwise import clip_bounds
+
+# (value, dtype) -> a read-only 0-d array: a step's constants, made once (np.asarray took
+# ~0.1 us of each of a hard-swish's four passes on a small tensor)
+_CONSTS: dict = {}
+
+
+def _const(value, dtype) -> np.ndarray:
+    key = (value, dtype)
+    try:
+        array = _CONSTS.get(key)
+    except TypeError:   # (an unhashable value)
+        return np.asarray(value, dtype=dtype)
+    if array is None:
+        if len(_CONSTS) >= 1024:   # (NaN keys never match)
+            _CONSTS.clear()
+        array = _CONSTS[key] = np.asarray(value, dtype=dtype)
+        array.flags.writeable = False
+    return array
+
 
 # A step writes `out` from `args` (numpy arrays; the chain value is `out` itself); it must
 # be right when an arg is `out` (the same view): every ufunc reads element i before
@@ -38,16 +57,16 @@ def _unary(name, args, out, props, scratch):
 @step("graph.relu")
 def _relu(name, args, out, props, scratch):
     if out.dtype.kind == "f":  # np.clip is 2x faster than np.maximum (NaN propagates alike)
-        CLIP(args[0], _scalar(0, out.dtype), _scalar(np.inf, out.dtype), out=out)
+        CLIP(args[0], _const(0, out.dtype), _const(np.inf, out.dtype), out=out)
     else:
-        np.maximum(args[0], _scalar(0, out.dtype), out=out)
+        np.maximum(args[0], _const(0, out.dtype), out=out)
 
 
 @step("graph.sigmoid")
 def _sigmoid(name, args, out, props, scratch):
     np.negative(args[0], out=out)
     np.exp(out, out=out)
-    np.add(out, _scalar(1, out.dtype), out=out)
+    np.add(out, _const(1, out.dtype), out=out)
     np.reciprocal(out, out=out)
 
 
@@ -119,14 +138,14 @@ def _erf_f32(x: np.ndarray, out: np.ndarray) -> None:
 
 @step("graph.softplus")
 def _softplus(name, args, out, props, scratch):
-    np.logaddexp(_scalar(0, out.dtype), args[0], out=out)
+    np.logaddexp(_const(0, out.dtype), args[0], out=out)
 
 
 @step("graph.softsign")
 def _softsign(name, args, out, props, scratch):
     x = args[0]
     np.abs(x, out=scratch)
-    np.add(scratch, _scalar(1, out.dtype), out=scratch)
+    np.add(scratch, _const(1, out.dtype), out=scratch)
     np.divide(x, scratch, out=out)
 
 
@@ -135,32 +154,32 @@ def _elu(name, args, out, props, scratch):
     # elu: where(x < 0, alpha * expm1(x), x) == max(x, 0) + alpha * expm1(min(x, 0));
     # selu: gamma times that (its alpha and gamma defaults are SELU's constants)
     x = args[0]
-    zero = _scalar(0, out.dtype)
+    zero = _const(0, out.dtype)
     selu = name == "graph.selu"
     alpha = props.get("alpha", 1.67326319217681884765625 if selu else 1.0)
     np.minimum(x, zero, out=scratch)
     np.expm1(scratch, out=scratch)
-    np.multiply(scratch, _scalar(alpha, out.dtype), out=scratch)
+    np.multiply(scratch, _const(alpha, out.dtype), out=scratch)
     np.maximum(x, zero, out=out)
     np.add(out, scratch, out=out)
     if selu:
-        np.multiply(out, _scalar(props.get("gamma", 1.05070102214813232421875), out.dtype),
+        np.multiply(out, _const(props.get("gamma", 1.05070102214813232421875), out.dtype),
                     out=out)
 
 
 @step("graph.hard_sigmoid")
 def _hard_sigmoid(name, args, out, props, scratch):
-    np.multiply(args[0], _scalar(props.get("alpha", 0.2), out.dtype), out=out)
-    np.add(out, _scalar(props.get("beta", 0.5), out.dtype), out=out)
-    CLIP(out, _scalar(0, out.dtype), _scalar(1, out.dtype), out=out)
+    np.multiply(args[0], _const(props.get("alpha", 0.2), out.dtype), out=out)
+    np.add(out, _const(props.get("beta", 0.5), out.dtype), out=out)
+    CLIP(out, _const(0, out.dtype), _const(1, out.dtype), out=out)
 
 
 @step("graph.hard_swish")
 def _hard_swish(name, args, out, props, scratch):
     x = args[0]
-    np.multiply(x, _scalar(1 / 6, out.dtype), out=scratch)
-    np.add(scratch, _scalar(0.5, out.dtype), out=scratch)
-    CLIP(scratch, _scalar(0, out.dtype), _scalar(1, out.dtype), out=scratch)
+    np.multiply(x, _const(1 / 6, out.dtype), out=scratch)
+    np.add(scratch, _const(0.5, out.dtype), out=scratch)
+    CLIP(scratch, _const(0, out.dtype), _const(1, out.dtype), out=scratch)
     np.multiply(x, scratch, out=out)
 
 
@@ -172,16 +191,16 @@ def _gelu(name, args, out, props, scratch):
     dtype = out.dtype
     if props.get("approximate", "none") == "tanh":
         np.multiply(x, x, out=scratch)
-        np.multiply(scratch, _scalar(0.044715, dtype), out=scratch)
-        np.add(scratch, _scalar(1, dtype), out=scratch)
+        np.multiply(scratch, _const(0.044715, dtype), out=scratch)
+        np.add(scratch, _const(1, dtype), out=scratch)
         np.multiply(scratch, x, out=scratch)
-        np.multiply(scratch, _scalar(math.sqrt(2 / math.pi), dtype), out=scratch)
+        np.multiply(scratch, _const(math.sqrt(2 / math.pi), dtype), out=scratch)
         np.tanh(scratch, out=scratch)
     else:
-        np.multiply(x, _scalar(1 / math.sqrt(2), dtype), out=scratch)
+        np.multiply(x, _const(1 / math.sqrt(2), dtype), out=scratch)
         _erf("graph.erf", [scratch], scratch, {}, None)
-    np.add(scratch, _scalar(1, dtype), out=scratch)
-    np.multiply(scratch, _scalar(0.5, dtype), out=scratch)
+    np.add(scratch, _const(1, dtype), out=scratch)
+    np.multiply(scratch, _const(0.5, dtype), out=scratch)
     np.multiply(x, scratch, out=out)
 
 
@@ -189,9 +208,9 @@ def _gelu(name, args, out, props, scratch):
 def _leaky_relu(name, args, out, props, scratch):
     # where(x < 0, alpha * x, x) == max(x, 0) + alpha * min(x, 0)
     x = args[0]
-    zero = _scalar(0, out.dtype)
+    zero = _const(0, out.dtype)
     np.minimum(x, zero, out=scratch)
-    np.multiply(scratch, _scalar(props.get("alpha", 0.01), out.dtype), out=scratch)
+    np.multiply(scratch, _const(props.get("alpha", 0.01), out.dtype), out=scratch)
     np.maximum(x, zero, out=out)
     np.add(out, scratch, out=out)
 
@@ -200,19 +219,19 @@ def _leaky_relu(name, args, out, props, scratch):
 def _celu(name, args, out, props, scratch):
     # max(x, 0) + min(0, alpha * expm1(x / alpha))
     x = args[0]
-    alpha = _scalar(props.get("alpha", 1.0), out.dtype)
+    alpha = _const(props.get("alpha", 1.0), out.dtype)
     np.divide(x, alpha, out=scratch)
     np.expm1(scratch, out=scratch)
     np.multiply(scratch, alpha, out=scratch)
-    np.minimum(scratch, _scalar(0, out.dtype), out=scratch)
-    np.maximum(x, _scalar(0, out.dtype), out=out)
+    np.minimum(scratch, _const(0, out.dtype), out=scratch)
+    np.maximum(x, _const(0, out.dtype), out=out)
     np.add(out, scratch, out=out)
 
 
 @step("graph.mish")
 def _mish(name, args, out, props, scratch):
     x = args[0]
-    np.logaddexp(_scalar(0, out.dtype), x, out=scratch)
+    np.logaddexp(_const(0, out.dtype), x, out=scratch)
     np.tanh(scratch, out=scratch)
     np.multiply(x, scratch, out=out)
 
@@ -220,15 +239,15 @@ def _mish(name, args, out, props, scratch):
 @step("graph.swish")
 def _swish(name, args, out, props, scratch):
     x = args[0]
-    np.multiply(x, _scalar(-props.get("alpha", 1.0), out.dtype), out=scratch)
+    np.multiply(x, _const(-props.get("alpha", 1.0), out.dtype), out=scratch)
     np.exp(scratch, out=scratch)
-    np.add(scratch, _scalar(1, out.dtype), out=scratch)
+    np.add(scratch, _const(1, out.dtype), out=scratch)
     np.divide(x, scratch, out=out)
 
 
 @step("graph.thresholded_relu")
 def _thresholded_relu(name, args, out, props, scratch):
-    below = args[0] <= _scalar(props.get("alpha", 1.0), out.dtype)   # a bool temporary
+    below = args[0] <= _const(props.get("alpha", 1.0), out.dtype)   # a bool temporary
     np.copyto(out, args[0])
     out[below] = 0
 
@@ -236,8 +255,8 @@ def _thresholded_relu(name, args, out, props, scratch):
 @step("graph.shrink")
 def _shrink(name, args, out, props, scratch):
     x = args[0]
-    bias = _scalar(props.get("bias", 0.0), out.dtype)
-    lambd = _scalar(props.get("lambd", 0.5), out.dtype)
+    bias = _const(props.get("bias", 0.0), out.dtype)
+    lambd = _const(props.get("lambd", 0.5), out.dtype)
     low, high = x < -lambd, x > lambd          # bool temporaries, read before out is written
     np.copyto(out, x)
     out[~(low | high)] = 0
@@ -249,7 +268,7 @@ def _shrink(name, args, out, props, scratch):
 def _prelu(name, args, out, props, scratch):
     # where(x < 0, slope * x, x) == max(x, 0) + slope * min(x, 0)
     x, slope = args
-    zero = _scalar(0, out.dtype)
+    zero = _const(0, out.dtype)
     np.minimum(x, zero, out=scratch)
     np.multiply(scratch, slope, out=scratch)
     np.maximum(x, zero, out=out)
@@ -315,7 +334,7 @@ def _clip(name, args, out, props, scratch):
 def _batch_norm(name, args, out, props, scratch):
     x, scale, bias, mean, var = args
     shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
-    eps = _scalar(props.get("epsilon", 1e-5), out.dtype)
+    eps = _const(props.get("epsilon", 1e-5), out.dtype)
     np.subtract(x, mean.reshape(shape), out=out)
     np.divide(out, np.sqrt(var.reshape(shape) + eps), out=out)  # a per-channel temporary
     np.multiply(out, scale.reshape(shape), out=out)
@@ -377,16 +396,14 @@ def run_epilogue(config: dict, inputs: list, y: np.ndarray, scratch) -> None:
     result `y`, in place: every step computed into Y, as `kernel.elementwise` does, a
     block of Y at a time where Y is larger than CHAIN_WHOLE or than the 1-D `scratch` a
     step needs (the `epilogue` workspace holds at most EPILOGUE_CHUNK elements)."""
-    from palimpsest.dialects.kernel_elementwise import STEPS
-
-    names = config.get("epilogue")
-    if not names or not y.size:
+    kept = _EPILOGUES.get(id(config))
+    if kept is None or kept[0] is not config:
+        kept = _epilogue_steps(config)
+    steps, uses_scratch = kept[1], kept[2]
+    if steps is None or not y.size:
         return
     n = len(inputs)
-    props = config["epilogue_props"] or [{}] * len(names)
-    steps = [(STEP_IMPLS[name], name, refs, step_props)
-             for name, refs, step_props in zip(names, config["epilogue_wiring"], props)]
-    if not any(STEPS[name][2] for name in names):
+    if not uses_scratch:
         scratch = None
     if y.size > CHAIN_WHOLE or (scratch is not None and y.size > scratch.size):
         run_blocked(steps, inputs, y, scratch,
@@ -396,6 +413,29 @@ def run_epilogue(config: dict, inputs: list, y: np.ndarray, scratch) -> None:
         scratch = scratch.reshape(-1)[:y.size].reshape(y.shape)
     for run, name, refs, step_props in steps:
         run(name, [y if r >= n else inputs[r] for r in refs], y, step_props, scratch)
+
+
+# config id -> (config, steps or None, whether a step uses scratch): run_epilogue is
+# replayed with each kernel's calls, and making its steps anew took ~3 us a call (as long
+# as a hard-swish on 1280 elements)
+_EPILOGUES: dict = {}
+
+
+def _epilogue_steps(config: dict) -> tuple:
+    from palimpsest.dialects.kernel_elementwise import STEPS
+
+    names = config.get("epilogue")
+    if not names:
+        kept = (config, None, False)
+    else:
+        props = config["epilogue_props"] or [{}] * len(names)
+        steps = [(STEP_IMPLS[name], name, refs, step_props)
+                 for name, refs, step_props in zip(names, config["epilogue_wiring"], props)]
+        kept = (config, steps, any(STEPS[name][2] for name in names))
+    if len(_EPILOGUES) >= 4096:
+        _EPILOGUES.clear()
+    _EPILOGUES[id(config)] = kept
+    return kept
 
 
 def run_blocked(steps: list, inputs: list, y: np.ndarray, scratch, limit: int) -> None:
