@@ -223,17 +223,18 @@ class Device:
     def bind(self, launch: Launch, buffers) -> tuple:
         """`launch` with its arguments set once, for a captured program to enqueue again
         and again: (a cl.Kernel of its own, global size, local size, its argument list,
-        holes). The kernel is a new one of the cached kernel's program, given that
-        kernel's argument dtypes (the conversions `launch` makes); `buffers(ref)` gives
-        a Ref's (cl.Buffer, element offset) as in `launch`, or None for a buffer the
-        caller binds at each run: the holes, (position in the list, Ref) of each, whose
-        two list entries the caller fills before `kernel.set_args(*list)`. Without holes
-        the arguments are set here. Nothing is enqueued."""
+        holes). The kernel is a new one of the cached kernel's program, its scalars
+        converted to that kernel's argument dtypes (the conversions `launch` makes);
+        `buffers(ref)` gives a Ref's (cl.Buffer, element offset) as in `launch`, or None
+        for a buffer the caller binds at each run: the holes, (position in the list,
+        Ref) of each, whose two list entries the caller fills before
+        `kernel.set_args(*list)` (such a kernel is given the dtypes, which pyopencl
+        makes an argument setter for: 0.2 ms a kernel, so only these are). Without holes
+        the arguments are set here, one by one. Nothing is enqueued."""
         shared = self._kernels.get((launch.source, launch.kernel)) or self.kernel(
             launch.source, launch.kernel, launch.flush_denormals)
         dtypes = self._arg_dtypes(shared, launch)
         kernel = self.cl.Kernel(shared.program, launch.kernel)
-        kernel.set_scalar_arg_dtypes(dtypes)
         args, holes = [], []
         for arg in launch.args:
             if isinstance(arg, Ref):
@@ -244,9 +245,12 @@ class Device:
                 args.extend(found)
             else:
                 args.append(arg)
-        if not holes:
+        if holes:
+            kernel.set_scalar_arg_dtypes(dtypes)
+        else:
             try:
-                kernel.set_args(*args)
+                for index, (arg, dtype) in enumerate(zip(args, dtypes)):
+                    kernel.set_arg(index, arg if dtype is None else np.dtype(dtype).type(arg))
             except self.cl.Error as error:
                 raise RuntimeError(self._launch_failure(launch, kernel, args, error)) from None
         return (kernel, tuple(launch.global_size),
