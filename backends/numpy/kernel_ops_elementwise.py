@@ -96,14 +96,16 @@ def _erf(name, args, out, props, scratch):
 # rational's 4.4e-7), relative 2.7e-7 on normal |x| < 0.5; erf is +-1 exactly from
 # |x| = 4.07 on (0.99999994 from 3.82: numpy's f32 tanh below 10), NaN stays NaN and
 # erf(-0) = -0. A/B in one process (1 thread, f32, medians): 2000 elements 14.9 -> 10.6
-# us, 12800 40.1 -> 30.8, 46080 121 -> 84, 102400 250 -> 168, 307200 804 -> 608.
-# (Powers of x^2 as a matrix, P and Q by one GEMM, measured slower in a model.)
-# Temporaries: two chunk-sized float32 vectors (512 KiB), a third for an f16 out.
+# us, 12800 40.1 -> 30.8, 46080 121 -> 84, 102400 250 -> 168, 307200 804 -> 608 (in
+# chunks of 65536; in the PP-OCR models chunks of 32768 and 65536 measure the same, and
+# 16384 no slower than 1%). (Powers of x^2 as a matrix, P and Q by one GEMM, measured
+# slower in a model.) Temporaries: two chunk-sized float32 vectors (256 KiB), a third
+# for an f16 out.
 _ERF_R = (1.1283791670955126, 0.10276880761271524, -0.0001903034161549411,
           -0.0006214335551735278, 8.830465582597384e-05, -5.779394243399207e-06,
           1.4815528767135577e-07)
 _ERF_R32 = tuple(np.float32(c) for c in reversed(_ERF_R))   # x^12's first
-_ERF_CHUNK = 65536
+_ERF_CHUNK = 32768
 
 
 def _erf_f32(x: np.ndarray, out: np.ndarray) -> None:
