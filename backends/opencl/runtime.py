@@ -137,9 +137,11 @@ class Device:
     # differed in 32M inputs from 1e-6 to 1e2, with +-0, +-inf, NaN). Overloaded on float
     # vectors too (a chain kernel's lanes, elementwise.py): the double tanh of a vector
     # runs vectorized, 6x the scalar call per element on PoCL.
-    # pal_erf: float erf as the numpy backend computes it (`_rational_erf`: a rational
-    # function, 11 multiply-adds and a division, vectorized): PoCL's erf on a float16
-    # vector ran lane by lane, 4.3 ns an element (ppocr_v6_tiny_det's GELUs: 6 ms a run).
+    # pal_erf: float erf as Eigen's rational function (`_rational_erf`: 11 multiply-adds
+    # and a division, vectorized; max abs error 4.4e-7; the numpy backend, bound by its
+    # passes over memory, takes a tanh form of fewer passes instead): PoCL's erf on a
+    # float16 vector ran lane by lane, 4.3 ns an element (ppocr_v6_tiny_det's GELUs: 6 ms
+    # a run).
     HELPERS = {"pal_tanh": (
         "#ifdef cl_khr_fp64\n#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" +
         "".join(_exact_tanh(n) for n in ("", 2, 4, 8, 16)) + "#else\n" +

@@ -26,7 +26,7 @@ def _step(name: str, args: list, props: dict, t: str, vector: bool = False,
     c = lambda value: literal(value, t)  # noqa: E731
     x = args[0]
     tanh = "pal_tanh" if t == "float" and (exact_tanh or not vector) else "tanh"
-    erf = "pal_erf" if t == "float" else "erf"   # the numpy backend's rational (runtime.py)
+    erf = "pal_erf" if t == "float" else "erf"   # Eigen's rational (runtime.py)
     unary = {"graph.neg": f"(-{x})", "graph.exp": f"exp({x})", "graph.log": f"log({x})",
              "graph.sqrt": f"sqrt({x})", "graph.tanh": f"{tanh}({x})",
              "graph.sin": f"sin({x})", "graph.cos": f"cos({x})",
