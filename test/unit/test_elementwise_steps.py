@@ -73,6 +73,17 @@ def test_erf_f32_chunks_in_place_and_f16(monkeypatch):
     np.testing.assert_allclose(out.astype(np.float64), erf64(h), atol=1e-3, equal_nan=True)
 
 
+def _gelu_and_erf(x):
+    """y = x * 0.5 * (1 + erf(x / sqrt(2))) as ONNX exports it (the chains PP-OCR runs),
+    and z = a lone Erf of x."""
+    consts = {"s": np.array(1.4142135381698608, np.float32), "one": np.array(1, np.float32),
+              "half": np.array(0.5, np.float32)}
+    nodes = [node("Div", ["x", "s"], outs=["d"]), node("Erf", ["d"], outs=["e"]),
+             node("Add", ["e", "one"], outs=["a"]), node("Mul", ["x", "a"], outs=["m"]),
+             node("Mul", ["m", "half"], outs=["y"]), node("Erf", ["x"], outs=["z"])]
+    return model_of(nodes, {"x": x}, consts, outputs=("y", "z"))
+
+
 @pytest.mark.parametrize("shape", [(4, 3, 5), (1, 64, 40, 41)])
 def test_gelu_and_erf_chains_match_graph_level(shape):
     """x * 0.5 * (1 + erf(x / sqrt(2))) as ONNX exports it (the chains PP-OCR runs), and
@@ -82,12 +93,7 @@ def test_gelu_and_erf_chains_match_graph_level(shape):
     flat = x.reshape(-1)
     flat[:len(SPECIAL)] = np.array(SPECIAL, np.float32)
     flat[-5:] = [np.nan, 4.0, -4.0, -0.0, 8.0]
-    consts = {"s": np.array(1.4142135381698608, np.float32), "one": np.array(1, np.float32),
-              "half": np.array(0.5, np.float32)}
-    nodes = [node("Div", ["x", "s"], outs=["d"]), node("Erf", ["d"], outs=["e"]),
-             node("Add", ["e", "one"], outs=["a"]), node("Mul", ["x", "a"], outs=["m"]),
-             node("Mul", ["m", "half"], outs=["y"]), node("Erf", ["x"], outs=["z"])]
-    model = model_of(nodes, {"x": x}, consts, outputs=("y", "z"))
+    model = _gelu_and_erf(x)
     check(model, {"x": x}, "kernel.elementwise", rtol=1e-5, atol=1e-6)
 
 
@@ -101,12 +107,7 @@ def test_gelu_and_erf_match_onnxruntime():
     flat = x.reshape(-1)
     finite = [v for v in SPECIAL if np.isfinite(v) and abs(v) < 1e30]
     flat[:len(finite)] = np.array(finite, np.float32)
-    consts = {"s": np.array(1.4142135381698608, np.float32), "one": np.array(1, np.float32),
-              "half": np.array(0.5, np.float32)}
-    nodes = [node("Div", ["x", "s"], outs=["d"]), node("Erf", ["d"], outs=["e"]),
-             node("Add", ["e", "one"], outs=["a"]), node("Mul", ["x", "a"], outs=["m"]),
-             node("Mul", ["m", "half"], outs=["y"]), node("Erf", ["x"], outs=["z"])]
-    model = model_of(nodes, {"x": x}, consts, outputs=("y", "z"))
+    model = _gelu_and_erf(x)
     for output in model.graph.output:
         output.type.tensor_type.elem_type = 1   # float
     want = ort.InferenceSession(model.SerializeToString(),
