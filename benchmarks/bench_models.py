@@ -91,6 +91,12 @@ def ort_session(path, optimize: bool):
     options.intra_op_num_threads = THREADS
     options.inter_op_num_threads = 1
     options.log_severity_level = 4
+    if THREADS > 1:
+        # its pool threads otherwise spin on after each run and take the cores of the
+        # engine timed next in this process: numpy's ppocr_mobile_cls at 2 threads 5.5 ms
+        # beside a spinning onnxruntime, 2.8 beside one that sleeps (onnxruntime's own
+        # time 1.67 -> 1.99 ms; blazeface_front's 2.36 -> 2.10)
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if not optimize:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     source = path if isinstance(path, bytes) else str(path)   # a file or a serialized model
@@ -162,7 +168,8 @@ def paired_medians(fns: dict, runs: int) -> dict:
     thread each engine runs its timed runs in one block after a discarded one instead:
     pool threads an engine leaves spinning (onnxruntime's by default, OpenBLAS's, PoCL's)
     take the cores of the next engine's run (ppocr_v4_det at 2 threads: the numpy run
-    right after onnxruntime's 52 ms, alone 30)."""
+    right after onnxruntime's 52 ms, alone 30); onnxruntime's pool is also told not to
+    spin then (`ort_session`): blocks alone did not keep it off the next engine's cores."""
     for fn in fns.values():
         fn()
     times: dict = {name: [] for name in fns}
