@@ -300,10 +300,13 @@ class Session:
     # -- compiling -----------------------------------------------------------------------------
     def prepare(self) -> None:
         """Compile: the specialized plan when every input shape is known, else the dynamic
-        one (a later run at known shapes still specializes)."""
+        one (a later run at known shapes still specializes). A session with guards (an
+        If decided by small inputs) compiles at its first run instead, when their values
+        are known: a plan without them would be one no run takes."""
         signature = self._known_signature() if self.specialize else None
         if signature is not None:
-            self._lookup(signature)
+            if not self._guards:
+                self._lookup(signature)
         else:
             self._dynamic_plan()
         self.prepared = True

@@ -163,6 +163,13 @@ def test_if_decided_by_an_integer_input_is_inlined_per_value():
         assert "graph.if" not in ops and not any(n.startswith("graph.") for n in ops)
         assert ("kernel.conv2d" in ops) == (rate == 16000)
     assert session.stats.compiles == 2 and session.last_stats.cache_hit
+    # prepare() leaves the compile to the first run, which knows the guard's value
+    prepared = Session(import_onnx(model))
+    prepared.set_input_shape("x", (2, 8))
+    prepared.prepare()
+    assert prepared.stats.compiles == 0
+    prepared.run({"x": x, "sr": np.array(8000, np.int64)})
+    assert prepared.stats.compiles == 1
 
 
 def test_a_guard_whose_value_keeps_changing_stops_being_one():
