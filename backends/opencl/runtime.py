@@ -194,14 +194,7 @@ class Device:
         (0.7 us instead of 29 for nine arguments: what a small model's run spent most
         of its time on)."""
         kernel = self.kernel(launch.source, launch.kernel, launch.flush_denormals)
-        args = []
-        for arg in launch.args:
-            if isinstance(arg, Ref):
-                mem, offset = buffers(arg)
-                args.append(mem)
-                args.append(offset)
-            else:
-                args.append(arg)
+        args, _ = _arguments(launch, buffers)
         if kernel not in self._dtypes:
             kernel.set_scalar_arg_dtypes(self._arg_dtypes(kernel, launch))
         try:
@@ -237,16 +230,7 @@ class Device:
             launch.source, launch.kernel, launch.flush_denormals)
         dtypes = self._arg_dtypes(shared, launch)
         kernel = self.cl.Kernel(shared.program, launch.kernel)
-        args, holes = [], []
-        for arg in launch.args:
-            if isinstance(arg, Ref):
-                found = buffers(arg)
-                if found is None:
-                    holes.append((len(args), arg))
-                    found = (None, 0)
-                args.extend(found)
-            else:
-                args.append(arg)
+        args, holes = _arguments(launch, buffers)
         if holes:
             kernel.set_scalar_arg_dtypes(dtypes)
         else:
@@ -273,6 +257,23 @@ class Device:
                 f"{self.limits.max_work_item_sizes} a dimension); "
                 f"{kernel.num_args} parameters, {len(args)} arguments: "
                 + ", ".join(shown))
+
+
+def _arguments(launch: Launch, buffers) -> tuple:
+    """`launch`'s argument list, each Ref as its (cl.Buffer, element offset) from
+    `buffers(ref)`, and the holes: (position, Ref) of each Ref `buffers` gave None for,
+    its two entries (None, 0) for the caller to fill (`Device.bind`)."""
+    args, holes = [], []
+    for arg in launch.args:
+        if isinstance(arg, Ref):
+            found = buffers(arg)
+            if found is None:
+                holes.append((len(args), arg))
+                found = (None, 0)
+            args.extend(found)
+        else:
+            args.append(arg)
+    return args, holes
 
 
 _DEVICES: dict = {}
