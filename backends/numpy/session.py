@@ -332,7 +332,7 @@ class Session:
             if len(self._guard_values) > MAX_GUARD_VALUES:
                 self._guards = []
                 return shapes
-        return shapes + (values,) if values else shapes
+        return shapes + (values,)
 
     def _compile(self, signature):
         from palimpsest.ir.verifier import verify
