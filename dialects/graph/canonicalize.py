@@ -29,6 +29,9 @@ one of exactly the same type, so function signatures and users never see a new t
 |                   | conv used only there → conv(x, W', B') (weights rescaled)          |
 | graph.einsum      | a two-operand contraction → transposes, reshapes and one matmul     |
 |                   | (canonicalize_einsum.py)                                           |
+| graph.scatter_nd  | a ScatterND whose constant indices write one box, full but along    |
+|                   | one axis → slices of the data and the updates, concatenated       |
+|                   | (canonicalize_scatter.py)                                          |
 
 numpy is imported only inside the batch-norm fold, when it fires.
 """
@@ -432,3 +435,5 @@ attach(PATTERNS)
 from palimpsest.dialects.graph import canonicalize_quant  # noqa: E402,F401
 # a two-operand Einsum as transposes, reshapes and one matmul
 from palimpsest.dialects.graph import canonicalize_einsum  # noqa: E402,F401
+# a ScatterND that writes one box as slices and a concat
+from palimpsest.dialects.graph import canonicalize_scatter  # noqa: E402,F401

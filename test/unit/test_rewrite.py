@@ -562,3 +562,41 @@ def test_gather_of_elementwise_kept_when_not_of_constants_or_shared():
     canonicalize(module)
     names = _names(module)
     assert names.index("graph.relu") < names.index("graph.gather")
+
+
+def _box_indices(box, data_shape):
+    """ScatterND indices spelling out every coordinate of `box` ([(start, size)] per
+    indexed axis), as PyTorch exports a slice assignment."""
+    grid = np.stack(np.meshgrid(*(np.arange(s, s + n) for s, n in box), indexing="ij"), -1)
+    return grid.astype(np.int64)
+
+
+@pytest.mark.parametrize("data, box, negative, left", [
+    ((1, 4, 6, 3), [(0, 1), (0, 4), (2, 3), (0, 3)], False, False),  # the middle of axis 2
+    ((3, 2, 4), [(0, 1)], False, False),                            # the head of axis 0
+    ((3, 2, 4), [(2, 1)], True, False),                             # the tail, counted back
+    ((2, 5), [(0, 2), (0, 5)], False, False),                       # all of it: the updates
+    ((4, 4), [(1, 2), (1, 2)], False, True),                        # two partial axes: stays
+])
+def test_scatter_nd_of_a_box_becomes_slices_and_a_concat(data, box, negative, left):
+    indices = _box_indices(box, data)
+    if negative:
+        indices = indices - np.array(data[:len(box)])
+    updates = indices.shape[:-1] + data[len(box):]
+    nodes = [helper.make_node("ScatterND", ["x", "i", "u"], ["y"])]
+    module = _check([("x", data), ("u", updates)], nodes, {"i": indices}, canonicalize)
+    names = _names(module)
+    assert ("graph.scatter_nd" in names) == left, names
+    assert left or "graph.slice" in names or names == ["func.return"]
+
+
+def test_scatter_nd_not_a_box_or_reducing_stays():
+    """Indices out of row-major order, or a reduction: the scatter is kept."""
+    shuffled = [helper.make_node("ScatterND", ["x", "i", "u"], ["y"])]
+    module = _check([("x", (4, 3)), ("u", (2, 3))], shuffled,
+                    {"i": np.array([[2], [1]], np.int64)}, canonicalize)
+    assert "graph.scatter_nd" in _names(module)
+    adding = [helper.make_node("ScatterND", ["x", "i", "u"], ["y"], reduction="add")]
+    module = _check([("x", (4, 3)), ("u", (1, 3))], adding,
+                    {"i": np.array([[1]], np.int64)}, canonicalize, opset=16)
+    assert "graph.scatter_nd" in _names(module)
