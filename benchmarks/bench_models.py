@@ -218,7 +218,7 @@ def plan_bytes(module_path, feeds, session) -> tuple[int, int]:
     module = import_onnx(str(module_path))
     if not has_control_flow(module) or not has_control_flow(session.last_plan.module):
         # (its Ifs inlined at these shapes and guard values: one function, as it ran)
-        return _planned(module, [a.shape for a in feeds.values()], list(feeds.values()))
+        return _planned(module, feeds)
     pools = bound = 0
     for segment in session.last_plan.executor.plan.segments():
         if segment.session is not None:
@@ -229,25 +229,27 @@ def plan_bytes(module_path, feeds, session) -> tuple[int, int]:
     return pools, bound
 
 
-def _planned(module, shapes, values=None) -> tuple[int, int]:
-    """The planned bytes and lower bound of `module` at `shapes`; with the input arrays
-    (`values`), its Ifs that those shapes and the session's guards decide inlined first."""
-    from palimpsest.backends.binding import find_function
-    from palimpsest.ir import attributes as A
-    from palimpsest.ir.types import FunctionType, TensorType
+def _planned(module, inputs) -> tuple[int, int]:
+    """The planned bytes and lower bound of `module` at `inputs`: the feeds ({name:
+    array}, bound to the function's arguments by name and checked as a run checks them;
+    its Ifs that their shapes and the session's guards decide inlined first), or a
+    segment session's plan signature (shapes in argument order, as the session keyed
+    them)."""
+    from palimpsest.backends.binding import bind_inputs, find_function, retype_inputs
+    from palimpsest.ir.types import TensorType
     from palimpsest.passes.inline_branches import branch_guards, inline_static_branches
     from palimpsest.passes.pass_manager import PassManager, parse_pipeline
     from palimpsest.passes.plan_memory import plan_memory
 
     func = find_function(module, None)
     args = func.entry_block.args
-    guards = branch_guards(func) if values is not None else []
-    for arg, shape in zip(args, shapes):
-        arg.type = TensorType(tuple(shape), arg.type.element_type)
-    func.properties["function_type"] = A.TypeAttr(FunctionType(
-        tuple(a.type for a in args), func.type.results))
-    if values is not None:
-        inline_static_branches(func, {args[i]: values[i] for i in guards})
+    arrays = bind_inputs(func, inputs) if isinstance(inputs, dict) else None
+    shapes = [a.shape for a in arrays] if arrays is not None else inputs
+    guards = branch_guards(func) if arrays is not None else []
+    retype_inputs(func, [TensorType(tuple(shape), arg.type.element_type)
+                         for arg, shape in zip(args, shapes)])
+    if arrays is not None:
+        inline_static_branches(func, {args[i]: arrays[i] for i in guards})
     # the default pipeline (schedule-for-memory, epilogues and prepacking included) up to
     # plan-memory, then plan-memory itself for its report
     PassManager([p for p in parse_pipeline("default") if p.name != "plan-memory"]).run(module)

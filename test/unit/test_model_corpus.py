@@ -39,3 +39,20 @@ def test_corpus_records_package_path_hash_and_licence():
                     "task", "inputs"):
             assert key in entry, f"{name} has no {key}"
         assert len(entry["sha256"]) == 64
+
+
+def test_benchmark_plans_bind_feeds_by_name():
+    """bench_models' planned-bytes column binds the feeds to the model's arguments by
+    name: the same pools whatever the feeds' order (gtcrn's four inputs differ in
+    shape), and an unknown name is refused, not planned at a wrong shape."""
+    from palimpsest.backends.binding import BindingError
+    from palimpsest.dialects.graph.from_onnx import import_onnx
+
+    bench = benchmark_module("bench_models")
+    path, feeds = corpus_model("gtcrn")
+    reordered = dict(reversed(list(feeds.items())))
+    assert list(reordered) != list(feeds)
+    planned = bench._planned(import_onnx(str(path)), feeds)
+    assert bench._planned(import_onnx(str(path)), reordered) == planned
+    with pytest.raises(BindingError, match="unknown input 'mixture'"):
+        bench._planned(import_onnx(str(path)), {"mixture": next(iter(feeds.values()))})
