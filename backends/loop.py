@@ -19,7 +19,8 @@ ndarray, OpenCL's DeviceArray) and implements the hooks:
 | `run_generic(op, values)` | `buffer.compute`, `kernel.generic` | the graph op, on the backend or its host |
 | `poison_array(array)` | with `poison=True`: an allocation made, freed, a pool view whose liveness ended | fill it with poison |
 | `bind_input(index, array, plan)` / `read_output(name, result, user, copy)` | `run` | inputs in, results out (zero-copy where the backend can) |
-| `sync()` | the profiler, around each kernel | wait for the work queued so far |
+| `sync()` | the profiler, around each kernel (a backend without events) | wait for the work queued so far |
+| `collect_events()` / `take_events()` | the profiler, before and after each kernel | False: no device events (the default); else start collecting the op's, then hand them over as an object whose `resolve()`, once the run is over, gives (seconds, (start, end) in device ns or None) |
 | `setup_seconds()` | the profiler | seconds spent building programs so far (left out of op times) |
 
 The loop itself owns what is the same everywhere: the op dispatch, `func.call` and
@@ -29,7 +30,8 @@ the frees and their errors (twice, never allocated), reading constants, the per-
 facts (which arguments the IR writes, after which op each pool view dies, which buffers
 a caller's output arrays may replace), and the profiler hook (`self.profiler`,
 backends/profile.py): each kernel op, `buffer.compute` and `buffer.copy` is timed
-between two `sync()`s and recorded with its buffers.
+(by its device events where the backend has them, else between two `sync()`s) and
+recorded with its buffers.
 
 Per-op overhead is paid once per executor where it can be: each function's ops become a
 program (`_program`: per op its handler, or None for a kernel op, which goes straight to
@@ -162,6 +164,12 @@ class ExecutorLoop:
     def setup_seconds(self) -> float:
         """Seconds spent so far building programs (left out of the profiler's op times)."""
         return 0.0
+
+    def collect_events(self) -> bool:
+        return False
+
+    def take_events(self):
+        return None
 
     def finish(self) -> None:
         """The end of `run`: results are where the caller can read them."""

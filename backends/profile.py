@@ -6,14 +6,22 @@ time goes, per kernel op and per op kind.
     print(session.profiler.table())
     session.profiler.write_chrome_trace("trace.json")  # palimpsest-run --profile-json
 
-The loop hands each kernel op, `buffer.compute` and `buffer.copy` to `measure`, which
-waits for the backend's queued work (`sync()`: nothing on numpy, `queue.finish()` on
-OpenCL), runs the op, waits again and records the time, so a time is the op's own work
-on every backend (on OpenCL, with a finish per op, kernels do not overlap as they can
-without the profiler). Time an op spends building programs (OpenCL, first calls: the
-executor's `setup_seconds()`) is left out of its time and of the run's, and said apart.
-The other ops (views, allocations, constants) only bind memory;
-their time, with binding inputs and reading outputs, is the run's time not in any op.
+The loop hands each kernel op, `buffer.compute` and `buffer.copy` to `measure`. On a
+backend without device events (numpy) it waits for the backend's queued work (`sync()`),
+runs the op, waits again and records the host time. On OpenCL the op's time is the
+device's: the sum of end - start of the events of the kernels and copies it enqueued
+(on a queue with profiling enabled; the executor's `collect_events` / `take_events`),
+plus the host time of a host fallback with its transfers; nothing waits between ops,
+and the events are read when the (outermost) run ends, so each op costs the run no
+host round trip and a small kernel is not charged one. Time an op spends building
+programs (OpenCL, first calls: the executor's `setup_seconds()`) is left out of its
+time and of the run's, and said apart. The other ops (views, allocations, constants)
+only bind memory; their time, with binding inputs and reading outputs (and on OpenCL
+the device's idle time between kernels), is the run's time not in any op.
+
+Python's garbage collector is off from a run's start to its end (and as it was after):
+a collection, which the profiler's own records trigger, would land inside some op's
+window and be charged to it (gtcrn: a 528-element Add showed 0.6 ms, 6% of the run).
 
 Per op and per kind: calls, total and mean time, share of the runs' time, and the
 achieved rate: GFLOP/s for conv2d and matmul (gemm lowers to it): 2 FLOPs per
@@ -25,11 +33,16 @@ elementwise or data-movement op must move at least.
 onnxruntime's profiler writes the same): one complete event ("ph": "X", times in µs)
 per op executed, its args the op, its shapes, FLOPs and bytes, and its buffers with
 where the plan put them: pool, byte offset and size ("pool": null for a buffer the plan
-did not place: an argument, a constant, a run-time allocation).
+did not place: an argument, a constant, a run-time allocation). An event lasts the op's
+time. On numpy it starts when the op did; on OpenCL (device clocks are not the host's)
+a run's first op starts when it was enqueued, and each later one where the one before
+ended, plus the device's idle time between them when both ran on the device (from the
+events' timestamps): the device's timeline, host fallbacks laid in end to end.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 from dataclasses import dataclass
@@ -84,6 +97,9 @@ class Profiler:
         self.setup_seconds = 0.0    # building programs (OpenCL) inside ops: left out
         self._run_start = None
         self._depth = 0
+        self._gc_was_enabled = False
+        self._pending: list = []    # indices into `events` whose times are the device's
+        self._trace_end = self.origin   # where the last device-timed call ended (trace)
 
     # -- the loop's hooks ------------------------------------------------------------------------
     def begin_run(self) -> None:
@@ -91,6 +107,10 @@ class Profiler:
         model's segments inside the model's run) count in the outermost run only."""
         self._depth += 1
         if self._depth == 1:
+            # collections (gen 0 fills with the records made here) happen between runs,
+            # not inside an op's timed window
+            self._gc_was_enabled = gc.isenabled()
+            gc.disable()
             self._run_start = time.perf_counter()
             self._setup_at_start = self.setup_seconds
 
@@ -101,9 +121,26 @@ class Profiler:
                 + self._setup_at_start
             self.runs += 1
             self._run_start = None
+            try:
+                self._resolve()
+            finally:
+                if self._gc_was_enabled:
+                    gc.enable()
 
     def measure(self, executor, op, values: dict, depth: int) -> None:
-        """Run `op` with `executor`, timed between two syncs of its queue."""
+        """Run `op` with `executor`; its time from the device's events where the backend
+        has them (read at the run's end), else between two syncs of its queue."""
+        if executor.collect_events():
+            built = executor.setup_seconds()
+            start = time.perf_counter()
+            try:
+                executor._execute(op, values, depth)
+            finally:
+                times = executor.take_events()
+            self.setup_seconds += executor.setup_seconds() - built
+            self._pending.append(len(self.events))
+            self._count(op, values, start, times, 0.0)
+            return
         executor.sync()
         built = executor.setup_seconds()
         start = time.perf_counter()
@@ -114,16 +151,41 @@ class Profiler:
         if built > 0:
             seconds = max(0.0, seconds - built)
             self.setup_seconds += built
+        self._count(op, values, start, seconds, seconds)
+
+    def _count(self, op, values: dict, start: float, seconds, row_seconds: float) -> None:
+        """One call of `op`: its row counts it, its event (`seconds`: a float, or the
+        events' times until `_resolve`) is recorded."""
         record = self.records.get(op)
         if record is None:
             record = self.records[op] = _OpRecord(op)
         flops, nbytes, shapes = op_cost(op, values)
         row = record.row
         row.calls += 1
-        row.seconds += seconds
+        row.seconds += row_seconds
         row.flops += flops
         row.bytes += nbytes
         self.events.append((record, start, seconds, flops, nbytes, shapes))
+
+    def _resolve(self) -> None:
+        """The device-timed calls of the run that ended: their seconds from their events,
+        added to their rows, and their place in the trace (the module doc)."""
+        at = None           # where the previous call ended, on the trace's clock
+        device_end = None   # its last event's end (device ns), when it ran on the device
+        for index in self._pending:
+            record, start, times, flops, nbytes, shapes = self.events[index]
+            seconds, span = times.resolve()
+            if at is None:
+                at = max(start, self._trace_end)
+            elif span is not None and device_end is not None:
+                at += max(0, span[0] - device_end) * 1e-9
+            device_end = span[1] if span is not None else None
+            record.row.seconds += seconds
+            self.events[index] = (record, at, seconds, flops, nbytes, shapes)
+            at += seconds
+        if at is not None:
+            self._trace_end = at
+        self._pending = []
 
     # -- results ----------------------------------------------------------------------------------
     @property

@@ -39,6 +39,14 @@ bytes when they are made (a read before the first write shows up), when they are
 and a view of a pool when its liveness ends (its last use, through aliases), as the numpy
 backend does: a buffer used past its end reads 0x5A bytes.
 
+Profiling. With a profiler (`executor.profiler`, backends/profile.py) the executor
+enqueues on the device's profiling queue (runtime.py `Device.profiling_queue`; the plain
+queue otherwise, which a profiler's removal goes back to) and hands the profiler each
+op's events (`collect_events` / `take_events`: its launches and device copies; a host
+fallback's wall time, its transfers included, after a finish so that it waits for none
+of the work queued before it), which it reads once the run is over: no finish between
+ops. A profiled run is never captured (the loop's plain path alone captures).
+
 The loop (the op dispatch, pending buffers, frees, calls, the profiler's timing) is
 backends/loop.py, shared with the numpy backend; this module holds the OpenCL hooks.
 """
@@ -53,6 +61,7 @@ from palimpsest.backends.numpy.kernel_ops import kernel_info
 from palimpsest.backends.opencl.generic_ops import GenericOps
 from palimpsest.backends.opencl.kernels import GENERATORS
 from palimpsest.backends.opencl.kernels.base import Arg, KernelCall, Unsupported, strides_of
+from palimpsest.backends.opencl.runtime import OpTimes
 from palimpsest.backends.opencl.runtime import device as open_device
 from palimpsest.dialects.buffer import BufferType
 
@@ -105,10 +114,11 @@ class OpenCLExecutor(GenericOps, ExecutorLoop):
     DEVICE_ARRAY = DeviceArray   # for GenericOps
 
     def __init__(self, device=None, poison: bool = False, stats: RunStats | None = None):
-        super().__init__(poison, stats if stats is not None else RunStats())
         self.device = device if device is not None else open_device()
         self.cl = self.device.cl
-        self.queue = self.device.queue
+        self.queue = self.device.queue   # (before the loop's init sets `profiler`)
+        self._events = None          # the OpTimes of the op being profiled, or None
+        super().__init__(poison, stats if stats is not None else RunStats())
         self.pools: dict = {}        # pool name -> cl.Buffer (kept across runs)
         self.pool_sizes: dict = {}
         self.launches: dict = {}     # (kernel op, shapes) -> [Launch] or Unsupported
@@ -167,6 +177,30 @@ class OpenCLExecutor(GenericOps, ExecutorLoop):
     def sync(self) -> None:
         self.queue.finish()
 
+    @property
+    def profiler(self):
+        return self._profiler
+
+    @profiler.setter
+    def profiler(self, profiler) -> None:
+        self._profiler = profiler
+        queue = self.device.queue if profiler is None else self.device.profiling_queue
+        if queue is not self.queue:
+            self.queue.finish()   # (commands are ordered within one queue only)
+            self.queue = queue
+
+    def collect_events(self) -> bool:
+        self._events = OpTimes(self.cl)
+        return True
+
+    def take_events(self) -> OpTimes:
+        events, self._events = self._events, None
+        return events
+
+    def _record(self, event) -> None:
+        if self._events is not None:
+            self._events.events.append(event)
+
     def setup_seconds(self) -> float:
         return self.device.build_stats.build_seconds
 
@@ -176,7 +210,7 @@ class OpenCLExecutor(GenericOps, ExecutorLoop):
         nbytes = dtype.itemsize
         for d in shape:
             nbytes *= d
-        mem = self.device.buffer(nbytes, self.poison)
+        mem = self.device.buffer(nbytes, self.poison, self.queue)
         self.allocations[value] = _Allocation(mem, nbytes, self.stats)
         stats = self.stats
         stats.allocations += 1
@@ -195,7 +229,7 @@ class OpenCLExecutor(GenericOps, ExecutorLoop):
         mem = self.pools.get(pool_name)
         stats = self.stats
         if mem is None or self.pool_sizes[pool_name] < size:
-            mem = self.pools[pool_name] = self.device.buffer(size, self.poison)
+            mem = self.pools[pool_name] = self.device.buffer(size, self.poison, self.queue)
             self.pool_sizes[pool_name] = size
             stats.allocations += 1
             stats.bytes_allocated += size
@@ -244,8 +278,9 @@ class OpenCLExecutor(GenericOps, ExecutorLoop):
 
     def copy(self, source, target) -> None:
         if source.nbytes:
-            self.cl.enqueue_copy(self.queue, target.mem, source.mem, byte_count=source.nbytes,
-                                 src_offset=source.offset, dst_offset=target.offset)
+            self._record(self.cl.enqueue_copy(
+                self.queue, target.mem, source.mem, byte_count=source.nbytes,
+                src_offset=source.offset, dst_offset=target.offset))
 
     def poison_array(self, array) -> None:
         if array.nbytes:
@@ -336,7 +371,7 @@ class OpenCLExecutor(GenericOps, ExecutorLoop):
                 replay = None
                 continue
             if replay is None:
-                replay = _Replay(self.queue, self.cl)
+                replay = _Replay(self.cl)
                 captured.append((replay, entry[1], entry[2]))
             replay.add(entry[1], bound)
         return captured if len(captured) < len(program) else None
@@ -387,22 +422,25 @@ class OpenCLExecutor(GenericOps, ExecutorLoop):
             array = groups[ref.group][ref.key]
             return array.mem, array.offset // array.dtype.itemsize
 
-        for launch in launches:
-            self.device.launch(launch, buffer)
+        launch, queue, events = self.device.launch, self.queue, self._events
+        for each in launches:
+            event = launch(each, buffer, queue)
+            if events is not None:
+                events.events.append(event)
         self.stats.device_launches += len(launches)
 
 
 class _Replay:
     """Captured kernel ops (`OpenCLExecutor.capture`), as the program's handler: their
     launches, each a (cl.Kernel, global size, local size) with its fixed arguments set
-    once, enqueued as they are; a launch with holes (buffers made during the run) first
-    gets them from the run's values (`patches`: kernel, argument list, [(position,
-    value)]) and its arguments set."""
+    once, enqueued as they are (on the executor's queue of the moment); a launch with
+    holes (buffers made during the run) first gets them from the run's values
+    (`patches`: kernel, argument list, [(position, value)]) and its arguments set."""
 
-    __slots__ = ("queue", "cl", "launches", "patches", "ops")
+    __slots__ = ("cl", "launches", "patches", "ops")
 
-    def __init__(self, queue, cl):
-        self.queue, self.cl = queue, cl
+    def __init__(self, cl):
+        self.cl = cl
         self.launches: list = []
         self.patches: list = []
         self.ops: list = []
@@ -424,7 +462,7 @@ class _Replay:
                     args[position] = array.mem
                     args[position + 1] = array.offset // array.dtype.itemsize
                 kernel.set_args(*args)
-            enqueue, queue = cl.enqueue_nd_range_kernel, self.queue
+            enqueue, queue = cl.enqueue_nd_range_kernel, executor.queue
             for kernel, global_size, local_size in self.launches:
                 enqueue(queue, kernel, global_size, local_size)
         except cl.Error as error:   # (each launch ran as it is before it was captured)

@@ -6,6 +6,8 @@ operands read back and their outs written to the device, counted in the run's st
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from palimpsest.backends.numpy.arena import RunStats, dtype_of
@@ -63,8 +65,9 @@ class GenericOps:
             raise op.error(f"'{info.name}' produced {data.dtype} {list(shape)} for a "
                            f"{target.dtype} {list(target.shape)} buffer")
         if data.nbytes and (target.mem is not data.mem or target.offset != data.offset):
-            self.cl.enqueue_copy(self.queue, target.mem, data.mem, byte_count=data.nbytes,
-                                 src_offset=data.offset, dst_offset=target.offset)
+            self._record(self.cl.enqueue_copy(
+                self.queue, target.mem, data.mem, byte_count=data.nbytes,
+                src_offset=data.offset, dst_offset=target.offset))
             self.stats.view_copy_bytes += data.nbytes
         return True
 
@@ -121,6 +124,10 @@ class GenericOps:
                 self._relayout(op, values) or self._generic_on_device(op, values)):
             return
 
+        timing = self._events   # profiled: the host's time, transfers in, is the op's
+        if timing is not None:
+            self.queue.finish()   # (not the device work queued before it)
+            start = time.perf_counter()
         if self._host is None:
             self._host = Executor()
         host_executor = self._host
@@ -161,3 +168,5 @@ class GenericOps:
             else op.name
         self.stats.host_ops[name] = self.stats.host_ops.get(name, 0) + 1
         self.stats.transfer_bytes += moved
+        if timing is not None:
+            timing.host_seconds += time.perf_counter() - start

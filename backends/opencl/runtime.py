@@ -5,6 +5,9 @@ device of the first platform that has any (the index counts devices over all
 platforms, in `list_devices()` order) with one in-order queue; `Device.kernel(source,
 name)` builds a program once per source text and keeps its kernels (PoCL also keeps
 built programs in its on-disk cache, so a warm process builds faster than a cold one).
+A profiled run enqueues on a second queue of the device, `profiling_queue`, made when
+first asked for, whose commands record device timestamps (the profiler reads them from
+the events the launches return); the plain queue stays as it was, without.
 `run_launches` runs a generator's launches on host arrays: what the generators' tests
 use, independent of the executor.
 """
@@ -117,6 +120,7 @@ class Device:
         self.device = cl_device
         self.context = cl.Context([cl_device])
         self.queue = cl.CommandQueue(self.context)
+        self._profiling_queue = None
         # MEM_BASE_ADDR_ALIGN is in bits; planned offsets are multiples of this many bytes
         self.alignment = max(64, cl_device.mem_base_addr_align // 8)
         self.limits = DeviceLimits(cl_device.max_work_group_size, cl_device.local_mem_size,
@@ -173,11 +177,22 @@ class Device:
         self.build_stats.build_seconds += time.perf_counter() - start
         return self._kernels[(source, name)]
 
-    def buffer(self, nbytes: int, poison: bool = False):
+    @property
+    def profiling_queue(self):
+        """An in-order queue with PROFILING_ENABLE: its events have device timestamps."""
+        if self._profiling_queue is None:
+            self._profiling_queue = self.cl.CommandQueue(
+                self.context, properties=self.cl.command_queue_properties.PROFILING_ENABLE)
+        return self._profiling_queue
+
+    def buffer(self, nbytes: int, poison: bool = False, queue=None):
+        """A new buffer; with `poison`, filled with 0x5A on `queue` (default the plain
+        one): the queue that will use it, which alone keeps the fill before its kernels."""
         mf = self.cl.mem_flags
         mem = self.cl.Buffer(self.context, mf.READ_WRITE, max(nbytes, 1))
         if poison and nbytes:
-            self.cl.enqueue_fill_buffer(self.queue, mem, np.uint8(0x5A), 0, nbytes)
+            self.cl.enqueue_fill_buffer(self.queue if queue is None else queue, mem,
+                                        np.uint8(0x5A), 0, nbytes)
         return mem
 
     def upload(self, array: np.ndarray):
@@ -187,8 +202,9 @@ class Device:
             return self.cl.Buffer(self.context, mf.READ_WRITE, 1)
         return self.cl.Buffer(self.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=array)
 
-    def launch(self, launch: Launch, buffers) -> None:
-        """Enqueue `launch`; `buffers(ref)` gives a Ref's (cl.Buffer, element offset).
+    def launch(self, launch: Launch, buffers, queue=None):
+        """Enqueue `launch` on `queue` (default the plain one); its event. `buffers(ref)`
+        gives a Ref's (cl.Buffer, element offset).
         A kernel's scalar argument dtypes are declared once (the first launch's: a
         kernel's signature fixes them), which makes pyopencl's set_args 40x cheaper
         (0.7 us instead of 29 for nine arguments: what a small model's run spent most
@@ -199,8 +215,9 @@ class Device:
             kernel.set_scalar_arg_dtypes(self._arg_dtypes(kernel, launch))
         try:
             kernel.set_args(*args)
-            self.cl.enqueue_nd_range_kernel(self.queue, kernel, launch.global_size,
-                                            launch.local_size)
+            return self.cl.enqueue_nd_range_kernel(self.queue if queue is None else queue,
+                                                   kernel, launch.global_size,
+                                                   launch.local_size)
         except self.cl.Error as error:  # a generator's bug (or a device limit it missed)
             raise RuntimeError(self._launch_failure(launch, kernel, args, error)) from None
 
@@ -276,6 +293,36 @@ def _arguments(launch: Launch, buffers) -> tuple:
     return args, holes
 
 
+class OpTimes:
+    """What one op of a profiled run took: the events of the commands it enqueued on the
+    profiling queue (`events`) and the seconds it ran on the host (`host_seconds`: a host
+    fallback, its transfers included); read once the run is over (`resolve`)."""
+
+    __slots__ = ("cl", "events", "host_seconds")
+
+    def __init__(self, cl):
+        self.cl = cl
+        self.events: list = []
+        self.host_seconds = 0.0
+
+    def resolve(self) -> tuple:
+        """(seconds: the host's plus each event's end - start, (first start, last end) of
+        the events in device ns or None when there are none)."""
+        events = self.events
+        if not events:
+            return self.host_seconds, None
+        try:
+            self.cl.wait_for_events(events)
+            nanos = 0
+            for event in events:
+                profile = event.profile
+                nanos += profile.end - profile.start
+            span = (events[0].profile.start, events[-1].profile.end)
+        except self.cl.Error:   # a run that failed (the profiler resolves in its finally):
+            return self.host_seconds, None   # its error is the one to see, not this one
+        return self.host_seconds + nanos * 1e-9, span
+
+
 _DEVICES: dict = {}
 
 
@@ -329,5 +376,5 @@ def run_launches(launches: list, ins: list, outs: list, workspaces: dict | None 
     return results
 
 
-__all__ = ["BuildStats", "Device", "OpenCLUnavailable", "availability", "device",
+__all__ = ["BuildStats", "Device", "OpTimes", "OpenCLUnavailable", "availability", "device",
            "list_devices", "run_launches"]

@@ -193,3 +193,154 @@ def test_a_model_with_control_flow_profiles_its_segments_as_one_run():
     assert sum(r.calls for r in profiler.by_kind()) == profiler.calls
     adds = [r for r in profiler.by_op() if r.kind == "kernel.elementwise"]
     assert sorted(r.calls for r in adds) == [2, 8]   # relu once a run, the add 4 times
+
+
+# -- OpenCL: the device's times, from profiling events ------------------------------------------
+
+def _host_op_model():
+    """Kernels around an integer Mod, which only the host computes on OpenCL."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    from onnx import numpy_helper
+
+    w = np.random.default_rng(3).standard_normal((64, 64)).astype(np.float32)
+    nodes = [h.make_node("Tanh", ["x"], ["t"]),
+             h.make_node("MatMul", ["t", "w"], ["m"]),
+             h.make_node("Mod", ["a", "b"], ["k"]),
+             h.make_node("Cast", ["k"], ["kf"], to=T.FLOAT),
+             h.make_node("Add", ["m", "kf"], ["s"]),
+             h.make_node("Softmax", ["s"], ["y"], axis=-1)]
+    graph = h.make_graph(
+        nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [4, 64]),
+                     h.make_tensor_value_info("a", T.INT64, [4, 64]),
+                     h.make_tensor_value_info("b", T.INT64, [4, 64])],
+        [h.make_tensor_value_info("y", T.FLOAT, None)],
+        initializer=[numpy_helper.from_array(w, "w")])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _host_op_feeds(seed=0):
+    rng = np.random.default_rng(seed)
+    return {"x": rng.standard_normal((4, 64)).astype(np.float32),
+            "a": rng.integers(-50, 50, (4, 64)).astype(np.int64),
+            "b": rng.integers(1, 9, (4, 64)).astype(np.int64)}
+
+
+@requires_opencl
+def test_opencl_op_times_are_the_device_events_with_no_finish_between_ops(monkeypatch):
+    """Each op's seconds are its launches' and copies' event times (end - start) read after
+    the run; a host fallback's are its wall time; nothing waits between ops."""
+    import pyopencl as cl
+
+    from palimpsest.backends.opencl.executor import OpenCLExecutor
+    from palimpsest.dialects.graph.from_onnx import import_onnx
+
+    taken, syncs = [], []
+    take_events = OpenCLExecutor.take_events
+
+    def keep(executor):
+        times = take_events(executor)
+        taken.append(times)
+        return times
+    monkeypatch.setattr(OpenCLExecutor, "take_events", keep)
+    monkeypatch.setattr(OpenCLExecutor, "sync", lambda executor: syncs.append(1))
+    session = Session(import_onnx(_host_op_model()), backend="opencl", profile=True)
+    for run in range(RUNS):
+        session.run(_host_op_feeds(run))
+    profiler = session.profiler
+    executor = session.last_plan.executor
+    assert executor.queue.properties & cl.command_queue_properties.PROFILING_ENABLE
+    assert not syncs
+    assert len(taken) == profiler.calls == RUNS * len(timed_ops(session.last_plan.func))
+    assert session.last_stats.run_stats.host_ops == {"graph.mod": 1}
+    on_host = [t for t in taken if not t.events]
+    on_device = [t for t in taken if t.events]
+    assert len(on_host) == RUNS and all(t.host_seconds > 0 for t in on_host)
+    assert on_device and all(t.host_seconds == 0 for t in on_device)
+    device_seconds = 0.0
+    for times in on_device:
+        for event in times.events:
+            assert event.profile.end > event.profile.start > 0
+            device_seconds += (event.profile.end - event.profile.start) * 1e-9
+    rows = profiler.by_op()
+    assert all(r.seconds > 0 for r in rows)
+    assert sum(r.seconds for r in rows) == pytest.approx(
+        device_seconds + sum(t.host_seconds for t in on_host), rel=1e-9)
+    assert sum(r.seconds for r in rows) <= profiler.run_seconds
+    events = [e for e in profiler.chrome_trace()["traceEvents"] if e["ph"] == "X"]
+    ends = [e["ts"] + e["dur"] for e in events]
+    assert all(e["dur"] > 0 for e in events)
+    assert all(b["ts"] >= a - 1e-3 for a, b in zip(ends, events[1:]))  # one after the other
+
+
+@requires_opencl
+def test_opencl_profiles_on_a_profiling_queue_only_while_profiled():
+    """The plain queue without PROFILING_ENABLE; a profiler set on a session whose runs
+    were captured runs uncaptured on the profiling queue, and taken away, captured again
+    on the plain one: the same results each way."""
+    import pyopencl as cl
+
+    from palimpsest.backends.opencl.executor import _Replay
+    from palimpsest.backends.profile import Profiler
+    from palimpsest.dialects.graph.from_onnx import import_onnx
+
+    profiling = cl.command_queue_properties.PROFILING_ENABLE
+    session = Session(import_onnx(_host_op_model()), backend="opencl")
+    feeds = _host_op_feeds()
+    want = [session.run(feeds)["y"] for _ in range(3)][-1]
+    executor = session.last_plan.executor
+    plan = executor.plans[session.last_plan.func]
+    assert any(isinstance(handler, _Replay) for handler, _, _ in plan.captured)
+    assert executor.queue is executor.device.queue
+    assert not executor.queue.properties & profiling
+    session.profiler = Profiler()
+    np.testing.assert_array_equal(session.run(feeds)["y"], want)
+    assert executor.queue is executor.device.profiling_queue
+    assert executor.queue.properties & profiling
+    assert session.profiler.calls == len(timed_ops(session.last_plan.func))
+    session.profiler = None
+    for _ in range(2):
+        np.testing.assert_array_equal(session.run(feeds)["y"], want)
+    assert executor.queue is executor.device.queue
+    assert any(isinstance(handler, _Replay) for handler, _, _ in plan.captured)
+
+
+# -- the garbage collector, off inside profiled runs --------------------------------------------
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_gc_is_off_during_a_profiled_run_and_as_it_was_after(tiny_cnn, enabled):
+    import gc
+
+    from palimpsest.backends.profile import Profiler
+    from palimpsest.dialects.graph.from_onnx import import_onnx
+
+    seen = []
+
+    class Watching(Profiler):
+        fail = False
+
+        def measure(self, executor, op, values, depth):
+            seen.append(gc.isenabled())
+            if self.fail:
+                raise RuntimeError("an op failed")
+            super().measure(executor, op, values, depth)
+
+    profiler = Watching()
+    session = Session(import_onnx(tiny_cnn), profile=profiler)
+    x = np.zeros((1, 3, 8, 8), np.float32)
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        for _ in range(2):
+            session.run({"x": x})
+            assert gc.isenabled() is enabled
+        profiler.fail = True
+        with pytest.raises(RuntimeError, match="an op failed"):
+            session.run({"x": x})
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert seen and not any(seen)
