@@ -132,17 +132,20 @@ class InlineStaticBranches(ModulePass):
                 inline_static_branches(op)
 
 
-def branch_guards(func: Operation) -> list:
-    """Indices of `func`'s arguments that a condition of a `graph.if` of its body is
-    computed from through small values only (at most MAX_EVALUATED_ELEMENTS elements
-    each, as `_evaluate` reads; the argument itself at most MAX_GUARD_ELEMENTS): a session that knows their values (its guards: Silero
-    VAD's `sr`, DeepFilterNet's `atten_lim_db`) can inline that If. The walk stops at a
+def branch_guards(func: Operation, ifs=None) -> list:
+    """Indices of `func`'s arguments that a condition of a `graph.if` of its body (of
+    `ifs`, when given: palimpsest-opt names the inputs that decide one If) is computed
+    from through small values only (at most MAX_EVALUATED_ELEMENTS elements each, as
+    `_evaluate` reads; the argument itself at most MAX_GUARD_ELEMENTS): a session that
+    knows their values (its guards: Silero VAD's `sr`, DeepFilterNet's `atten_lim_db`;
+    palimpsest-plan's `--value`) can inline that If. The walk stops at a
     large value: a condition on a model's output (openWakeWord's verifier) has none."""
     block = func.regions[0].blocks[0]
     args = list(block.args)
     found = set()
     seen = set()
-    stack = [op.operands[0] for op in block.ops if op.name == "graph.if" and op.operands]
+    stack = [op.operands[0] for op in (block.ops if ifs is None else ifs)
+             if op.name == "graph.if" and op.operands]
     while stack:
         value = stack.pop()
         if value in seen:

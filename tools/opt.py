@@ -8,8 +8,9 @@ import time
 
 from palimpsest.ir.diagnostics import DiagnosticError, SourceManager, split_source
 from palimpsest.tools.cli import (
-    add_shape_arguments, console_entry, output_dir, parse_bounds, parse_shapes, read_text,
-    run_main, specialize_module, UserError, write_text,
+    add_shape_arguments, add_value_argument, branch_error_explainer, console_entry,
+    inline_values, output_dir, parse_bounds, parse_shapes, parse_values, read_text, run_main,
+    specialize_module, UserError, write_text,
 )
 
 
@@ -40,6 +41,11 @@ def build_argument_parser() -> argparse.ArgumentParser:
     add_shape_arguments(parser, shape_help=(
         "give input NAME of @main (or the only function) this shape, its '?' dims made "
         "static, before the passes run; infer-shapes carries it through (repeatable)"))
+    add_value_argument(parser, help_=(
+        "give input NAME of @main (or the only function) this value, a scalar or "
+        "comma-separated elements typed by its element type (e.g. sr=16000), before the "
+        "passes run: it becomes a constant, and the graph.ifs it and the shapes decide are "
+        "inlined (repeatable)"))
     return parser
 
 
@@ -68,6 +74,7 @@ def _run(args, sources: SourceManager) -> int:
     except PipelineError as error:
         raise UserError(str(error)) from None
     args.shapes, args.bounds = parse_shapes(args.shape), parse_bounds(args.bound)
+    args.values = parse_values(args.value)
     text, filename = read_text(args.input)
     chunks = split_source(text) if args.split_input_file else [(text, 0)]
     timings: list[tuple[str, float]] = []
@@ -105,18 +112,30 @@ def _process(args, passes, chunk, offset, filename, timings) -> str:
     module = parse(chunk, filename, allow_unregistered=args.allow_unregistered_dialect,
                    line_offset=offset)
     timings.append(("(parse)", time.perf_counter() - start))
-    specialize_module(module, None, args.shapes, args.bounds)
-    if not args.no_verify:
+    if not args.no_verify:  # as written: a branch not taken may not fit the shapes given
         start = time.perf_counter()
         verify(module)
         timings.append(("(verifier)", time.perf_counter() - start))
+    specialize_module(module, None, args.shapes, args.bounds)
+    inline_values(module, None, args.values, required=False)
+    # an error inside a branch that inputs' values decide names them and --value (not
+    # under --verify-diagnostics: expected-error comments match the error as it is)
+    explain = (lambda error: error) if args.no_verify or args.verify_diagnostics else \
+        branch_error_explainer(module, None)
     after = None
     if args.print_ir_after_all:
         def after(pass_, op):
             sys.stderr.write(f"// -----// IR Dump After {pass_.spelling()} //----- //\n")
             sys.stderr.write(print_ir(op, generic=args.print_op_generic))
     manager = PassManager(passes, verify_each=not args.no_verify, after_pass=after)
-    manager.run(module)
+    try:
+        if not args.no_verify and (args.shapes or args.bounds or args.values):
+            start = time.perf_counter()
+            verify(module)  # the inputs retyped, the values inlined
+            timings.append(("(verifier)", time.perf_counter() - start))
+        manager.run(module)
+    except DiagnosticError as error:
+        raise explain(error) from None
     timings.extend(manager.timings)
     start = time.perf_counter()
     text = print_ir(module, generic=args.print_op_generic, print_locations=args.print_debuginfo,

@@ -13,7 +13,7 @@ message``, and exit status 1 (an internal error: one line and exit status 3).
 
     palimpsest-plan model.pal [--export json|c-header|svg|png] [-o FILE]
                     [--algorithm ...] [--time-budget S] [--inputs-as-activations]
-                    [--alignment N]
+                    [--alignment N] [--shape NAME=DIMS] [--value NAME=V[,V...]]
 
 With a .pal file (or --export), the model is brought to planned IR — graph-level IR
 runs the default pipeline (kernels with their workspaces, then plan-memory), buffer-level IR
@@ -22,6 +22,15 @@ JSON (pools, and per buffer its pool, offset, size, lifetime and class), a C hea
 offsets for firmware, or a time × address picture (SVG; PNG needs matplotlib).
 `--alignment` is then the alignment of the pools the pass creates when the IR declares
 none (default 64); `--capacity` does not apply (declare `memory.pool @p {capacity = N}`).
+
+A plan is of one function, without control flow: the `graph.if`s of @main (or the only
+function) whose conditions the shapes (`--shape`) and the values of small inputs decide
+are inlined first, as a Session does at run time (passes/inline_branches.py). An input an
+If's condition is computed from (Silero VAD's `sr`) is given with `--value NAME=V` — a
+scalar, or comma-separated elements in order, typed by the input's element type
+(`--value sr=16000`); it becomes a constant. Without it the plan stops with one line naming
+the input and the --value to give; a name that is no input, or a value of the wrong
+count or type, is one line too (exit status 1).
 """
 
 from __future__ import annotations
@@ -30,7 +39,9 @@ import argparse
 import sys
 from typing import Sequence, TextIO
 
-from palimpsest.tools.cli import UserError, add_shape_arguments, console_entry, run_main
+from palimpsest.tools.cli import (
+    UserError, add_shape_arguments, add_value_argument, console_entry, run_main,
+)
 from palimpsest.passes.planners import (
     ALGORITHMS,
     PlanError,
@@ -126,6 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_shape_arguments(parser, shape_help=(
         "for a .pal model: give input NAME of @main (or the only function) this shape, "
         "its '?' dims made static, before planning (repeatable)"))
+    add_value_argument(parser, help_=(
+        "for a .pal model: give input NAME of @main (or the only function) this value, a "
+        "scalar or comma-separated elements typed by its element type (e.g. sr=16000): it "
+        "becomes a constant, and the graph.ifs it decides are inlined before planning; an "
+        "input an If's condition depends on needs one (repeatable)"))
     return parser
 
 
@@ -145,9 +161,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.export is not None or args.input.endswith(".pal"):
         return _export_main(args)
-    if args.shape or args.bound:
-        print(f"{PROG}: error: --shape and --bound apply to a .pal model, not to CSV "
-              f"intervals", file=sys.stderr)
+    if args.shape or args.bound or args.value:
+        print(f"{PROG}: error: --shape, --bound and --value apply to a .pal model, not to "
+              f"CSV intervals", file=sys.stderr)
         return 1
     if args.alignment is None:
         args.alignment = 1
@@ -202,7 +218,8 @@ def _export_main(args) -> int:
     """Plan a .pal model and export its plan (the work is in passes.plan_export)."""
     from palimpsest.ir.diagnostics import SourceManager
     from palimpsest.tools.cli import (
-        parse_bounds, parse_shapes, read_text, specialize_module, write_text,
+        inline_values, parse_bounds, parse_shapes, parse_values, read_text,
+        specialize_module, write_text,
     )
 
     sources = SourceManager()
@@ -220,11 +237,15 @@ def _export_main(args) -> int:
         if fmt == "png" and args.output == "-":
             raise UserError("--export png writes a file: give it with -o FILE.png")
         shapes, bounds = parse_shapes(args.shape), parse_bounds(args.bound)
+        values = parse_values(args.value)
         load_all()
         text, filename = read_text(args.input)
         sources.add(filename, text)
         module = parse(text, filename)
+        verify(module)  # as written: a branch not taken may not fit the shapes given
         specialize_module(module, None, shapes, bounds)
+        # one function to plan: the Ifs the shapes and values decide go inline first
+        inline_values(module, None, values, required=True)
         verify(module)
         if args.compare_schedule:
             if fmt != "svg":

@@ -108,7 +108,7 @@ def test_shape_on_csv_intervals_is_refused(tmp_path, capsys):
     path = tmp_path / "i.csv"
     path.write_text("id,lower,upper,size\n0,0,2,16\n")
     assert plan.main([str(path), "--shape", "x=1"]) == 1
-    assert "--shape and --bound apply to a .pal model" in capsys.readouterr().err
+    assert "--shape, --bound and --value apply to a .pal model" in capsys.readouterr().err
 
 
 # -- a model with dynamic input dims: no network --------------------------------------------
