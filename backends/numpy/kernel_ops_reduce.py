@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from palimpsest.backends.numpy.kernel_ops import (
-    _scalar, _view_as, config_of, impl, replayed, workspaces_by_role)
+    _scalar, _view_as, config_of, impl, replay, replayed, workspaces_by_role)
 from palimpsest.backends.numpy.kernel_ops_elementwise import core_inputs, run_epilogue
 
 
@@ -62,17 +62,8 @@ def _product_calls(config, inputs, y) -> list:
 _EINSUM_ROW = 1024
 
 
-def _row_sum(rows: np.ndarray, out: np.ndarray) -> bool:
-    """Sum the C-contiguous (R, L) `rows` into the R values of `out`; False when it did
-    not (long rows, or `out` not a flat view)."""
-    if _row_sum_rows(rows, out) is None:
-        return False
-    np.einsum("ij->i", rows, out=out.reshape(-1))
-    return True
-
-
 def _row_sum_rows(rows: np.ndarray, out: np.ndarray):
-    """`rows` when `_row_sum` would sum them with einsum, else None."""
+    """`rows` when they are short enough to sum with einsum into `out` (flat), else None."""
     return rows if 0 < rows.shape[1] <= _EINSUM_ROW and out.flags.c_contiguous else None
 
 
@@ -98,6 +89,18 @@ def _softmax_calls(axis: int, x, y, stats) -> list:
 
 @impl("kernel.layer_norm")
 def layer_norm(op, inputs, outputs, workspaces):
+    def make():
+        return _layer_norm_calls(op, inputs, outputs, workspaces)
+
+    if inputs[0].flags.c_contiguous:
+        replayed(op, (*inputs, *outputs, *workspaces), make)
+    else:   # X's rows are a copy: made anew each call, never recorded
+        replay(make())
+
+
+def _layer_norm_calls(op, inputs, outputs, workspaces) -> list:
+    """Y = (X - mean) / sqrt(var + eps) * scale (+ B) over the rows of X's normalized
+    dims, as numpy calls on views made once (replayed while the buffers stay)."""
     config = config_of(op)
     ws = workspaces_by_role(op, workspaces)
     x, scale = inputs[0], inputs[1]
@@ -110,19 +113,22 @@ def layer_norm(op, inputs, outputs, workspaces):
     y2 = _view_as(y, (rows, width))
     mean = _view_as(ws["mean"], (rows,))
     var = _view_as(ws["var"], (rows,))
-    if not (x2.flags.c_contiguous and rows and _row_sum(x2, mean)):
-        np.sum(x2, axis=1, out=mean)
-    np.divide(mean, _scalar(width, y.dtype), out=mean)
-    np.subtract(x2, mean[:, None], out=y2)
-    np.einsum("ij,ij->i", y2, y2, out=var)
-    np.divide(var, _scalar(width, y.dtype), out=var)
-    np.add(var, _scalar(config["epsilon"], y.dtype), out=var)
-    np.sqrt(var, out=var)
-    np.reciprocal(var, out=var)
-    np.multiply(y2, var[:, None], out=y2)
-    np.multiply(y, scale, out=y)
+    count = _scalar(width, y.dtype)
+    summed = _row_sum_rows(x2, mean) if x2.flags.c_contiguous and rows else None
+    calls = [(np.einsum, ("ij->i", summed), {"out": mean}) if summed is not None
+             else (np.sum, (x2,), {"axis": 1, "out": mean}),
+             (np.divide, (mean, count), {"out": mean}),
+             (np.subtract, (x2, mean[:, None]), {"out": y2}),
+             (np.einsum, ("ij,ij->i", y2, y2), {"out": var}),
+             (np.divide, (var, count), {"out": var}),
+             (np.add, (var, _scalar(config["epsilon"], y.dtype)), {"out": var}),
+             (np.sqrt, (var,), {"out": var}),
+             (np.reciprocal, (var,), {"out": var}),
+             (np.multiply, (y2, var[:, None]), {"out": y2}),
+             (np.multiply, (y, scale), {"out": y})]
     if bias is not None:
-        np.add(y, bias, out=y)
+        calls.append((np.add, (y, bias), {"out": y}))
+    return calls
 
 
 # -- reduce ---------------------------------------------------------------------------------------

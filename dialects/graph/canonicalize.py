@@ -32,6 +32,9 @@ one of exactly the same type, so function signatures and users never see a new t
 | graph.scatter_nd  | a ScatterND whose constant indices write one box, full but along    |
 |                   | one axis → slices of the data and the updates, concatenated       |
 |                   | (canonicalize_scatter.py)                                          |
+| graph.div         | a layer norm written out op by op (mean, sub, pow, mean, add, sqrt, |
+|                   | div, and the mul and add after) → graph.layer_norm                 |
+|                   | (canonicalize_norm.py)                                             |
 
 numpy is imported only inside the batch-norm fold, when it fires.
 """
@@ -437,3 +440,5 @@ from palimpsest.dialects.graph import canonicalize_quant  # noqa: E402,F401
 from palimpsest.dialects.graph import canonicalize_einsum  # noqa: E402,F401
 # a ScatterND that writes one box as slices and a concat
 from palimpsest.dialects.graph import canonicalize_scatter  # noqa: E402,F401
+# a layer normalization written out op by op as graph.layer_norm
+from palimpsest.dialects.graph import canonicalize_norm  # noqa: E402,F401

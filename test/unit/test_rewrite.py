@@ -600,3 +600,47 @@ def test_scatter_nd_not_a_box_or_reducing_stays():
     module = _check([("x", (4, 3)), ("u", (1, 3))], adding,
                     {"i": np.array([[1]], np.int64)}, canonicalize, opset=16)
     assert "graph.scatter_nd" in _names(module)
+
+
+def _layer_norm_parts(axes, square="pow", eps_first=False, gamma=True, beta=True,
+                      exponent=2.0):
+    """A layer norm written out op by op, as PyTorch exports nn.LayerNorm before opset
+    17 (ReduceMean's axes an attribute, opset 13)."""
+    h = helper.make_node
+    nodes = [h("ReduceMean", ["x"], ["mean"], axes=axes),
+             h("Sub", ["x", "mean"], ["d"]),
+             h("Pow", ["d", "two"], ["sq"]) if square == "pow" else h("Mul", ["d", "d"], ["sq"]),
+             h("ReduceMean", ["sq"], ["var"], axes=axes),
+             h("Add", ["eps", "var"] if eps_first else ["var", "eps"], ["ve"]),
+             h("Sqrt", ["ve"], ["std"]),
+             h("Div", ["d", "std"], ["n" if gamma or beta else "y"])]
+    if gamma:
+        nodes.append(h("Mul", ["g", "n"], ["gn" if beta else "y"]))
+    if beta:
+        nodes.append(h("Add", ["gn" if gamma else "n", "b"], ["y"]))
+    return nodes
+
+
+@pytest.mark.parametrize("shape, axes, kwargs, fused", [
+    ((2, 5, 16), [-1], {}, True),
+    ((2, 3, 4, 5), [2, 3], {"square": "mul", "eps_first": True}, True),   # two trailing dims
+    ((3, 8), [-1], {"gamma": False}, True),
+    ((3, 8), [-1], {"gamma": False, "beta": False}, True),
+    ((2, 4, 6), [1], {}, False),                  # not the trailing dims
+    ((2, 4, 6), [-1], {"exponent": 3.0}, False),  # not a square
+])
+def test_written_out_layer_norm_becomes_one_op(shape, axes, kwargs, fused):
+    exponent = kwargs.pop("exponent", 2.0)
+    first = min(a % len(shape) for a in axes)
+    normalized = tuple(shape[a] if a % len(shape) in [b % len(shape) for b in axes] else 1
+                       for a in range(first, len(shape)))
+    initializers = {"two": np.array(exponent, np.float32), "eps": np.array(1e-5, np.float32),
+                    "g": _f32(*normalized), "b": _f32(*normalized)}
+    nodes = _layer_norm_parts(axes, exponent=exponent, **kwargs)
+    used = {i for n in nodes for i in n.input}
+    initializers = {k: v for k, v in initializers.items() if k in used}
+    module = _check([("x", shape)], nodes, initializers, canonicalize, exact=False, opset=13)
+    names = _names(module)
+    assert ("graph.layer_norm" in names) == fused, names
+    if fused:   # the whole chain, scale and bias included, is one op
+        assert not {"graph.div", "graph.mul", "graph.add", "graph.reduce_mean"} & set(names)
