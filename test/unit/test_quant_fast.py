@@ -365,3 +365,58 @@ def test_extremes_by_blocks_as_min_and_max(monkeypatch):
     x[4, 40] = np.nan
     assert all(np.isnan(v) for v in kernels_quant._extremes(x))
     assert kernels_quant._extremes(np.zeros((0, 3), np.float32)) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("zero", [None, "per_tensor", "per_column"])
+def test_weight_columns_of_one_width_from_kept_contiguous_blocks(zero, monkeypatch):
+    """_weight_columns splits a weight into blocks of one width (384 columns, at most 256
+    a block: 2 x 192, not 256 + 128) converted from contiguous 8-bit copies made once per
+    constant weight and kept by its Centred: each block is b less its zero point."""
+    from palimpsest.backends.numpy import kernels_quant
+
+    depth, width = 64, 384
+    monkeypatch.setattr(kernels_quant, "_l2_bytes", lambda: 16 * depth * 256)
+    rng = np.random.default_rng(13)
+    b = rng.integers(0, 256, (depth, width)).astype(np.uint8)
+    b_zero = None if zero is None else rng.integers(
+        100, 156, width if zero == "per_column" else ()).astype(np.uint8)
+    b.flags.writeable = False
+    if b_zero is not None:
+        b_zero.flags.writeable = False
+    shape = (1, -1) if zero == "per_column" else ()
+    weight = quant.centred(b, b_zero, shape, (0,))
+    want = b.astype(np.float32) - (0 if b_zero is None else b_zero.astype(np.float32))
+    kept = []
+    for _ in range(2):
+        spans = []
+        for columns, block in kernels_quant._weight_columns(   # (one buffer: each in turn)
+                b, b_zero, weight, weight.floats(255), kernels_quant._CONVERT_ROWS):
+            np.testing.assert_array_equal(block, want[:, columns])
+            spans.append((columns.start, columns.stop))
+        assert spans == [(0, 192), (192, 384)]
+        kept.append(weight.layout(("columns", (), 192), list))
+    assert kept[0] is kept[1] and len(kept[0]) == 2
+    assert all(part.flags.c_contiguous and part.dtype == np.uint8 for part in kept[0])
+    assert quant.centred(b, b_zero, shape, (0,)) is weight
+
+
+@pytest.mark.parametrize("a_zero", [None, 131])
+@pytest.mark.parametrize("layout", ["contiguous", "strided_a", "strided_out"])
+def test_matmul_integer_fast_path_on_any_layout(a_zero, layout):
+    """The MatMulInteger fast path on a stacked A (2-D GEMMs over its flattened rows when
+    A and the out are contiguous), on a strided A and into a strided out: the reference's
+    result, bit for bit."""
+    from palimpsest.backends.numpy import kernels_quant
+    from palimpsest.dialects.graph.reference.quant import matmul_integer
+
+    rng = np.random.default_rng(14)
+    a = rng.integers(0, 256, (2, 40, 96)).astype(np.uint8)
+    if layout == "strided_a":
+        a = a[:, :, ::2]
+    b = rng.integers(-128, 128, (a.shape[-1], 70)).astype(np.int8)
+    b.flags.writeable = False
+    zeros = [None if a_zero is None else np.array(a_zero, np.uint8), np.array(3, np.int8)]
+    out = np.zeros((2, 40, 140 if layout == "strided_out" else 70), np.int32)
+    view = out[:, :, ::2] if layout == "strided_out" else out
+    assert kernels_quant._matmul_integer([a, b] + zeros, {}, [view])
+    np.testing.assert_array_equal(view, matmul_integer([a, b] + zeros, {})[0])

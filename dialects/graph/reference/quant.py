@@ -53,7 +53,7 @@ class Centred:
     m * bound, every partial sum included: exact in float32 when that is below 2**24
     (`exact_narrow`), in float64 below 2**53 (any 8-bit product shorter than 10**11)."""
 
-    __slots__ = ("bound", "_narrow", "_wide", "ref", "zero", "__weakref__")
+    __slots__ = ("bound", "_narrow", "_wide", "_layouts", "ref", "zero", "__weakref__")
 
     def __init__(self, values, zero, zero_shape, contract):
         wide = values.astype(np.float64)
@@ -63,6 +63,7 @@ class Centred:
         # one copy kept: float32 when an 8-bit operand's product is exact in it
         self._narrow, self._wide = ((wide.astype(np.float32), None)
                                     if self.exact_narrow(255) else (None, wide))
+        self._layouts: dict = {}
 
     def exact_narrow(self, largest) -> bool:
         return largest * self.bound < 2.0 ** 24
@@ -82,6 +83,15 @@ class Centred:
     def floats(self, largest):
         """The copy whose products with an operand of magnitude <= `largest` are exact."""
         return self.narrow if self.exact_narrow(largest) else self.wide
+
+    def layout(self, key, make):
+        """make(): a backend's own arrangement of the weight (its 8-bit values in blocks,
+        say), made at the first call with `key` and kept as long as this object (a
+        constant's: made once)."""
+        made = self._layouts.get(key)
+        if made is None:
+            made = self._layouts[key] = make()
+        return made
 
 
 def centred(values, zero=None, zero_shape=(), contract=(0,)) -> Centred:
