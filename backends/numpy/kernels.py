@@ -5,10 +5,10 @@ full-size temporary:
 
 | graph op | how |
 |---|---|
-| add, sub, mul (numeric), div (floats) | one ufunc with `out=` |
+| add, sub, mul (numeric), div (floats); and, or, xor (bool) | one ufunc with `out=` |
 | max, min (variadic) | a chain of `np.maximum` / `np.minimum` with `out=` |
-| equal, less, greater | one comparison ufunc with `out=` (bool out) |
-| relu, neg, abs (numeric); exp, log, sqrt, tanh (floats) | one ufunc with `out=` |
+| equal, less, greater, less_or_equal, greater_or_equal | one comparison ufunc with `out=` (bool out) |
+| relu, neg, abs (numeric); exp, log, sqrt, tanh (floats); not (bool) | one ufunc with `out=` |
 | clip | `np.maximum` then `np.minimum`, both `out=` |
 | cast | `np.copyto(..., casting="unsafe")` (to bool: `np.not_equal(x, 0, out=)`) |
 | where | `np.copyto` of one branch, then `np.copyto(..., where=cond)` of the other (an in-place `x` branch needs a bool temporary of `not cond`) |
@@ -172,7 +172,9 @@ def _overlaps(out, *xs) -> bool:
 
 # op -> (ufunc, the dtype kinds it runs on)
 _BINARY = {"graph.add": (np.add, "iuf"), "graph.sub": (np.subtract, "iuf"),
-           "graph.mul": (np.multiply, "iuf"), "graph.div": (np.true_divide, "f")}
+           "graph.mul": (np.multiply, "iuf"), "graph.div": (np.true_divide, "f"),
+           "graph.and": (np.logical_and, "b"), "graph.or": (np.logical_or, "b"),
+           "graph.xor": (np.logical_xor, "b")}
 
 
 @fast(*_BINARY, family=True)
@@ -209,7 +211,8 @@ def _variadic(name):
     return run
 
 
-_COMPARE = {"graph.equal": np.equal, "graph.less": np.less, "graph.greater": np.greater}
+_COMPARE = {"graph.equal": np.equal, "graph.less": np.less, "graph.greater": np.greater,
+            "graph.less_or_equal": np.less_equal, "graph.greater_or_equal": np.greater_equal}
 
 
 @fast(*_COMPARE, family=True)
@@ -231,7 +234,8 @@ def _relu(x, out):
 # op -> (ufunc, the dtype kinds it runs on)
 _UNARY = {"graph.neg": (np.negative, "iuf"), "graph.abs": (np.abs, "iuf"),
           "graph.relu": (_relu, "iuf"), "graph.exp": (np.exp, "f"), "graph.log": (np.log, "f"),
-          "graph.sqrt": (np.sqrt, "f"), "graph.tanh": (np.tanh, "f")}
+          "graph.sqrt": (np.sqrt, "f"), "graph.tanh": (np.tanh, "f"),
+          "graph.not": (np.logical_not, "b")}
 
 
 def _same_shape_and_kind(out, x, kinds: str) -> bool:

@@ -164,3 +164,31 @@ def test_recurrent_calls_replayed_on_fresh_data(monkeypatch, op, direction, extr
             np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-5, err_msg=name)
         del got   # (results alive keep the executor from reusing their arena's views)
     assert any(h is not None for h in hits)
+
+
+@pytest.mark.parametrize("op, ufunc, logical", [
+    ("GreaterOrEqual", np.greater_equal, False), ("LessOrEqual", np.less_equal, False),
+    ("And", np.logical_and, True), ("Or", np.logical_or, True), ("Xor", np.logical_xor, True),
+    ("Not", np.logical_not, True)])
+def test_comparisons_and_logic_write_their_out(op, ufunc, logical):
+    """Comparisons and bool logic (an If's condition, a mask) run as one ufunc into the
+    out, not through the reference kernel and a copy (which RunStats counts as a
+    temporary), with the reference's results, broadcasting included."""
+    from palimpsest.backends.binding import find_function
+    from palimpsest.backends.numpy import run_with_stats
+    from palimpsest.dialects.graph.from_onnx import import_onnx
+    from palimpsest.passes.pass_manager import PassManager, parse_pipeline
+    from test_kernels import KERNEL_PIPELINE
+
+    rng = np.random.default_rng(7)
+    if logical:
+        a, b = rng.random((3, 4)) < 0.5, rng.random((4,)) < 0.5
+    else:
+        a, b = rng.integers(0, 3, (3, 4)).astype(np.float32), np.float32([0, 1, 2, 1])
+    ins = {"a": a} if op == "Not" else {"a": a, "b": b}
+    model = model_of([node(op, list(ins))], ins, opset=16)
+    module = import_onnx(model)
+    PassManager(parse_pipeline(KERNEL_PIPELINE)).run(module)
+    outputs, stats = run_with_stats(find_function(module, None), ins, poison=True)
+    np.testing.assert_array_equal(outputs["y"], ufunc(*ins.values()))
+    assert stats.temporary_bytes == 0, stats.temporary_ops
