@@ -67,7 +67,7 @@ def _uncaptured(session, feed):
 
 
 def _replays(session):
-    from palimpsest.backends.opencl.executor import _Replay
+    from palimpsest.backends.opencl.capture import _Replay
 
     plan = session.last_plan.executor.plans[session.last_plan.func]
     return plan, [h for h, _, _ in plan.captured or () if isinstance(h, _Replay)]

@@ -283,7 +283,7 @@ def test_opencl_profiles_on_a_profiling_queue_only_while_profiled():
     on the plain one: the same results each way."""
     import pyopencl as cl
 
-    from palimpsest.backends.opencl.executor import _Replay
+    from palimpsest.backends.opencl.capture import _Replay
     from palimpsest.backends.profile import Profiler
     from palimpsest.dialects.graph.from_onnx import import_onnx
 
