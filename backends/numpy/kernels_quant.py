@@ -9,7 +9,7 @@ where every partial sum is an integer below 2**24, else in float64.
 |---|---|
 | matmul_integer (8-bit, per-tensor A zero point, per-tensor/column B's) | A centred into one temporary (float32 where exact; a large A a cache-sized block of rows at a time) and one GEMM (per block); from 32 rows on, B's 8-bit columns (copied contiguous once per constant, in blocks of one width) converted into a float32 block in L2 and one GEMM per block of columns |
 | matmul_integer_to_float (as matmul_integer; float32 scales and bias per tensor/column) | matmul_integer's GEMM written as float32 into the out, then scaled (and the bias added) in place, per block while cached |
-| conv_integer (2-D, 8-bit, per-tensor x zero point, per-tensor/channel W's) | im2col of the centred input (a strided window view, copied once) and one grouped GEMM |
+| conv_integer (2-D, 8-bit, per-tensor x zero point, per-tensor/channel W's) | im2col of the centred input (a strided window view, copied once) and one grouped GEMM (2-D for one image and group) |
 | dynamic_quantize_linear (f32) | min/max, then divide, rint, saturate and add the zero point into the uint8 out, a cache-sized block at a time |
 | dynamic_quantize_lstm (LSTM's default activations, no clip, peepholes or short sequences) | X projected by one GEMM per direction (per block of W's columns, as matmul_integer's); one loop over time for both directions (or one after the other where that keeps each R in L2), in preallocated buffers |
 """
@@ -190,8 +190,6 @@ def _conv_integer(inputs, attrs, outs):
     copied once) and one grouped BLAS GEMM per image batch; per-tensor x zero point,
     per-tensor or per-output-channel W's. Anything else (other ranks, auto_pad the
     reference rejects): the reference."""
-    from numpy.lib.stride_tricks import as_strided
-
     from palimpsest.dialects.graph.reference.nn import _window_geometry
 
     operands = _integer_operands(inputs, outs)
@@ -218,19 +216,21 @@ def _conv_integer(inputs, attrs, outs):
                      else (), (1, 2, 3))
     zero = 0.0 if x_zero is None else float(x_zero.reshape(-1)[0])
     dtype, weights = _exact_floats(x, zero, weight)
-    if begin == [0, 0] and end == [0, 0]:
-        padded = np.subtract(x, dtype(zero), dtype=dtype)
-    else:   # pads read as the zero point: 0 once centred
-        padded = np.zeros((n, c, h + begin[0] + end[0], width + begin[1] + end[1]), dtype)
-        np.subtract(x, dtype(zero), dtype=dtype,
-                    out=padded[:, :, begin[0]:begin[0] + h, begin[1]:begin[1] + width])
+    padded = np.empty((n, c, h + begin[0] + end[0], width + begin[1] + end[1]), dtype)
+    if padded.shape != x.shape:     # pads read as the zero point: 0 once centred
+        padded.fill(0)
+    _centre(x, zero, dtype, padded[:, :, begin[0]:begin[0] + h, begin[1]:begin[1] + width])
     sn, sc, sh, sw = padded.strides
-    windows = as_strided(padded, (n, c, kh, kw, size[0], size[1]),
+    # (a view through the ndarray constructor: numpy's as_strided takes ~6 us)
+    windows = np.ndarray((n, c, kh, kw, size[0], size[1]), dtype, padded, 0,
                          (sn, sc, sh * dilations[0], sw * dilations[1],
-                          sh * strides[0], sw * strides[1]), writeable=False)
-    depth = cg * kh * kw
-    cols = windows.reshape(n, group, depth, size[0] * size[1])
-    product = np.matmul(weights.reshape(group, m // group, depth), cols)
+                          sh * strides[0], sw * strides[1]))
+    depth, pixels = cg * kh * kw, size[0] * size[1]
+    if n == 1 and group == 1:   # 2-D: numpy's stacked matmul costs more (as products)
+        product = np.matmul(weights.reshape(m, depth), windows.reshape(depth, pixels))
+    else:
+        product = np.matmul(weights.reshape(group, m // group, depth),
+                            windows.reshape(n, group, depth, pixels))
     np.copyto(out, product.reshape(out.shape), casting="unsafe")
     return True
 

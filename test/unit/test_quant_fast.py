@@ -420,3 +420,26 @@ def test_matmul_integer_fast_path_on_any_layout(a_zero, layout):
     view = out[:, :, ::2] if layout == "strided_out" else out
     assert kernels_quant._matmul_integer([a, b] + zeros, {}, [view])
     np.testing.assert_array_equal(view, matmul_integer([a, b] + zeros, {})[0])
+
+
+@pytest.mark.parametrize("kernel, pads, strides", [(1, 0, 1), (3, 1, 1), (3, 1, 2)])
+def test_conv_integer_one_image_one_group(kernel, pads, strides):
+    """ConvInteger of one image and one group (one 2-D GEMM; a 1x1 unpadded conv reads
+    the centred image as its columns, no copy): the reference's and onnxruntime's result,
+    bit for bit."""
+    rng = np.random.default_rng(15)
+    x = rng.integers(0, 256, (1, 6, 9, 11)).astype(np.uint8)
+    w = rng.integers(0, 256, (5, 6, kernel, kernel)).astype(np.uint8)
+    graph = helper.make_graph(
+        [helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"],
+                          kernel_shape=[kernel, kernel], pads=[pads] * 4,
+                          strides=[strides, strides])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.uint8(121), "xz"),
+         numpy_helper.from_array(np.uint8(130), "wz")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    want, got, stats = _run_both(model, {"x": x})
+    assert "graph.conv_integer" not in stats.temporary_ops
+    np.testing.assert_array_equal(got["y"], want["y"])
+    np.testing.assert_array_equal(got["y"], _onnxruntime(model, {"x": x})["y"])
