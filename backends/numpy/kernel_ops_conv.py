@@ -455,7 +455,8 @@ def _depthwise(x, w, bias, y, padded, cols, pads, strides, dilations):
     mg, taps = m // c, kh * kw
     ho, wo = y.shape[2], y.shape[3]
     (sh, sw), (dh, dw), (top, left) = strides, dilations, pads
-    if _DEPTHWISE_COLUMNS and ho * wo * kh * kw >= _COLUMNS_FROM:
+    if _DEPTHWISE_COLUMNS and ho * wo * kh * kw >= (
+            _COLUMNS_FROM if w.flags.writeable or not _KEEP_BANDED else _COLUMNS_KEPT_FROM):
         calls = _depthwise_columns(x, w, bias, y, padded, cols, pads, strides, dilations)
         if calls is not None:
             return calls
@@ -622,11 +623,26 @@ def _depthwise_rows_first(x, weights, bias, y, padded, cols, band, kernel, pads,
 
 # `_depthwise_columns` on (off: the paths above; A/B measurements and tests)
 _DEPTHWISE_COLUMNS = True
+# ... its banded weights of a constant W made once, outside the workspace, and kept by
+# the recorded calls, not made again each run (a fill and a strided copy): W read-only
+# and the same object run after run is a constant (a run's input is a new read-only view
+# each run, a buffer an op writes is writeable). They take R*K/(kh*kw) times W's memory
+# (text_orientation: 3.6 MiB for 215 KiB of depthwise weights; blazeface_back 1.1 MiB).
+# In-model per-op A/B, with _COLUMNS_KEPT_FROM (one thread, 21 alternating runs):
+# text_orientation's 5x5 at 14x14 (256 channels) 0.435 -> 0.38 ms, ppocr_mobile_cls's
+# 5x5 at 2x96 and 3x96 0.90x, blazeface_back's 3x3 at 128x128 0.89-1.0x
+_KEEP_BANDED = True
 # ... from this many outputs per channel times kernel taps: below it, its kw BLAS calls
 # per channel (or more) cost more than the im2col's one and its copies (in-model A/B, one
 # thread: 3x3 at 8x8 and 10x10 outputs, 1x5 at 1x40: 10-90% slower; 3x3 at 16x16 even;
-# 5x5 at 2x48 to 10x10, 3x3 from 3x80: 25-60% faster)
+# 5x5 at 2x48 to 10x10, 3x3 from 3x80: 25-60% faster) ...
 _COLUMNS_FROM = 2000
+# ... or this many with kept banded weights (one-Conv A/B after a Relu, replayed, one
+# thread: 5x5 at 7x7 (512 channels) 0.42 -> 0.30 ms, 5x5/2 at 14x14 0.37 -> 0.29, 3x3/2
+# at 28x28 (128) 0.38 -> 0.29, 3x3 at 14x14 (256) 0.32 -> 0.26, 3x3 at 8x8 (96) 0.93x;
+# at 4x4 even, 1x5 at 1x40 1.14x: below). text_orientation's 5x5 at 7x7 in-model: 0.45
+# -> 0.33 ms
+_COLUMNS_KEPT_FROM = 500
 # Its cost of one 2-D product of a batched matmul in ns: per BLAS call, and per
 # multiply-add (fitted on 3x3 and 5x5 layers of 14x14 to 128x128 outputs, one thread)
 _CALL_NS, _MAC_NS = 40.0, 0.025
@@ -688,7 +704,7 @@ def _depthwise_columns(x, w, bias, y, padded, cols, pads, strides, dilations):
     while it is in L2, then the bias. The source: the padded image (or X), stride 1;
     strided, its column phases (phase b = columns b, b + sw, ...; kernel column q reads
     phase q*dw % sw from column q*dw // sw), zeros in the pads. Wt is made each run from
-    W (a fill and one strided copy).
+    W (a fill and one strided copy), or once for a constant W (`_KEEP_BANDED`).
 
     Returns the steps as calls (`_Calls`, views made here), or None where it does not
     apply (not f32/f64, 1x1, or the workspaces do not hold Wt, a band's products and
@@ -730,13 +746,15 @@ def _depthwise_columns(x, w, bias, y, padded, cols, pads, strides, dilations):
     if per:
         band = min(band, room // per)
     calls = _Calls()
-    wt = _view_as(flat[:wt_size], (kw, c, mg, rows, span))
     by_column = _view_as(w, (c, mg, kh, kw)).transpose(3, 0, 1, 2)[:, :, :, None, :]
     calls.views.append((by_column, w))
-    calls.append((wt.fill, (0,), {}))
-    calls.append((np.copyto, (_strided(flat, 0, (kw, c, mg, rows, kh), tuple(
-        item * s for s in (c * mg * rows * span, mg * rows * span, rows * span, span + sh,
-                           dh))), by_column), {}))
+    if w.flags.writeable or not _KEEP_BANDED:
+        wt = _view_as(flat[:wt_size], (kw, c, mg, rows, span))
+        calls.append((wt.fill, (0,), {}))
+        calls.append((np.copyto, (_band_diagonals(wt, kh, sh, dh), by_column), {}))
+    else:   # a constant's: made once, kept by the recorded calls
+        wt = np.zeros((kw, c, mg, rows, span), w.dtype)
+        np.copyto(_band_diagonals(wt, kh, sh, dh), by_column)
     wt = wt[:, :, :, None]   # (kw, C, M/C, 1, R, K): broadcast over the bands
     bias4 = None
     if bias is not None:
@@ -779,6 +797,16 @@ def _depthwise_columns(x, w, bias, y, padded, cols, pads, strides, dilations):
             if bias4 is not None:
                 calls.append((np.add, (out, bias4[c0:c0 + k]), {"out": out}))
     return calls
+
+
+def _band_diagonals(wt, kh, sh, dh):
+    """The (kw, C, M/C, R, kh) view of the banded weights `wt` (kw, C, M/C, R, K, C-
+    contiguous) at their taps: row s holds kernel row p at column s*sh + p*dh."""
+    kw, c, mg, rows, span = wt.shape
+    flat = _view_as(wt, (wt.size,))
+    return _strided(flat, 0, (kw, c, mg, rows, kh), tuple(
+        flat.itemsize * s for s in (c * mg * rows * span, mg * rows * span, rows * span,
+                                    span + sh, dh)))
 
 
 def _split_columns(image, phases, top, left, sw) -> None:

@@ -2,9 +2,11 @@
 graph level's reference on shapes that take it: lowered to kernels, printed and parsed
 back, run with poisoning on (test_kernels.check), and the path itself must have run.
 
-- depthwise, f32/f64, kh*kw*Ho*Wo >= 2000: `_depthwise_columns` (a batched matmul per
-  kernel column of banded weights by the padded image's rows or column phases as they
-  lie, summed into Y); smaller ones keep the im2col path.
+- depthwise, f32/f64, kh*kw*Ho*Wo >= 500 (a constant W: its banded weights made once)
+  or 2000 (W computed in the run: made each run): `_depthwise_columns` (a batched matmul
+  per kernel column of banded weights by the padded image's rows or column phases as
+  they lie, summed into Y); smaller ones keep the im2col path. Runs after the first
+  replay the kept banded weights; W computed in the run, or a new W fed, is read anew.
 - dense convs of at most 16 input channels (first layers): `_conv_output_rows` (the
   padded rows, channels inside rows, per kernel column; one GEMM per output row).
 - with `_depthwise_columns` off, depthwise with kh*kw*Ho*Wo >= 2500 (3x3 from 17x17
@@ -93,13 +95,14 @@ def test_depthwise_rows_first(monkeypatch, c, mg, hw, kernel, strides, dilations
 
 
 @pytest.mark.parametrize("c, hw, kernel, strides, pads", [
-    (96, (8, 8), (3, 3), (1, 1), (1, 1, 1, 1)),
-    (64, (20, 20), (3, 3), (2, 2), (1, 1, 1, 1)),
+    (96, (4, 4), (3, 3), (1, 1), (1, 1, 1, 1)),
+    (64, (8, 8), (3, 3), (2, 2), (1, 1, 1, 1)),
     (32, (1, 40), (1, 5), (1, 1), (0, 2, 0, 2)),
-    (16, (14, 14), (5, 5), (2, 2), (2, 2, 2, 2)),
+    (16, (6, 6), (5, 5), (2, 2), (2, 2, 2, 2)),
 ])
 def test_depthwise_columns_not_below(monkeypatch, c, hw, kernel, strides, pads):
-    """Fewer than _COLUMNS_FROM outputs per channel times taps: the im2col path."""
+    """Fewer than _COLUMNS_KEPT_FROM outputs per channel times taps (a constant W):
+    the im2col path."""
     taken = _taken(monkeypatch, "_depthwise_columns")
     _checked(monkeypatch, "_depthwise_columns", c, (1, c) + hw, (c, 1) + kernel,
              {"group": c, "pads": list(pads), "strides": list(strides)})
@@ -160,7 +163,7 @@ def _taken(monkeypatch, name) -> list:
 ])
 def test_depthwise_columns(monkeypatch, c, mg, hw, kernel, strides, dilations, pads, n,
                            bias, dtype):
-    monkeypatch.setattr(conv, "_COLUMNS_FROM", 0)   # (the small ones too)
+    monkeypatch.setattr(conv, "_COLUMNS_KEPT_FROM", 0)   # (the small ones too)
     taken = _taken(monkeypatch, "_depthwise_columns")
     attrs = {"group": c, "pads": list(pads), "strides": list(strides),
              "dilations": list(dilations)}
@@ -178,6 +181,66 @@ def test_depthwise_columns_bands(monkeypatch, rows, channels):
     taken = _taken(monkeypatch, "_depthwise_columns")
     _checked(monkeypatch, "_depthwise_columns", rows, (2, 10, 23, 21), (10, 1, 3, 3),
              {"group": 10, "pads": [1, 2, 1, 0], "strides": [1, 1]})
+    assert taken and all(calls is not None for calls in taken)
+
+
+def _runs_match_reference(model, feeds: list, what: str):
+    """A Session on `model`, poisoning on, run on each of `feeds` in turn: each run's
+    output matches the graph level's on that feed."""
+    from palimpsest.backends.binding import find_function
+    from palimpsest.backends.numpy.session import Session
+    from palimpsest.backends.reference.executor import run as run_graph
+    from palimpsest.dialects.graph.from_onnx import import_onnx
+
+    graph = import_onnx(model)
+    session = Session(import_onnx(model), poison=True)
+    for index, feed in enumerate(feeds):
+        want = run_graph(find_function(graph, None), feed)["y"]
+        np.testing.assert_allclose(session.run(feed)["y"], want, rtol=1e-5, atol=1e-5,
+                                   err_msg=f"{what}: run {index}")
+
+
+def test_depthwise_columns_kept_weights_replayed(monkeypatch):
+    """A constant W's banded weights are made once (`_KEEP_BANDED`): the conv (after a
+    Relu, so that it reads a pool buffer) records its calls at the first run and the
+    later runs, on new inputs, replay them with the kept weights (3x3 and a 5x5 stride
+    2 with a multiplier, a hard-swish fused), matching the reference each run."""
+    taken = _taken(monkeypatch, "_depthwise_columns")
+    rng = np.random.default_rng(11)
+    x = rand(rng, (1, 6, 20, 22))
+    model = model_of([node("Relu", ["x"], outs=["r"]),
+                      node("Conv", ["r", "w1", "b1"], {"group": 6, "pads": [1, 1, 1, 1]},
+                           outs=["c1"]),
+                      node("Conv", ["c1", "w2"], {"group": 6, "pads": [2, 2, 2, 2],
+                                                  "strides": [2, 2]}, outs=["c2"]),
+                      node("HardSwish", ["c2"], outs=["y"])],
+                     {"x": x}, {"w1": rand(rng, (6, 1, 3, 3)), "b1": rand(rng, (6,)),
+                                "w2": rand(rng, (12, 1, 5, 5))})
+    _runs_match_reference(model, [{"x": rand(np.random.default_rng(s), x.shape)}
+                                  for s in range(4)], "kept banded weights")
+    assert len(taken) == 2 and all(calls is not None for calls in taken)
+
+
+@pytest.mark.parametrize("computed", [True, False])
+def test_depthwise_columns_weights_read_each_run(monkeypatch, computed):
+    """A W computed in the run (a Mul by a fed scale: a pool buffer, written) has its
+    banded weights made each run; a fed W (a new read-only view each run) makes the
+    conv's calls anew each run: a new W every run, each run matches the reference."""
+    taken = _taken(monkeypatch, "_depthwise_columns")
+    rng = np.random.default_rng(12)
+    x, w = rand(rng, (1, 5, 24, 20)), rand(rng, (5, 1, 3, 3))
+    conv_node = node("Conv", ["r", "w", "b"], {"group": 5, "pads": [1, 1, 1, 1]})
+    if computed:
+        nodes = [node("Mul", ["w0", "s"], outs=["w"])]
+        inputs, constants = {"x": x, "s": np.ones(1, np.float32)}, {"w0": w}
+        feeds = [{"x": x, "s": np.array([scale], np.float32)} for scale in (1, -2, 0.5)]
+    else:
+        nodes, inputs, constants = [], {"x": x, "w": w}, {}
+        feeds = [{"x": x, "w": rand(np.random.default_rng(s), w.shape)} for s in range(3)]
+    constants["b"] = rand(rng, (5,))
+    model = model_of(nodes + [node("Relu", ["x"], outs=["r"]), conv_node], inputs,
+                     constants)
+    _runs_match_reference(model, feeds, "W read each run")
     assert taken and all(calls is not None for calls in taken)
 
 
