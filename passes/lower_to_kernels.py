@@ -46,7 +46,7 @@ where B reads A's out T exactly once become one `kernel.elementwise` at B's plac
 Deallocs lying between the fused computes that free something the chain reads move to
 right after the fused op. `fuse-elementwise=false` makes every elementwise compute its
 own one-step `kernel.elementwise`. Before chains form, an activation written out as
-several ops that read its input twice (`ACTIVATION_PATTERNS`: SiLU, hard-swish) becomes
+several ops that read its input twice (`ACTIVATION_PATTERNS`: SiLU, hard-swish, GELU) becomes
 the one step it is.
 
 **Epilogues** (`fuse-epilogues`, default true): a chain right after a conv, matmul or
@@ -79,6 +79,7 @@ stores a transposed matmul's constant operand transposed, once.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from palimpsest.dialects import kernel as K
@@ -384,6 +385,17 @@ ACTIVATION_PATTERNS = {
          ("graph.mul", ["T", "prev"]), ("graph.div", ["prev", 6.0])],
         [("graph.add", ["T", 3.0]), ("graph.clip", ["prev", 0.0, 6.0]),
          ("graph.mul", ["T", "prev"]), ("graph.mul", ["prev", 1 / 6])],
+    ],
+    "graph.gelu": [                  # T * 0.5 * (1 + erf(T / sqrt 2)) (PyTorch, Paddle)
+        [("graph.div", ["T", math.sqrt(2)]), ("graph.erf", ["prev"]),
+         ("graph.add", ["prev", 1.0]), ("graph.mul", ["T", "prev"]),
+         ("graph.mul", ["prev", 0.5])],
+        [("graph.mul", ["T", 1 / math.sqrt(2)]), ("graph.erf", ["prev"]),
+         ("graph.add", ["prev", 1.0]), ("graph.mul", ["T", "prev"]),
+         ("graph.mul", ["prev", 0.5])],
+        [("graph.div", ["T", math.sqrt(2)]), ("graph.erf", ["prev"]),
+         ("graph.add", ["prev", 1.0]), ("graph.mul", ["prev", 0.5]),
+         ("graph.mul", ["T", "prev"])],
     ],
 }
 _COMMUTATIVE = ("graph.add", "graph.mul")

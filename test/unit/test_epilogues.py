@@ -281,15 +281,27 @@ def pattern_model(pattern: str, group: int = 1):
     """Conv, then an activation written as several ops reading the conv's result twice
     (as exporters write them), then + X. SiLU: Sigmoid then Mul(c, s) (`silu`) or
     Mul(s, c) (`silu_swapped`); hard-swish: Add 3, Clip 0..6, Mul by c, Div 6 (`hswish`)
-    or Mul 1/6 (`hswish_mul`); `hswish_off` adds 2, not 3: no activation."""
+    or Mul 1/6 (`hswish_mul`); `hswish_off` adds 2, not 3: no activation. GELU: Div
+    by sqrt 2 (`gelu`, as PyTorch and Paddle export it) or Mul by 1/sqrt 2
+    (`gelu_mul`), Erf, Add 1, Mul by c, Mul 0.5 (`gelu_half_first`: Mul 0.5, then
+    by c)."""
     rng = np.random.default_rng(14)
     x = rng.standard_normal((1, 8, 10, 10)).astype(np.float32) * 3
     constants = {"w": rng.standard_normal((8, 8 // group, 3, 3)).astype(np.float32) * 0.3,
                  "b": rng.standard_normal(8).astype(np.float32),
                  "three": np.float32(2 if pattern == "hswish_off" else 3),
-                 "zero": np.float32(0), "six": np.float32(6), "sixth": np.float32(1 / 6)}
+                 "zero": np.float32(0), "six": np.float32(6), "sixth": np.float32(1 / 6),
+                 "root2": np.float32(np.sqrt(2)), "inv_root2": np.float32(1 / np.sqrt(2)),
+                 "one": np.float32(1), "half": np.float32(0.5)}
     nodes = [("Conv", ["x", "w", "b"], "c", {"pads": [1] * 4, "group": group})]
-    if pattern.startswith("silu"):
+    if pattern.startswith("gelu"):
+        nodes += [("Mul", ["c", "inv_root2"], "d", {}) if pattern == "gelu_mul"
+                  else ("Div", ["c", "root2"], "d", {}),
+                  ("Erf", ["d"], "e", {}), ("Add", ["e", "one"], "f", {})]
+        nodes += ([("Mul", ["f", "half"], "h", {}), ("Mul", ["c", "h"], "m", {})]
+                  if pattern == "gelu_half_first"
+                  else [("Mul", ["c", "f"], "h", {}), ("Mul", ["h", "half"], "m", {})])
+    elif pattern.startswith("silu"):
         nodes += [("Sigmoid", ["c"], "s", {}),
                   ("Mul", ["s", "c"] if pattern == "silu_swapped" else ["c", "s"], "m", {})]
     else:
@@ -303,14 +315,15 @@ def pattern_model(pattern: str, group: int = 1):
 
 @pytest.mark.parametrize("pattern,group", [
     ("silu", 1), ("silu_swapped", 1), ("silu", 8), ("hswish", 1), ("hswish_mul", 1),
-    ("hswish", 8)])
+    ("hswish", 8), ("gelu", 1), ("gelu_mul", 1), ("gelu_half_first", 1), ("gelu", 8)])
 def test_activation_patterns_fold(pattern, group):
-    """SiLU and hard-swish written out read the conv's product twice, which stopped any
-    fold: lowered as one swish / hard_swish step (ACTIVATION_PATTERNS), they fold (with
-    the residual add) into the conv, and the buffers between them are gone. Both
+    """SiLU, hard-swish and GELU written out read the conv's product twice, which stopped
+    any fold: lowered as one swish / hard_swish / gelu step (ACTIVATION_PATTERNS), they
+    fold (with the residual add) into the conv, and the buffers between them are gone. Both
     backends, poisoned, against the reference and onnxruntime."""
     model, feeds = pattern_model(pattern, group)
-    step = "graph.swish" if pattern.startswith("silu") else "graph.hard_swish"
+    step = {"silu": "graph.swish", "hswi": "graph.hard_swish", "gelu": "graph.gelu"}[
+        pattern[:4]]
     _check_fold(model, "kernel.conv2d", [step, "graph.add"])
     _check_numpy(model, feeds)
     if UNAVAILABLE is None:
