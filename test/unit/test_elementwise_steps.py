@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from test_kernels import check, model_of, node  # noqa: E402
+from test_kernels import check, find_function, model_of, node, run_with_stats  # noqa: E402
 
 import palimpsest.backends.numpy.kernel_ops  # noqa: E402,F401  (registration order)
 from palimpsest.backends.numpy import kernel_ops_elementwise as ew  # noqa: E402
@@ -87,14 +87,25 @@ def _gelu_and_erf(x):
 @pytest.mark.parametrize("shape", [(4, 3, 5), (1, 64, 40, 41)])
 def test_gelu_and_erf_chains_match_graph_level(shape):
     """x * 0.5 * (1 + erf(x / sqrt(2))) as ONNX exports it (the chains PP-OCR runs), and
-    a lone Erf, with special values, poisoned buffers."""
+    a lone Erf, with special values, poisoned buffers. The chain is one gelu step
+    (lower-to-kernels' ACTIVATION_PATTERNS), which halves before it multiplies by x:
+    where x * 2 overflows (finite |x| > 1.7e38) the ops give inf and the step GELU's
+    value, x (or -0): checked apart."""
     rng = np.random.default_rng(9)
     x = (rng.standard_normal(shape) * 3).astype(np.float32)
     flat = x.reshape(-1)
     flat[:len(SPECIAL)] = np.array(SPECIAL, np.float32)
     flat[-5:] = [np.nan, 4.0, -4.0, -0.0, 8.0]
+    huge = np.isfinite(flat) & (np.abs(flat) > 1.7e38)
+    assert huge.any()
     model = _gelu_and_erf(x)
-    check(model, {"x": x}, "kernel.elementwise", rtol=1e-5, atol=1e-6)
+    module, _ = check(model, {"x": np.where(huge.reshape(x.shape), np.float32(1e38), x)},
+                      "kernel.elementwise", rtol=1e-5, atol=1e-6)
+    assert any(op.config().get("steps") == ["graph.gelu"]
+               for op in module.walk() if op.name == "kernel.elementwise")
+    got = run_with_stats(find_function(module, None), {"x": x}, poison=True)[0]["y"]
+    big = flat[huge]
+    np.testing.assert_array_equal(got.reshape(-1)[huge], np.where(big > 0, big, -0.0))
 
 
 def test_gelu_and_erf_match_onnxruntime():
