@@ -7,6 +7,9 @@ back, run with poisoning on (test_kernels.check), and the path itself must have 
   per kernel column of banded weights by the padded image's rows or column phases as
   they lie, summed into Y); smaller ones keep the im2col path. Runs after the first
   replay the kept banded weights; W computed in the run, or a new W fed, is read anew.
+  Stride 1 along the width, X is read as it lies (`_direct_plan`: edge bands of rows
+  and kernel columns by narrower products), unless no kernel column reaches every
+  output column or a band of rows reads only pads (then the padded copy).
 - dense convs of at most 16 input channels (first layers): `_conv_output_rows` (the
   padded rows, channels inside rows, per kernel column; one GEMM per output row).
 - with `_depthwise_columns` off, depthwise with kh*kw*Ho*Wo >= 2500 (3x3 from 17x17
@@ -182,6 +185,33 @@ def test_depthwise_columns_bands(monkeypatch, rows, channels):
     _checked(monkeypatch, "_depthwise_columns", rows, (2, 10, 23, 21), (10, 1, 3, 3),
              {"group": 10, "pads": [1, 2, 1, 0], "strides": [1, 1]})
     assert taken and all(calls is not None for calls in taken)
+
+
+# X read as it lies (`_direct_plan`) or, where it cannot be, the padded copy: a top
+# band and a bottom band with a tail (R forced to 3), rows strided and dilated, a
+# multiplier, a 2-row image whose every band meets the pads, a batch, f64; no kernel
+# column reaching every output column (pads of 2 beside a 3-wide kernel); a band of
+# output rows reading only pads (a 1-row kernel under 3 pad rows, 3 rows a band)
+@pytest.mark.parametrize("c, mg, hw, kernel, strides, dilations, pads, n, dtype, direct", [
+    (4, 1, (23, 17), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, np.float32, True),
+    (3, 2, (26, 19), (5, 3), (2, 1), (1, 2), (3, 2, 1, 0), 2, np.float32, True),
+    (5, 1, (2, 40), (5, 5), (1, 1), (1, 1), (2, 2, 2, 2), 1, np.float64, True),
+    (3, 1, (20, 12), (3, 3), (1, 1), (2, 1), (0, 1, 4, 1), 1, np.float32, True),
+    (4, 1, (9, 10), (3, 3), (1, 1), (1, 1), (1, 2, 1, 2), 1, np.float32, False),
+    (4, 1, (9, 10), (1, 3), (1, 1), (1, 1), (3, 1, 0, 1), 1, np.float32, False),
+])
+def test_depthwise_columns_direct(monkeypatch, c, mg, hw, kernel, strides, dilations,
+                                  pads, n, dtype, direct):
+    monkeypatch.setattr(conv, "_COLUMNS_KEPT_FROM", 0)
+    monkeypatch.setattr(conv, "_band_rows", lambda *args: 3)
+    plans = _taken(monkeypatch, "_direct_plan")
+    attrs = {"group": c, "pads": list(pads), "strides": list(strides),
+             "dilations": list(dilations)}
+    assert _checked(monkeypatch, "_depthwise_columns", c, (n, c) + hw, (c * mg, 1) + kernel,
+                    attrs, True, dtype)
+    assert plans and all((plan is not None) == direct for plan in plans)
+    if direct:   # (edge bands)
+        assert all(plan[3] for plan in plans)
 
 
 def _runs_match_reference(model, feeds: list, what: str):
