@@ -11,7 +11,8 @@ This module holds the dispatch tables (`KERNEL_IMPLS`, and `STEP_IMPLS` for the 
 a fused elementwise chain), `execute_kernel` and the helpers the implementations share;
 the implementations live beside it and register themselves when this module is imported:
 
-- `kernel_ops_conv.py`: conv2d (im2col; without one, by kernel row, and depthwise).
+- `kernel_ops_conv.py`: conv2d (im2col; without one, by kernel row or output row), its
+  depthwise paths in `kernel_ops_depthwise.py` (by kernel column, banded weights).
 - `kernel_ops_pool.py`: pool2d (separable, or over strided window views).
 - `kernel_ops_reduce.py`: kernels that reduce along an axis: matmul, softmax,
   layer_norm, reduce.

@@ -1,6 +1,7 @@
-"""The numpy conv2d's faster paths (backends/numpy/kernel_ops_conv.py), each against the
-graph level's reference on shapes that take it: lowered to kernels, printed and parsed
-back, run with poisoning on (test_kernels.check), and the path itself must have run.
+"""The numpy conv2d's faster paths (backends/numpy/kernel_ops_conv.py, the depthwise ones
+in kernel_ops_depthwise.py), each against the graph level's reference on shapes that
+take it: lowered to kernels, printed and parsed back, run with poisoning on
+(test_kernels.check), and the path itself must have run.
 
 - depthwise, f32/f64, kh*kw*Ho*Wo >= 500 (a constant W: its banded weights made once)
   or 2000 (W computed in the run: made each run): `_depthwise_columns` (a batched matmul
@@ -33,19 +34,22 @@ np = pytest.importorskip("numpy")
 pytest.importorskip("onnx")
 
 import palimpsest.backends.numpy.kernel_ops_conv as conv  # noqa: E402
+import palimpsest.backends.numpy.kernel_ops_depthwise as depthwise  # noqa: E402
 from test_kernels import check, model_of, node, rand  # noqa: E402
 
 
 def _counting(monkeypatch, name) -> list:
-    """Calls of kernel_ops_conv.`name`, as they happen: each call's arguments."""
+    """Calls of `name` (kernel_ops_depthwise's, else kernel_ops_conv's), as they happen:
+    each call's arguments."""
     calls = []
-    original = getattr(conv, name)
+    module = depthwise if hasattr(depthwise, name) else conv
+    original = getattr(module, name)
 
     def counted(*args, **kwargs):
         calls.append(args)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(conv, name, counted)
+    monkeypatch.setattr(module, name, counted)
     return calls
 
 
@@ -90,7 +94,7 @@ def _checked(monkeypatch, path, seed, x_shape, w_shape, attrs, bias=True,
 ])
 def test_depthwise_rows_first(monkeypatch, c, mg, hw, kernel, strides, dilations, pads, n,
                               bias, dtype):
-    monkeypatch.setattr(conv, "_DEPTHWISE_COLUMNS", False)
+    monkeypatch.setattr(depthwise, "_DEPTHWISE_COLUMNS", False)
     attrs = {"group": c, "pads": list(pads), "strides": list(strides),
              "dilations": list(dilations)}
     assert _checked(monkeypatch, "_depthwise_rows_first", c + mg, (n, c) + hw,
@@ -114,22 +118,24 @@ def test_depthwise_columns_not_below(monkeypatch, c, hw, kernel, strides, pads):
 
 def test_depthwise_small_images_keep_im2col(monkeypatch):
     """A 7x7 image: kh BLAS calls per channel cost more than the copies they save."""
-    monkeypatch.setattr(conv, "_DEPTHWISE_COLUMNS", False)
+    monkeypatch.setattr(depthwise, "_DEPTHWISE_COLUMNS", False)
     assert not _checked(monkeypatch, "_depthwise_rows_first", 7, (1, 16, 7, 7),
                         (16, 1, 5, 5), {"group": 16, "pads": [2, 2, 2, 2]})
 
 
 
 def _taken(monkeypatch, name) -> list:
-    """The results of kernel_ops_conv.`name` (None where it declined), as they come."""
+    """The results of `name` (kernel_ops_depthwise's, else kernel_ops_conv's; None where
+    it declined), as they come."""
     results = []
-    original = getattr(conv, name)
+    module = depthwise if hasattr(depthwise, name) else conv
+    original = getattr(module, name)
 
     def counted(*args, **kwargs):
         results.append(original(*args, **kwargs))
         return results[-1]
 
-    monkeypatch.setattr(conv, name, counted)
+    monkeypatch.setattr(module, name, counted)
     return results
 
 
@@ -166,7 +172,7 @@ def _taken(monkeypatch, name) -> list:
 ])
 def test_depthwise_columns(monkeypatch, c, mg, hw, kernel, strides, dilations, pads, n,
                            bias, dtype):
-    monkeypatch.setattr(conv, "_COLUMNS_KEPT_FROM", 0)   # (the small ones too)
+    monkeypatch.setattr(depthwise, "_COLUMNS_KEPT_FROM", 0)   # (the small ones too)
     taken = _taken(monkeypatch, "_depthwise_columns")
     attrs = {"group": c, "pads": list(pads), "strides": list(strides),
              "dilations": list(dilations)}
@@ -179,8 +185,8 @@ def test_depthwise_columns(monkeypatch, c, mg, hw, kernel, strides, dilations, p
 def test_depthwise_columns_bands(monkeypatch, rows, channels):
     """Forced bands: one output row a product (every band a tail-free full one), and 5
     rows over a 23-row image (a tail of 3), 3 channels a band over 10 (a last band of 1)."""
-    monkeypatch.setattr(conv, "_band_rows", lambda *args: rows)
-    monkeypatch.setattr(conv, "_DEPTHWISE_L2", channels * (2 * 23 * 21 + 25 * 23))
+    monkeypatch.setattr(depthwise, "_band_rows", lambda *args: rows)
+    monkeypatch.setattr(depthwise, "_DEPTHWISE_L2", channels * (2 * 23 * 21 + 25 * 23))
     taken = _taken(monkeypatch, "_depthwise_columns")
     _checked(monkeypatch, "_depthwise_columns", rows, (2, 10, 23, 21), (10, 1, 3, 3),
              {"group": 10, "pads": [1, 2, 1, 0], "strides": [1, 1]})
@@ -202,8 +208,8 @@ def test_depthwise_columns_bands(monkeypatch, rows, channels):
 ])
 def test_depthwise_columns_direct(monkeypatch, c, mg, hw, kernel, strides, dilations,
                                   pads, n, dtype, direct):
-    monkeypatch.setattr(conv, "_COLUMNS_KEPT_FROM", 0)
-    monkeypatch.setattr(conv, "_band_rows", lambda *args: 3)
+    monkeypatch.setattr(depthwise, "_COLUMNS_KEPT_FROM", 0)
+    monkeypatch.setattr(depthwise, "_band_rows", lambda *args: 3)
     plans = _taken(monkeypatch, "_direct_plan")
     attrs = {"group": c, "pads": list(pads), "strides": list(strides),
              "dilations": list(dilations)}
