@@ -1,6 +1,7 @@
 """The OpenCL executor's graph-level ops (`kernel.generic`, `buffer.compute`): those that
-only relayout their data are device copies, those with a generator (graph.cast) are
-launched like kernel ops, and the rest run on the host with the numpy backend, their
+only relayout their data are device copies, those with a generator (graph.cast, the
+comparisons, graph.dynamic_quantize_lstm with its several outs) are launched like kernel
+ops, and the rest run on the host with the numpy backend, their
 operands read back and their outs written to the device, counted in the run's stats
 (`host_ops`, `transfer_bytes`). A mixin of `OpenCLExecutor` (executor.py)."""
 
@@ -27,6 +28,9 @@ BROADCAST_GENERICS = frozenset({"graph.equal", "graph.less", "graph.greater",
                                 "graph.and", "graph.or", "graph.xor"})
 # ... whose out is run on the device only where the plan sized it
 PLANNED_GENERICS = frozenset({"graph.range", "graph.constant_of_shape"})
+# ... with several outs, all sized by the plan, whose generator takes the op's operands
+# by slot (None where an optional one is absent)
+SLOTTED_GENERICS = frozenset({"graph.dynamic_quantize_lstm"})
 
 
 class GenericOps:
@@ -80,6 +84,8 @@ class GenericOps:
         info = self._infos[op]
         generate = GENERATORS.get(info.name)
         op_ins, op_outs, _ = self.operands(op)
+        if generate is not None and info.name in SLOTTED_GENERICS:
+            return self._slotted_on_device(op, values, info, generate, op_ins, op_outs)
         if generate is None or len(op_outs) != 1:
             return False
         ins = [self._materialized(op, values, v) for v in op_ins]
@@ -112,6 +118,30 @@ class GenericOps:
         if isinstance(launches, Unsupported):
             return False
         self._enqueue(launches, {"in": ins, "out": [out], "ws": {}})
+        return True
+
+    def _slotted_on_device(self, op, values, info, generate, op_ins, op_outs) -> bool:
+        """A SLOTTED_GENERICS op launched like a kernel op, its operands by slot (the
+        generator sees None for an absent optional one), every out planned; False when
+        an out is not (its shape is the host's to say) or the generator declines."""
+        if any(isinstance(values[v], self.PENDING) for v in op_outs):
+            return False
+        ins = info.kernel_inputs([self._materialized(op, values, v) for v in op_ins])
+        outs = [values[v] for v in op_outs]
+        key = (op, tuple(None if a is None else (a.shape, a.dtype) for a in ins))
+        launches = self.launches.get(key)
+        if launches is None:
+            call = KernelCall(info.name, info.attrs,
+                              [None if a is None else Arg(a.shape, a.dtype) for a in ins],
+                              [Arg(a.shape, a.dtype) for a in outs], {}, self.device.limits)
+            try:
+                launches = generate(call)
+            except Unsupported as reason:
+                launches = reason
+            self.launches[key] = launches
+        if isinstance(launches, Unsupported):
+            return False
+        self._enqueue(launches, {"in": ins, "out": outs, "ws": {}})
         return True
 
     # -- host ops --------------------------------------------------------------------------------

@@ -8,3 +8,4 @@ from palimpsest.backends.opencl.kernels import movement  # noqa: F401  (registra
 from palimpsest.backends.opencl.kernels import linalg  # noqa: F401  (registration)
 from palimpsest.backends.opencl.kernels import spatial  # noqa: F401  (registration)
 from palimpsest.backends.opencl.kernels import slicing  # noqa: F401  (registration)
+from palimpsest.backends.opencl.kernels import recurrent  # noqa: F401  (registration)

@@ -1,0 +1,96 @@
+"""com.microsoft DynamicQuantizeLSTM on the OpenCL device (backends/opencl/kernels/
+recurrent.py): the whole sequence in one launch, against the numpy backend and
+onnxruntime, poisoning on; what the kernel leaves to the host still runs there."""
+
+from __future__ import annotations
+
+import pytest
+
+np = pytest.importorskip("numpy")
+pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from opencl_support import compare_backends, requires_opencl  # noqa: E402
+from test_quant_fast import _dq_lstm, _onnxruntime  # noqa: E402
+
+LSTM = "graph.dynamic_quantize_lstm"
+
+
+def _saved(model, tmp_path):
+    import onnx
+
+    path = tmp_path / "lstm.onnx"
+    onnx.save(model, str(path))
+    return str(path)
+
+
+@requires_opencl
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("case, size, hidden", [
+    ("plain", 12, 16),          # 64 gate columns: one work-item of 4 vectors
+    ("per_column", 12, 20),     # 80: five work-items of one vector
+    ("no_optional", 300, 24),   # X rows past one 256-row exact float sum
+    ("unsigned", 12, 16),       # uint8 weights with zero points
+])
+def test_quantized_lstm_runs_on_the_device(tmp_path, direction, case, size, hidden):
+    model, feeds = _dq_lstm(direction, 7, 1, size, hidden, 3,
+                            per_column=case == "per_column", optional=case != "no_optional",
+                            unsigned=case == "unsigned")
+    path = _saved(model, tmp_path)
+    # a hidden state a ulp apart can quantize a step apart: as onnxruntime's 2e-3
+    _, got, stats = compare_backends(path, feeds, rtol=0, atol=2e-3, poison=True)
+    assert LSTM not in stats.host_ops
+    expected = _onnxruntime(model, feeds)
+    for name in ("y", "y_h", "y_c"):
+        np.testing.assert_allclose(got[name], expected[name], atol=2e-3, err_msg=name)
+
+
+@requires_opencl
+def test_quantized_lstm_outputs_used_or_not(tmp_path):
+    """Only Y_h read by the model (Y and Y_c not outputs): the kernel writes what the
+    op's outs are."""
+    model, feeds = _dq_lstm("bidirectional", 9, 1, 10, 16, 4)
+    graph = model.graph
+    keep = [o for o in graph.output if o.name == "y_h"]
+    del graph.output[:]
+    graph.output.extend(keep)
+    _, got, stats = compare_backends(_saved(model, tmp_path), feeds, rtol=0, atol=2e-3,
+                                     poison=True)
+    assert LSTM not in stats.host_ops
+    np.testing.assert_allclose(got["y_h"], _onnxruntime(model, feeds)["y_h"], atol=2e-3)
+
+
+@requires_opencl
+@pytest.mark.parametrize("case", ["batch_of_two", "peephole", "lengths"])
+def test_quantized_lstm_the_kernel_leaves_to_the_host(tmp_path, case):
+    """A batch of two (one h range spans the batch), peepholes, sequence_lens: on the
+    host, counted there, with the numpy backend's results."""
+    model, feeds = _dq_lstm("forward", 5, 2 if case == "batch_of_two" else 1, 8, 16, 5,
+                            peephole=case == "peephole",
+                            lengths=[5] if case == "lengths" else None)
+    _, got, stats = compare_backends(_saved(model, tmp_path), feeds, rtol=0, atol=1e-6,
+                                     host_ops_allowed=(LSTM,), poison=True)
+    assert stats.host_ops.get(LSTM) == 1
+
+
+def test_quantized_lstm_needs_its_steps_in_local_memory():
+    """Every step's projection stays in local memory: voicefilter-lite's 50 steps of
+    2048 gates fit PoCL's 2 MiB, not a GPU's 48 KiB (the host runs it there)."""
+    from palimpsest.backends.opencl.kernels.base import Arg, DeviceLimits, KernelCall, Unsupported
+    from palimpsest.backends.opencl.kernels.recurrent import dynamic_quantize_lstm
+
+    def call(local_bytes):
+        arg = lambda shape, dtype: Arg(shape, np.dtype(dtype))  # noqa: E731
+        ins = [arg((50, 1, 512), np.float32), arg((1, 512, 2048), np.int8),
+               arg((1, 512, 2048), np.int8), None, None, None, None, None,
+               arg((1,), np.float32), arg((1,), np.int8), arg((1,), np.float32),
+               arg((1,), np.int8)]
+        outs = [arg((50, 1, 1, 512), np.float32)]
+        limits = DeviceLimits(max_work_group_size=1024, local_mem_size=local_bytes,
+                              max_work_item_sizes=(1024, 1024, 64))
+        return dynamic_quantize_lstm(KernelCall(LSTM, {}, ins, outs, {}, limits))
+
+    (launch,) = call(2 << 20)
+    assert launch.global_size == launch.local_size == (32,)
+    with pytest.raises(Unsupported, match="local memory"):
+        call(48 << 10)
