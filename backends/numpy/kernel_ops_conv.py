@@ -1,7 +1,8 @@
 """conv2d on numpy: im2col + grouped matmul; without an im2col, dense convs by kernel row
 (runs of a row-shifted copy of the image that are BLAS matrices as they lie) and dense
-convs of few input channels (first layers) by output row (`_conv_output_rows`: the
-image's rows with channels inside rows, per kernel column, one GEMM per output row);
+convs of few weights an output (first layers, few channels) by output row
+(`_conv_output_rows`: the image's rows with channels inside rows, per kernel column, one
+GEMM per output row);
 depthwise convs (one input channel per group) in kernel_ops_depthwise.py (by kernel
 column: banded weights times the image's rows as they lie). Registered in
 `KERNEL_IMPLS` (kernel_ops.py, which imports this module); the table there says how it
@@ -115,7 +116,7 @@ def conv2d(op, inputs, outputs, workspaces):
             record(op, arrays, calls)
         replay(calls)
         return
-    if group == 1 and c <= _OUTPUT_ROWS_C and 4 * wo >= m and dh == 1 and kh > 1 \
+    if group == 1 and c * kh * kw <= _OUTPUT_ROWS_K and 4 * wo >= m and dh == 1 and kh > 1 \
             and cols is not None:
         calls = _conv_output_rows(x, w, bias, y, cols, (top, left), (sh, sw), dw)
         if calls is not None:
@@ -440,14 +441,20 @@ def _copy_phase_taps(phases, dest, kernel, strides):
             np.copyto(dest[:, a::sh, b::sw], view)
 
 
-# -- dense convs of few input channels, by output row -----------------------------------------
+# -- dense convs of few weights an output, by output row ---------------------------------------
 
-# `_conv_output_rows` for dense convs of at most this many input channels, with Wo at
-# least a quarter of M (one-Conv A/B, 1 thread, conv op medians: a first layer on an RGB
-# image 3x3/2 at 224-320, 5x5/2 at 128-256, 7x7/2 at 224: 0.53-0.68x the time of the
-# im2col; 8 or 16 channels 2x2 or 3x3 at 20x20 to 160x160: 0.5-0.9x; 32 and 64 channels:
-# even; 12 -> 128 channels at 28x28 (Wo < M/4): 1.2x)
-_OUTPUT_ROWS_C = 16
+# `_conv_output_rows` for dense convs of at most this many weights an output (C*kh*kw),
+# with Wo at least a quarter of M (one-Conv A/B, 1 thread, conv op medians: a first
+# layer on an RGB image 3x3/2 at 224-320, 5x5/2 at 128-256, 7x7/2 at 224: 0.53-0.68x the
+# time of the im2col; 8 or 16 channels 2x2 or 3x3 at 20x20 to 160x160: 0.5-0.9x; 12 ->
+# 128 channels at 28x28 (Wo < M/4): 1.2x). Up to 1600 (was 16 channels): a GEMM of few
+# output channels runs below BLAS's peak (16 x 288 by 288 x 6400: 62 GFLOP/s) where
+# each output row's is in L2, and S copies the image kw times where the im2col copies
+# it kh*kw/sh^2 times. One-Conv A/B after a Relu: 32 -> 16 3x3/2 at 160x160 3.33 -> 1.80
+# ms, 64 -> 16 3x3 at 80x80 2.96 -> 1.75, 32 -> 32 3x3 at 80x80 2.23 -> 1.38, 128 -> 128
+# 3x3 at 56x56 16.2 -> 11.5, 64 -> 16 5x5 at 80x80 9.2 -> 6.2, 32 -> 64 3x3/2 at 80x80
+# 0.85x; 64 -> 64 3x3/2 at 40x40 1.05x; 256 -> 64 3x3 at 40x40 (2304) 1.42x: not taken
+_OUTPUT_ROWS_K = 1600
 
 
 def _conv_output_rows(x, w, bias, y, cols, pads, strides, dw):
