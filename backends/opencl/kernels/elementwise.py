@@ -144,8 +144,8 @@ class FusedEpilogue:
         self.args = [ref("in", k) for k in ins]
         self.functions: dict = {}   # (lanes, stride, last) -> (name, C source)
 
-    def _function(self, lanes: int, stride: int, last) -> str:
-        key = (lanes, stride if lanes > 1 else 1, last)
+    def _function(self, lanes: int, stride: int, last, offsets: bool = False) -> str:
+        key = (lanes, stride if lanes > 1 else 1, last, offsets)
         if key not in self.functions:
             t = self.call.outs[0].ctype
             vt = t if lanes == 1 else f"{t}{lanes}"
@@ -154,10 +154,11 @@ class FusedEpilogue:
             lines, _, result = _chain_body(
                 self.call, config["epilogue"], config["epilogue_wiring"],
                 config["epilogue_props"], product=True, pointer=lambda k: f"e{k}",
-                lanes=lanes, stride=stride, last=last)
+                lanes=lanes, stride=stride, last=last, offsets="at" if offsets else None)
             declared = "".join(f", __global const {c}* {b}" for b, c, _ in self.buffers)
-            self.functions[key] = (name, f"{vt} {name}(const {vt} v0, const long i{declared})"
-                                         f" {{\n" + "\n".join(lines) +
+            at = f", const int{lanes} at" if offsets else ""
+            self.functions[key] = (name, f"{vt} {name}(const {vt} v0, const long i{at}"
+                                         f"{declared}) {{\n" + "\n".join(lines) +
                                    f"\n  return {result};\n}}\n\n")
         return self.functions[key][0]
 
@@ -181,6 +182,13 @@ class FusedEpilogue:
         name = self._function(lanes, stride, last)
         return f"{var} = {self._call(name, var, f'(long)({index})')};"
 
+    def apply_at(self, var: str, lanes: int, index: str, offsets: str) -> str:
+        """A statement applying the epilogue to the vector variable `var`, lane j being
+        out element `index + offsets.sj` (`offsets` an int vector: lanes whose elements
+        are not evenly spaced, e.g. a conv's output rows with gaps between them)."""
+        name = self._function(lanes, 0, None, offsets=True)
+        return f"{var} = {self._call(name, var, f'(long)({index}), {offsets}')};"
+
 
 def fused_epilogue(call):
     """The call's `FusedEpilogue`, or None when it has no epilogue."""
@@ -188,7 +196,8 @@ def fused_epilogue(call):
 
 
 def _chain_body(call, steps, wiring, props, product: bool, pointer, lanes: int = 1,
-                stride: int = 1, last=None, aligned: bool = False, gathers: list | None = None):
+                stride: int = 1, last=None, aligned: bool = False, gathers: list | None = None,
+                offsets: str | None = None):
     """The C lines computing the chain `steps` for out element `i`: values 0..n-1 are the
     ins (in k read through the pointer named `pointer(k)`); without `product` value n+i
     is step i's result (kernel.elementwise); with it, value n is `v0`, the product's
@@ -197,9 +206,10 @@ def _chain_body(call, steps, wiring, props, product: bool, pointer, lanes: int =
     i is a multiple of `lanes` (stride 1, no clamp), so where the out's last dim is a
     multiple of `lanes` the lanes share one row: an in broadcast along that dim is one
     scalar load, an in of that dim one vload (and a vector tanh is `pal_tanh`'s, as the
-    scalar one: a chain kernel's lanes compute what its scalar form would). The ins read
-    lane by lane (gathered) are appended to `gathers` when given. Returns (lines, the ins
-    read, the C name of the chain's result)."""
+    scalar one: a chain kernel's lanes compute what its scalar form would). `offsets`:
+    the C name of an int vector, lane j computing element i + offsets.sj (`stride` and
+    `last` unused). The ins read lane by lane (gathered) are appended to `gathers` when
+    given. Returns (lines, the ins read, the C name of the chain's result)."""
     out = call.outs[0]
     t = out.ctype
     vt = t if lanes == 1 else f"{t}{lanes}"
@@ -213,6 +223,8 @@ def _chain_body(call, steps, wiring, props, product: bool, pointer, lanes: int =
     loads: dict = {}   # (in, per channel, scalar) -> (C variable, in, C type, C expression)
 
     def element(j: int) -> str:
+        if offsets is not None:
+            return f"i + {offsets}.s{j:x}"
         at = f"i + {j * stride}" if j else "i"
         return at if last is None else f"min({at}, {last}L)"
 
@@ -232,7 +244,7 @@ def _chain_body(call, steps, wiring, props, product: bool, pointer, lanes: int =
                 kind, expr = t, f"{p}[{at(element(0))}]"
             elif at("i") == "0":
                 kind, expr = vt, f"({vt})({p}[0])"
-            elif at("i") == "(i)" and stride == 1 and last is None:
+            elif at("i") == "(i)" and stride == 1 and last is None and offsets is None:
                 kind, expr = vt, f"vload{lanes}(0, {p} + i)"
             elif aligned and per_channel and inner % lanes == 0:
                 kind, expr = vt, f"({vt})({p}[{at('i')}])"

@@ -32,11 +32,16 @@ the vectors at a row's edges generated apart with their padding made by moving l
 itself (all images and groups in one launch); otherwise the GEMM multiplies each
 group's weights by the im2col matrix, either implicit (its rows read in place from the
 input, or from the `padded` workspace that a padded conv fills per image, its rows split
-by column phase when strided along W, `_implicit`) or explicit (per band of output rows
-an im2col kernel fills the `im2col` workspace, packed in panels of the GEMM's column
-block). The implicit form writes nothing before the GEMM, but its blocks hold one output
-row, so it is taken where it is the cheaper by a cost model (`_block_speed`,
-IM2COL_COST): many-channel convs on small maps keep the explicit one, and so does an
+by column phase when strided along W, `_implicit`), flat (the same, but each row of the
+im2col matrix one run over the whole image, the columns between output rows computed
+and dropped, `_flat`; strided, the padded image laid out as phase planes) or explicit
+(per band of output rows an im2col kernel fills the `im2col` workspace, packed in panels
+of the GEMM's column block). The implicit forms write nothing before the GEMM; the
+implicit one's blocks hold one output row (wasted columns where the row is not a whole
+number of vectors), the flat one's stores cost more where a vector spans two rows. A
+cost model takes the cheapest (`_form`): the flat form for 3x3 convs on maps of 10-104
+columns (nudenet_320n's 20 x 20: 75 -> 120 GFLOP/s), blocks of one row on wide maps of
+few channels, the explicit im2col on some narrow maps of many channels and for an
 unpadded conv strided along W. Padding in im2col is computed by index checks (vector
 loads inside the row, a clamped gather and a mask at its edges).
 """
@@ -74,6 +79,12 @@ IM2COL_COST = 60                    # an im2col element's cost in the GEMM's mul
                                     # maps, timed both ways (its write alone is ~30: 0.4 ns
                                     # against ~75 G multiply-adds/s; the GEMM then reads it
                                     # from L2/L3, not the input rows from L1)
+FLAT_STORE = 90                     # a flat GEMM's store of a vector that spans two
+                                    # output rows (lane by lane), in the vector's
+                                    # multiply-adds: 43-69 cycles measured on convs of
+                                    # 27-144 deep dot products (a 3-channel first layer,
+                                    # 160 wide with 1 column between rows: 10% of its
+                                    # vectors, 13% slower than blocks of one output row)
 
 
 def _vtype(t: str, lanes: int) -> str:
@@ -129,13 +140,17 @@ class Operand:
     `offset` is a C expression of the batch index `z` and the `image` argument. A
     `panel`-wide operand (GEMM's Q only) is packed in column panels instead: element
     (i, j) at `offset + (j / panel) * panel_size + i * panel + j % panel`, so a work-item's
-    column block reads one contiguous stream (see `_im2col`)."""
+    column block reads one contiguous stream (see `_im2col`). A `runs` = (pitch, run)
+    operand (GEMM's Y only) holds column j at `(j / pitch) * run + j % pitch`, and only
+    the columns with j % pitch < run: an output image whose rows are computed `pitch`
+    apart, the columns between them dropped (see `_flat`)."""
 
     def __init__(self, name: str, offset: str, s0: int, s1: int, panel: int | None = None,
-                 panel_size: int = 0, taps: tuple = ()):
+                 panel_size: int = 0, taps: tuple = (), runs: tuple | None = None):
         self.name, self.offset, self.s0, self.s1 = name, offset, s0, s1
         self.panel, self.panel_size = panel, panel_size
         self.taps = taps   # per tap axis, the offsets of its taps: see `Gemm.vector_source`
+        self.runs = runs
 
 
 class Gemm:
@@ -243,6 +258,9 @@ class Gemm:
             for v in range(V):
                 col = f"col0 + {v * W}"
                 value = self._finish(f"acc{i}_{v}", f"r{i}", f"({col})", load_c)
+                if y.runs is not None:
+                    lines.append(self._runs_store(f"v{v}", W, value, col, f"r{i}", shifted))
+                    continue
                 lane_stores = " ".join(
                     ("" if not shifted else f"if ({col} + {j} >= block) ") +
                     f"yr[({col} + {j}) * {y.s1}] = {_lane(f'v{v}', W, j)};" for j in range(W))
@@ -260,6 +278,37 @@ class Gemm:
             lines.append("  }\n")
         lines.append("}\n")
         return self._program(lines)
+
+    def _runs_store(self, var: str, W: int, value: str, col: str, row: str,
+                    shifted: bool) -> str:
+        """The store of a block vector `var` = `value` from column `col` of row `row` into
+        a `runs` Y (`Operand`): one vector store where its columns lie in one run, else
+        lane by lane, the columns between runs dropped (and with `shifted`, the columns
+        before `block`, which the block before stores); an epilogue reads its ins at each
+        lane's element."""
+        t, ix, y = self.t, self.ix, self.y
+        vt, it = _vtype(t, W), f"int{W}"
+        pitch, run = y.runs
+        whole = "" if not shifted else " && col0 == block"
+        base = f"({y.offset}) + {row} * {y.s0}"
+        lanes = ", ".join(str(j) for j in range(W))
+        lines = [f"    {{ {vt} {var} = {value};\n"
+                 f"      const {ix} j = {col}, oh = j / {pitch}, ow = j - oh * {pitch};\n"
+                 f"      if (ow + {W} <= {run}{whole}) {{\n"]
+        if self.epilogue is not None:
+            index = f"{base} + oh * {run} + ow"
+            lines.append(f"        {self.epilogue.apply_lanes(var, W, index, 1)}\n")
+        lines.append(f"        vstore{W}({var}, 0, yr + oh * {run} + ow);\n      }} else {{\n"
+                     f"        const {it} jl = ({it})((int)j) + ({it})({lanes});\n"
+                     f"        const {it} ohl = jl / {pitch}, owl = jl - ohl * {pitch};\n"
+                     f"        const {it} at = ohl * {run} + min(owl, {run - 1});\n")
+        if self.epilogue is not None:
+            lines.append(f"        {self.epilogue.apply_at(var, W, base, 'at')}\n")
+        keep = (lambda j: f"owl.s{j:x} < {run} && j + {j} >= block") if shifted else \
+            (lambda j: f"owl.s{j:x} < {run}")
+        lines.append("        " + " ".join(f"if ({keep(j)}) yr[at.s{j:x}] = {var}.s{j:x};"
+                                             for j in range(W)) + "\n      }\n    }\n")
+        return "".join(lines)
 
     def vector_launch(self, args, shape: tuple | None = None) -> Launch:
         """`shape`: the (lanes, vectors) of a block (a packed Q's panel), else
@@ -338,9 +387,22 @@ def vector_shape(t: str, cols: int) -> tuple:
 
 def _block_speed(t: str, cols: int) -> float:
     """The GEMM's relative speed on `cols` columns: the share of the columns its blocks
-    compute that exist, times the speed of the block's width (VECTORS)."""
+    compute that exist, times the speed of the block's width (VECTORS) and of its
+    vectors' (a vector of 8 floats does half the multiply-adds of one of 16)."""
     lanes, vectors = vector_shape(t, cols)
-    return cols / (-(-cols // (lanes * vectors)) * lanes * vectors) * VECTORS[vectors]
+    return cols / (-(-cols // (lanes * vectors)) * lanes * vectors) * VECTORS[vectors] * \
+        lanes / LANES[t]
+
+
+def _panel_speed(t: str, cols: int) -> float:
+    """`_block_speed` of the explicit im2col's GEMMs on a band of `cols` columns: whole
+    panels of the block's width, then one GEMM over the narrower rest (`conv2d`)."""
+    lanes, vectors = vector_shape(t, cols)
+    full = cols // (lanes * vectors) * lanes * vectors
+    rest = cols - full
+    time = full / (VECTORS[vectors] * lanes / LANES[t]) + \
+        (rest / _block_speed(t, rest) if rest else 0)
+    return cols / time
 
 
 def _float_type(arg) -> str:
@@ -527,12 +589,11 @@ def conv2d(call) -> list:
         return [gemm.vector_launch([ref("in", 0)] + args + [np.int32(0)])]
     width = call.workspaces["im2col"].shape[1]
     band = max(1, min(g["ho"], width // g["wo"]))
-    # the implicit im2col's GEMM has blocks of one output row; the explicit one's blocks
-    # span rows but it writes every element of the im2col matrix first. A conv strided
-    # along W takes the implicit form where it fills the `padded` workspace (a padded
-    # conv), its rows split by column phase there (`_phases`)
-    if (g["sw"] == 1 or "padded" in call.workspaces) and mg / _block_speed(t, g["wo"]) <= \
-            mg / _block_speed(t, band * g["wo"]) + IM2COL_COST:
+    planes = _planes(call, g)
+    form = _form(t, g, mg, depth, band, planes, "padded" in call.workspaces)
+    if form == "flat":
+        return _flat(call, t, g, ix, has_bias, buffers, args, epilogue, planes)
+    if form == "implicit":
         return _implicit(call, t, g, ix, has_bias, buffers, args, epilogue)
     # the im2col workspace holds `band` whole output rows (kernel_nn's IM2COL_BAND): per
     # image, each band of rows is filled, then multiplied into its rows of Y; `image`
@@ -573,6 +634,36 @@ def conv2d(call) -> list:
             for launch in programs[rows][0 if depth and g["c"] else 1:]:
                 launches.append(replace(launch, args=launch.args[:-1] + [at]))
     return launches
+
+
+def _planes(call, g: dict):
+    """What `_flat` reads the image as: (rows, row pitch) of each phase plane, or None
+    where it cannot (strided and unpadded, or planes too large: `_flat_planes`)."""
+    if "padded" in call.workspaces:
+        return _flat_planes(g)
+    return (g["h"], g["wd"]) if g["sh"] == g["sw"] == 1 else None
+
+
+def _form(t: str, g: dict, mg: int, depth: int, band: int, planes, padded: bool) -> str:
+    """The cheapest of the GEMM forms a conv may take, by their modelled costs per
+    output pixel and multiply-add of its dot product: the GEMM's (its rows over its
+    block speed, `_block_speed`: a flat GEMM's columns counted as the pixels they keep)
+    plus the explicit im2col's writes (IM2COL_COST) or the flat form's stores (FLAT_STORE
+    a vector that spans two output rows, spread over the dot product's depth)."""
+    costs = {"explicit": mg / _panel_speed(t, band * g["wo"]) + IM2COL_COST}
+    # a conv strided along W takes the implicit form where it fills `padded`
+    if g["sw"] == 1 or padded:
+        costs["implicit"] = mg / _block_speed(t, g["wo"])
+    if planes is not None:
+        pitch, wo = planes[1], g["wo"]
+        cols = (g["ho"] - 1) * pitch + wo
+        if cols >= LANES[t]:
+            kept = g["ho"] * wo / cols
+            # the share of vectors that span two output rows with columns between
+            split = 0 if pitch == wo else min(1, (LANES[t] - 1 + pitch - wo) / pitch)
+            costs["flat"] = mg / (_block_speed(t, cols) * kept) + \
+                FLAT_STORE * split * mg / depth
+    return min(costs, key=costs.get)
 
 
 def _phases(width: int, stride: int) -> list:
@@ -625,22 +716,90 @@ def _implicit(call, t: str, g: dict, ix: str, has_bias: bool, buffers: list, arg
             for image in range(g["n"]) for launch in (fill, multiply)]
 
 
-def _pad_image(t: str, g: dict, ix: str, device: DeviceLimits) -> Launch:
+def _flat_planes(g: dict):
+    """The (rows, columns) of each phase plane `_flat` reads (`_pad_image`'s `planes`):
+    the rows and columns the output's taps meet in each phase (the whole padded image at
+    stride 1), or None where the planes do not fit the `padded` workspace (a padded size
+    not a multiple of the stride)."""
+    hpp = g["ho"] + (g["kh"] - 1) * g["dh"] // g["sh"]
+    wpp = g["wo"] + (g["kw"] - 1) * g["dw"] // g["sw"]
+    return (hpp, wpp) if g["sh"] * g["sw"] * hpp * wpp <= g["hp"] * g["wp"] else None
+
+
+def _flat(call, t: str, g: dict, ix: str, has_bias: bool, buffers: list, args: list,
+          epilogue, planes: tuple) -> list:
+    """A conv as an implicit im2col over the whole image: Q's row (c, p, q) is a flat run
+    of (Ho - 1) * wpp + Wo elements from the tap's first input element, so output pixel
+    (oh, ow) is column oh * wpp + ow and a block's vectors run on across output rows.
+    At stride 1 the run is read from the padded image (or the input, unpadded), wpp its
+    row pitch; strided, `_pad_image` lays out the padded image as planes of one row and
+    column phase each (`planes` = their rows and columns, `_flat_planes`), tap (p, q)
+    reading the plane of its phases from row p * dh // sh, column q * dw // sw. The
+    wpp - Wo columns between two output rows are computed and dropped (Y's `runs`):
+    Wo / wpp of the work is kept (20 wide maps: 91%), where `_implicit`'s blocks of one
+    output row keep Wo / (Wo rounded up to whole vectors) (20: 63%) and the explicit
+    im2col writes its matrix first (on 20 x 20 maps, as long as its GEMM)."""
+    group, mg = g["group"], g["m"] // g["group"]
+    ho, wo, cg = g["ho"], g["wo"], g["cg"]
+    sh, sw, dh, dw = g["sh"], g["sw"], g["dh"], g["dw"]
+    hpp, wpp = planes
+    plane = hpp * wpp
+    depth = cg * g["kh"] * g["kw"]
+    padded = "padded" in call.workspaces
+    within = f"(z % {group})"
+    image = "image" if padded else f"(z / {group})"   # padded: one image a launch
+    channel = sh * sw * plane
+    source = f"{within} * {cg * channel}" if padded else \
+        f"{image} * {g['c'] * channel} + {within} * {cg * channel}"
+    q = Operand("x", source, channel, 1,
+                taps=(tuple((p * dh) % sh * sw * plane + (p * dh) // sh * wpp
+                            for p in range(g["kh"])),
+                      tuple((q * dw) % sw * plane + (q * dw) // sw for q in range(g["kw"]))))
+    # no columns between output rows (unpadded along W at stride 1): Y is one run
+    y = Operand("y", f"{image} * {g['m'] * ho * wo} + {within} * {mg * ho * wo}", ho * wo, 1,
+                runs=(wpp, wo) if wpp != wo else None)
+    bias = Operand("bias", f"{within} * {mg}", 1, 0) if has_bias else None
+    gemm = Gemm(t, mg, (ho - 1) * wpp + wo, depth, (1 if padded else g["n"]) * group,
+                Operand("w", f"{within} * {mg * depth}", depth, 1), q, y, bias,
+                buffers=[("x", t, False)] + buffers, ix=ix, epilogue=epilogue)
+    if not padded:
+        return [gemm.vector_launch([ref("in", 0)] + args + [np.int32(0)])]
+    multiply = gemm.vector_launch([ref("ws", "padded")] + args + [None])
+    fill = _pad_image(t, g, ix, call.device, planes)
+    return [replace(launch, args=launch.args[:-1] + [np.int32(image)])
+            for image in range(g["n"]) for launch in (fill, multiply)]
+
+
+def _pad_image(t: str, g: dict, ix: str, device: DeviceLimits, planes=None) -> Launch:
     """The launch that copies image `image` (its last argument) into the `padded`
     workspace, zeros around, each padded row split by column phase (`_phases`) when the
     conv is strided along W: a work-item per padded row; per phase, the columns before
     and after the input's are zeros and those between are copied in vectors (every sw-th
     input element), all bounds known when generating, a row above or below the input
     zeros. (A work-item per vector gathered lane by lane at the row's edges: 2-3x
-    slower.)"""
-    hp, wp, sw, wd, left = g["hp"], g["wp"], g["sw"], g["wd"], g["left"]
+    slower.) With `planes` = (hpp, wpp), the layout `_flat` reads: per channel, a plane
+    of hpp rows x wpp columns per (row phase, column phase), the phases' columns past
+    the padded row zeros, and a work-item per plane row of the row phases."""
+    hp, wp, sh, sw, wd, left = g["hp"], g["wp"], g["sh"], g["sw"], g["wd"], g["left"]
     lanes = _pow2_at_most(wd, LANES[t])
     vt = _vtype(t, lanes)
     zero = literal(0, t)
     _, span = _row_load(t, lanes, "s", sw, None, wd)
+    if planes is None:
+        phases = [(r, start, len(range(r, wp, sw))) for r, start in enumerate(_phases(wp, sw))]
+        blanks, rows = [(0, wp)], hp
+        at = (f"  const {ix} ih = h - {g['top']};\n"
+              f"  __global {t}* out = padded + (c * {hp} + h) * {wp};\n")
+    else:
+        hpp, wpp = planes
+        phases = [(r, r * hpp * wpp, wpp) for r in range(sw)]
+        blanks, rows = [(start, count) for _, start, count in phases], sh * hpp
+        at = (f"  const {ix} a = h / {hpp}, ph = h % {hpp};\n"
+              f"  const {ix} ih = ph * {sh} + a - {g['top']};\n"
+              f"  __global {t}* out = padded + c * {sh * sw * hpp * wpp} + "
+              f"(a * {sw * hpp} + ph) * {wpp};\n")
     lines = []
-    for r, start in enumerate(_phases(wp, sw)):
-        count = len(range(r, wp, sw))
+    for r, start, count in phases:
         # phase column j is padded column r + j * sw, input column r + j * sw - left
         first = max(0, -(-(left - r) // sw))               # the first inside the input
         last = min(count - 1, (wd - 1 + left - r) // sw)    # the last inside
@@ -658,19 +817,19 @@ def _pad_image(t: str, g: dict, ix: str, device: DeviceLimits) -> Launch:
                          f"vstore{lanes}({load}, 0, o + j);\n")
         lines.append(f"      for (; j <= {last}; ++j) o[j] = s[(j - {first}) * {sw}];\n"
                      f"      for (; j < {count}; ++j) o[j] = {zero};\n    }}\n")
+    zeros = []
+    for start, count in blanks:
+        zeros.append(f"    {{ __global {t}* o = out + {start}; int j = 0;\n" +
+                     (f"      for (; j + {lanes} <= {count}; j += {lanes}) "
+                      f"vstore{lanes}(({vt})({zero}), 0, o + j);\n" if lanes > 1 else "") +
+                     f"      for (; j < {count}; ++j) o[j] = {zero}; }}\n")
     pad_buffers = [("x", t, False), ("padded", t, True)]
-    size = (hp, g["c"])
+    size = (rows, g["c"])
     source = (
         f"__kernel void pad_image({params(*pad_buffers)}, const int image) {{\n"
         f"{bind(*pad_buffers)}\n"
-        f"  const {ix} h = get_global_id(0), c = get_global_id(1);\n"
-        f"  const {ix} ih = h - {g['top']};\n"
-        f"  __global {t}* out = padded + (c * {hp} + h) * {wp};\n"
-        f"  if (ih < 0 || ih >= {g['h']}) {{\n"
-        f"    int j = 0;\n" +
-        (f"    for (; j + {lanes} <= {wp}; j += {lanes}) vstore{lanes}(({vt})({zero}), 0, "
-         f"out + j);\n" if lanes > 1 else "") +
-        f"    for (; j < {wp}; ++j) out[j] = {zero};\n"
+        f"  const {ix} h = get_global_id(0), c = get_global_id(1);\n{at}"
+        f"  if (ih < 0 || ih >= {g['h']}) {{\n" + "".join(zeros) +
         f"  }} else {{\n"
         f"    __global const {t}* xrow = x + ((image * {g['c']} + c) * {g['h']} + ih) * "
         f"{wd};\n" + "".join(lines) + "  }\n}\n")
