@@ -212,9 +212,10 @@ _DEPTHWISE_COLUMNS = True
 # and the same object run after run is a constant (a run's input is a new read-only view
 # each run, a buffer an op writes is writeable). They take R*K/(kh*kw) times W's memory
 # (text_orientation: 3.6 MiB for 215 KiB of depthwise weights; blazeface_back 1.1 MiB).
-# In-model per-op A/B, with _COLUMNS_KEPT_FROM (one thread, 21 alternating runs):
-# text_orientation's 5x5 at 14x14 (256 channels) 0.435 -> 0.38 ms, ppocr_mobile_cls's
-# 5x5 at 2x96 and 3x96 0.90x, blazeface_back's 3x3 at 128x128 0.89-1.0x
+# In-model per-op A/B, with _COLUMNS_KEPT_FROM (sessions made old, new, new, old; one
+# thread, 13 alternating runs): text_orientation op sum 11.51 -> 11.09 ms (5x5 at 14x14,
+# 256 channels, 0.85-0.9x), ppocr_mobile_cls 0.99x, blazeface_back 1.02x (its 3x3 weights
+# are few: within the noise)
 _KEEP_BANDED = True
 # ... from this many outputs per channel times kernel taps: below it, its kw BLAS calls
 # per channel (or more) cost more than the im2col's one and its copies (in-model A/B, one
@@ -386,10 +387,12 @@ def _depthwise_columns(x, w, bias, y, padded, cols, pads, strides, dilations):
 # `_depthwise_columns` reads X itself, stride 1 along the width, not a padded copy and
 # its zeroed border (the bands of rows and the kernel columns that meet the pads by
 # narrower products, which also leave out the taps on pad rows). In-model per-op A/B
-# (profiled, one thread, 21 alternating runs): ppocr_mobile_cls's 5x5 on 2-3 row images
-# 0.74-0.80x (its op sum 2.83 -> 2.44 ms), text_orientation's 3x3 at 56x56 and 28x28
-# 0.84x, 5x5 at 14x14 0.92x (op sum 12.13 -> 11.84), blazeface_front 3.33 -> 3.15,
-# blazeface_back's 3x3 at 128x128 0.8-1.0x (18.5 -> 18.2)
+# (profiled sessions made in the order old, new, new, old: the order alone moved a
+# session's op times by up to 5-10%; one thread, 11-15 alternating runs):
+# ppocr_mobile_cls's 5x5 on 2-3 row images 0.68-0.83x (op sum 3.10 -> 2.83 ms),
+# blazeface_front 3.51 -> 3.37, text_orientation's 3x3 at 56x56 0.84x (op sum 0.98-1.0x:
+# the stride-2 layer after it then fills its own workspace cold), blazeface_back's 3x3
+# at 128x128 0.94-1.06x (op sum 1.03x, within the noise)
 _DIRECT = True
 
 
