@@ -310,7 +310,8 @@ def test_grouped_launches_stay_within_a_gpus_work_item_limits(group, stride, pad
     launches = GENERATORS["kernel.conv2d"](call)
     assert launches
     # Silero VAD's 1-D conv had its im2col's 256 items along dim 2: a group the GPU refuses
-    from palimpsest.backends.opencl.kernels.linalg import IM2COL_ITEMS, _local_size
+    from palimpsest.backends.opencl.kernels.conv import IM2COL_ITEMS
+    from palimpsest.backends.opencl.kernels.linalg import _local_size
     assert _local_size((1, 1, 256), IM2COL_ITEMS, gpu) == (1, 1, 64)
     assert _local_size((3, 5, 256), 4096, gpu) == (3, 5, 64)
     for launch in launches:

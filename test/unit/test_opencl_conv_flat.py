@@ -1,4 +1,4 @@
-"""The OpenCL conv2d's flat form (backends/opencl/kernels/linalg.py, `_flat`): the GEMM
+"""The OpenCL conv2d's flat form (backends/opencl/kernels/conv.py, `_flat`): the GEMM
 runs over the whole image as one flat run of columns, output rows `wpp` apart, and its
 stores drop the columns between them (one vector store inside a row, lane by lane
 across two rows, an epilogue's ins gathered at each lane's element). Forced (FLAT_STORE
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from opencl_support import compare_backends, requires_opencl  # noqa: E402
 from test_opencl_conv_panels import CASES, _model  # noqa: E402
 
-from palimpsest.backends.opencl.kernels import linalg  # noqa: E402
+from palimpsest.backends.opencl.kernels import conv  # noqa: E402
 
 pytestmark = requires_opencl
 
@@ -42,15 +42,15 @@ FLAT_CASES = CASES + [
 
 def _forced(monkeypatch) -> list:
     """Make the flat form the cheapest wherever it applies; the list records its calls."""
-    monkeypatch.setattr(linalg, "FLAT_STORE", -1e9)
+    monkeypatch.setattr(conv, "FLAT_STORE", -1e9)
     calls = []
-    flat = linalg._flat
+    flat = conv._flat
 
     def recorded(*args):
         calls.append(args)
         return flat(*args)
 
-    monkeypatch.setattr(linalg, "_flat", recorded)
+    monkeypatch.setattr(conv, "_flat", recorded)
     return calls
 
 
@@ -106,8 +106,8 @@ def test_odd_sizes_keep_another_form(monkeypatch):
 
 def test_cost_model_takes_flat_on_small_maps():
     g = dict(ho=20, wo=20, h=20, wd=20, hp=22, wp=22, kh=3, kw=3, sh=1, sw=1, dh=1, dw=1)
-    assert linalg._form("float", g, 64, 576, 20, (22, 22), True) == "flat"
+    assert conv._form("float", g, 64, 576, 20, (22, 22), True) == "flat"
     # a 160-wide first layer (3 channels, stride 2): blocks of one output row lose nothing
     g = dict(ho=160, wo=160, h=320, wd=320, hp=322, wp=322, kh=3, kw=3, sh=2, sw=2, dh=1,
              dw=1)
-    assert linalg._form("float", g, 16, 27, 6, linalg._flat_planes(g), True) == "implicit"
+    assert conv._form("float", g, 16, 27, 6, conv._flat_planes(g), True) == "implicit"

@@ -1,4 +1,4 @@
-"""The OpenCL conv2d's two GEMM forms (backends/opencl/kernels/linalg.py), each case
+"""The OpenCL conv2d's two GEMM forms (backends/opencl/kernels/conv.py), each case
 run in both where the conv has stride 1 (IM2COL_COST set to force one): the explicit
 im2col, packed in panels of the GEMM's column block with the last columns in a narrower
 panel and two GEMMs reading them as contiguous streams, and the implicit one (stride
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from opencl_support import compare_backends, requires_opencl  # noqa: E402
 from test_kernels import model_of, node, rand  # noqa: E402
 
-from palimpsest.backends.opencl.kernels import linalg  # noqa: E402
+from palimpsest.backends.opencl.kernels import conv  # noqa: E402
 from palimpsest.dialects import kernel_nn  # noqa: E402
 from palimpsest.dialects.graph.from_onnx import import_onnx  # noqa: E402
 
@@ -94,16 +94,16 @@ FORMS = {"im2col": -1e9, "implicit": 1e9}
 def _form(monkeypatch, form: str) -> list:
     """Force `form` (the flat form, test_opencl_conv_flat.py's, left out); the list
     records each call of the implicit form's generator."""
-    monkeypatch.setattr(linalg, "IM2COL_COST", FORMS[form])
-    monkeypatch.setattr(linalg, "_planes", lambda call, g: None)
+    monkeypatch.setattr(conv, "IM2COL_COST", FORMS[form])
+    monkeypatch.setattr(conv, "_planes", lambda call, g: None)
     calls = []
-    implicit = linalg._implicit
+    implicit = conv._implicit
 
     def recorded(*args):
         calls.append(args)
         return implicit(*args)
 
-    monkeypatch.setattr(linalg, "_implicit", recorded)
+    monkeypatch.setattr(conv, "_implicit", recorded)
     return calls
 
 

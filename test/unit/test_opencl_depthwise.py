@@ -1,4 +1,4 @@
-"""The OpenCL depthwise conv (backends/opencl/kernels/linalg.py, `_depthwise`): blocks of
+"""The OpenCL depthwise conv (backends/opencl/kernels/conv.py, `_depthwise`): blocks of
 output rows x a vector of output columns, each input row's tap vectors loaded once; the
 vectors at a row's edges generated apart, their taps one load moved into place with the
 padding's lanes zero (`_edge_load`), or a gather where no load fits in the row; the last
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from opencl_support import compare_backends, requires_opencl  # noqa: E402
 from test_opencl_conv_panels import _model  # noqa: E402
 
-from palimpsest.backends.opencl.kernels import linalg  # noqa: E402
+from palimpsest.backends.opencl.kernels import conv  # noqa: E402
 
 pytestmark = requires_opencl
 
@@ -74,10 +74,10 @@ def test_depthwise_f64(case):
 def test_edge_vectors_load_once_and_move_lanes():
     """A padded 3x3 conv on a 20-wide map (16 lanes, two vectors, both at an edge): every
     tap of both is one vector load (no gather); lanes wholly in the padding are zero."""
-    assert linalg._depthwise_lanes("float", 20) == 16
-    load = linalg._edge_load("float", 16, -1, 1, 20, "b")
+    assert conv._depthwise_lanes("float", 20) == 16
+    load = conv._edge_load("float", 16, -1, 1, 20, "b")
     assert load[0] == "const float16 b = vload16(0, xrow + 0);"
     assert load[1].startswith("(float16)(0.0f, b.s0, b.s1,") and load[1].endswith("b.se)")
-    assert linalg._edge_load("float", 4, -9, 1, 20, "b") == ("", "(float4)(0.0f)")
+    assert conv._edge_load("float", 4, -9, 1, 20, "b") == ("", "(float4)(0.0f)")
     # a strided load that would read past the row: none fits, the caller gathers
-    assert linalg._edge_load("float", 4, 3, 2, 10, "b") is None
+    assert conv._edge_load("float", 4, 3, 2, 10, "b") is None

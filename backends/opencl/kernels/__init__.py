@@ -6,6 +6,8 @@ from palimpsest.backends.opencl.kernels import elementwise  # noqa: F401  (regis
 from palimpsest.backends.opencl.kernels import normalize  # noqa: F401  (registration)
 from palimpsest.backends.opencl.kernels import movement  # noqa: F401  (registration)
 from palimpsest.backends.opencl.kernels import linalg  # noqa: F401  (registration)
+from palimpsest.backends.opencl.kernels import conv  # noqa: F401  (registration)
 from palimpsest.backends.opencl.kernels import spatial  # noqa: F401  (registration)
 from palimpsest.backends.opencl.kernels import slicing  # noqa: F401  (registration)
 from palimpsest.backends.opencl.kernels import recurrent  # noqa: F401  (registration)
+from palimpsest.backends.opencl.kernels import quant  # noqa: F401  (registration)

@@ -40,9 +40,10 @@ from palimpsest.backends.opencl.kernels.base import (
     Launch, Unsupported, bind, broadcast_index, generator, literal, params, ref, round_up,
     strides_of,
 )
-from palimpsest.backends.opencl.kernels.linalg import (
-    _depthwise_lanes, _local_size, _vtype, _window_rows, _window_store,
+from palimpsest.backends.opencl.kernels.conv import (
+    _depthwise_lanes, _window_rows, _window_store,
 )
+from palimpsest.backends.opencl.kernels.linalg import _local_size, _vtype
 
 FLOATS = ("float", "double")
 
@@ -427,7 +428,7 @@ POOL_ITEMS = 64
 
 def _vector_pool(call, t: str, is_max: bool):
     """A float max pool (any pads, dilations, ceil_mode) or an unpadded average pool as
-    the depthwise conv runs (linalg.py, `_depthwise`): each work-item POOL_ROWS output
+    the depthwise conv runs (conv.py, `_depthwise`): each work-item POOL_ROWS output
     rows x one vector of output columns of one plane; per input row the block meets, its
     kw tap vectors loaded once and combined into every output row the row meets; rows
     outside the input skipped, the vectors at a row's edges generated apart with the
