@@ -10,4 +10,3 @@ from palimpsest.backends.opencl.kernels import conv  # noqa: F401  (registration
 from palimpsest.backends.opencl.kernels import spatial  # noqa: F401  (registration)
 from palimpsest.backends.opencl.kernels import slicing  # noqa: F401  (registration)
 from palimpsest.backends.opencl.kernels import recurrent  # noqa: F401  (registration)
-from palimpsest.backends.opencl.kernels import quant  # noqa: F401  (registration)
