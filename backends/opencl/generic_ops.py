@@ -1,7 +1,7 @@
 """The OpenCL executor's graph-level ops (`kernel.generic`, `buffer.compute`): those that
 only relayout their data are device copies, those with a generator (graph.cast, the
-comparisons, graph.dynamic_quantize_lstm with its several outs) are launched like kernel
-ops, and the rest run on the host with the numpy backend, their
+comparisons, onnxruntime's dynamic quantization ops: kernels/quant.py, recurrent.py) are
+launched like kernel ops, and the rest run on the host with the numpy backend, their
 operands read back and their outs written to the device, counted in the run's stats
 (`host_ops`, `transfer_bytes`). A mixin of `OpenCLExecutor` (executor.py)."""
 
@@ -30,7 +30,8 @@ BROADCAST_GENERICS = frozenset({"graph.equal", "graph.less", "graph.greater",
 PLANNED_GENERICS = frozenset({"graph.range", "graph.constant_of_shape"})
 # ... with several outs, all sized by the plan, whose generator takes the op's operands
 # by slot (None where an optional one is absent)
-SLOTTED_GENERICS = frozenset({"graph.dynamic_quantize_lstm"})
+SLOTTED_GENERICS = frozenset({"graph.dynamic_quantize_lstm", "graph.dynamic_quantize_linear",
+                              "graph.matmul_integer_to_float"})
 
 
 class GenericOps:

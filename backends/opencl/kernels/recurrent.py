@@ -48,6 +48,18 @@ _SLOTS = ("x", "w", "r", "b", "lengths", "h0", "c0", "p", "w_scale", "w_zero", "
           "r_zero")
 
 
+# DynamicQuantizeLinear's float32 scale and zero point as OpenCL C (quant.py shares it)
+QUANTIZATION = """// DynamicQuantizeLinear's scale and zero point over [min(0, lo), max(0, hi)]: q[0] the
+// divisor (the scale, 1 when it is 0), q[1] 255 - the zero point, q[2] the scale
+inline void quantization(float lo, float hi, __local float* q) {
+  lo = fmin(lo, 0.0f); hi = fmax(hi, 0.0f);
+  float scale = (hi - lo) / 255.0f;
+  float zero = scale != 0.0f ? clamp(rint(0.0f - lo / scale), 0.0f, 255.0f) : 0.0f;
+  q[0] = scale != 0.0f ? scale : 1.0f; q[1] = 255.0f - zero; q[2] = scale;
+}
+"""
+
+
 def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -222,15 +234,7 @@ def dynamic_quantize_lstm(call: KernelCall) -> list:
 #define U {u}
 #define CHUNK {CHUNK}
 
-// DynamicQuantizeLinear's scale and zero point over [min(0, lo), max(0, hi)]: q[0] the
-// divisor (the scale, 1 when it is 0), q[1] 255 - the zero point, q[2] the scale
-inline void quantization(float lo, float hi, __local float* q) {{
-  lo = fmin(lo, 0.0f); hi = fmax(hi, 0.0f);
-  float scale = (hi - lo) / 255.0f;
-  float zero = scale != 0.0f ? clamp(rint(0.0f - lo / scale), 0.0f, 255.0f) : 0.0f;
-  q[0] = scale != 0.0f ? scale : 1.0f; q[1] = 255.0f - zero; q[2] = scale;
-}}
-
+{QUANTIZATION}
 // the low and high of `lows` / `highs` (LS partials) quantized into q
 inline void gather(__local const float* lows, __local const float* highs, __local float* q) {{
   float lo = lows[0], hi = highs[0];

@@ -1,6 +1,7 @@
-"""com.microsoft DynamicQuantizeLSTM on the OpenCL device (backends/opencl/kernels/
-recurrent.py): the whole sequence in one launch, against the numpy backend and
-onnxruntime, poisoning on; what the kernel leaves to the host still runs there."""
+"""onnxruntime's dynamic quantization ops on the OpenCL device (backends/opencl/kernels/
+quant.py: DynamicQuantizeLinear, MatMulIntegerToFloat; recurrent.py: DynamicQuantizeLSTM,
+the whole sequence in one launch) against the numpy backend and onnxruntime, poisoning
+on; what the kernels leave to the host still runs there."""
 
 from __future__ import annotations
 
@@ -94,3 +95,65 @@ def test_quantized_lstm_needs_its_steps_in_local_memory():
     assert launch.global_size == launch.local_size == (32,)
     with pytest.raises(Unsupported, match="local memory"):
         call(48 << 10)
+
+
+def _quantized_matmul(rows, depth, columns, seed, *, batch=None, per_column=False,
+                      unsigned_b=False, bias=True, x_fill=None):
+    """onnxruntime's dynamically quantized MatMul as its quantizer writes it (and the
+    importer folds it to graph.matmul_integer_to_float): DynamicQuantizeLinear of X,
+    MatMulIntegerToFloat by an 8-bit constant B (per-tensor or per-column scale, B's
+    zero points when it is uint8), plus the bias."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    shape = ([batch] if batch else []) + [rows, depth]
+    x = rng.normal(0, 1, shape).astype(np.float32) if x_fill is None else \
+        np.full(shape, x_fill, np.float32)
+    kind, shift = (np.uint8, 128) if unsigned_b else (np.int8, 0)
+    per = columns if per_column else 1
+    consts = {"b": (rng.integers(-128, 128, (depth, columns)) + shift).astype(kind),
+              "bs": rng.uniform(0.002, 0.01, per).astype(np.float32),
+              "bz": (rng.integers(-5, 5, per) * bool(shift) + shift).astype(kind),
+              "bias": rng.normal(0, 0.1, columns).astype(np.float32)}
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("MatMulIntegerToFloat",
+                              ["xq", "b", "xs", "bs", "xz", "bz" if unsigned_b else "",
+                               "bias" if bias else ""], ["y"], domain="com.microsoft")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("xq", TensorProto.UINT8, None)],
+        [numpy_helper.from_array(a, n) for n, a in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    return model, {"x": x}
+
+
+@requires_opencl
+@pytest.mark.parametrize("rows, depth, columns, kwargs", [
+    (7, 12, 32, {}),                                    # rows past a block of four
+    (5, 300, 16, {"per_column": True}),                 # K past one exact float sum
+    (4, 20, 48, {"unsigned_b": True, "per_column": True, "bias": False}),
+    (3, 8, 16, {"batch": 2}),                           # a 3-D A
+    (6, 10, 16, {"x_fill": 0.0}),                       # X all zeros: scale 0
+    (6, 10, 16, {"x_fill": -2.5}),                      # X all negative: zero point 255
+])
+def test_dynamic_quantize_linear_and_matmul_integer_to_float_on_the_device(
+        tmp_path, rows, depth, columns, kwargs):
+    """X quantized and its 8-bit product on the device, exactly as the numpy backend
+    (the same integers, scales applied in the same order) and onnxruntime."""
+    model, feeds = _quantized_matmul(rows, depth, columns, 6, **kwargs)
+    _, got, stats = compare_backends(_saved(model, tmp_path), feeds, rtol=1e-6, atol=1e-6,
+                                     poison=True)
+    assert not stats.host_ops
+    expected = _onnxruntime(model, feeds)
+    np.testing.assert_array_equal(got["xq"], expected["xq"])
+    np.testing.assert_allclose(got["y"], expected["y"], rtol=1e-6, atol=1e-6)
+
+
+@requires_opencl
+def test_matmul_integer_to_float_columns_not_of_sixteen_on_the_host(tmp_path):
+    model, feeds = _quantized_matmul(4, 8, 20, 7)
+    _, _, stats = compare_backends(_saved(model, tmp_path), feeds, rtol=1e-6, atol=1e-6,
+                                   host_ops_allowed=("graph.matmul_integer_to_float",))
+    assert stats.host_ops == {"graph.matmul_integer_to_float": 1}

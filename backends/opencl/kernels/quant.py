@@ -1,0 +1,173 @@
+"""onnxruntime's dynamic quantization ops in OpenCL: `graph.dynamic_quantize_linear` and
+`graph.matmul_integer_to_float` (com.microsoft MatMulIntegerToFloat), as the numpy
+backend computes them (backends/numpy/kernels_quant.py), so that a quantized model's
+activations stay on the device between its int8 products (they read back and wrote
+each one on the host before).
+
+DynamicQuantizeLinear is one work-group, each work-item a contiguous range of X: X's
+range (min(0, min x), max(0, max x)), its float32 scale and zero point (recurrent.py's
+`quantization`), then y = saturate(rint(x / scale) + zero).
+
+MatMulIntegerToFloat: a work-item computes ROWS rows of 16 output columns, the integer
+products exact (float32 sums over CHUNK rows of K, integers below 2**24, added as ints;
+A's zero point subtracted from A as it is read, B's as z_j times the row's sum), then
+float(product) * (a_scale * b_scale) + bias, rounded as the numpy kernel rounds them.
+B is 2-D (a constant weight), the scales and bias per tensor or per column, A's zero
+point per tensor; else, and for N not a multiple of 16, the host (Unsupported).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from palimpsest.backends.opencl.kernels.base import (
+    C_TYPES, KernelCall, Launch, Unsupported, bind, generator, params, ref)
+from palimpsest.backends.opencl.kernels.recurrent import CHUNK, QUANTIZATION
+
+# output rows a work-item computes (B's 16-column row read once for them)
+ROWS = 4
+# work-items of DynamicQuantizeLinear's one work-group (at most)
+_GROUP = 256
+
+
+def _byte(arg, what: str) -> str:
+    if arg.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)):
+        raise Unsupported(f"{what} of {arg.dtype} (8-bit only)")
+    return C_TYPES[arg.dtype]
+
+
+@generator("graph.dynamic_quantize_linear")
+def dynamic_quantize_linear(call: KernelCall) -> list:
+    (x,), outs = call.ins, call.outs
+    if x is None or x.dtype != np.float32 or not 1 <= len(outs) <= 3 \
+            or outs[0].shape != x.shape or outs[0].dtype != np.uint8 \
+            or any(o.size != 1 for o in outs[1:]):
+        raise Unsupported("float32 X and its uint8 Y")
+    items = max(1, min(_GROUP, call.device.max_work_group_size,
+                       call.device.max_work_item_sizes[0]))
+    names = ["y", "y_scale", "y_zero"][:len(outs)]
+    buffers = [("x", "float", False), ("y", "uchar", True)] + [
+        (name, "float" if name == "y_scale" else "uchar", True) for name in names[1:]]
+    source = f"""
+#define LS {items}
+#define N {x.size}
+{QUANTIZATION}
+__kernel __attribute__((reqd_work_group_size(LS, 1, 1)))
+void dynamic_quantize_linear({params(*buffers)}) {{
+{bind(*buffers)}
+  const int lid = get_local_id(0);
+  __local float lows[LS];
+  __local float highs[LS];
+  __local float q[4];
+  // each work-item a contiguous range, 16 elements a load (PoCL runs the items of a
+  // group one after the other: strided ranges would read a cache line per element)
+  const long per = ((N + LS - 1) / LS + 15) / 16 * 16;
+  const long begin = min((long)lid * per, (long)N), end = min(begin + per, (long)N);
+  float16 low = (float16)(0.0f), high = (float16)(0.0f);
+  long e = begin;
+  for (; e + 16 <= end; e += 16) {{
+    const float16 v = vload16(0, x + e);
+    low = fmin(low, v); high = fmax(high, v);
+  }}
+  float lo = 0.0f, hi = 0.0f;
+  for (; e < end; ++e) {{ lo = fmin(lo, x[e]); hi = fmax(hi, x[e]); }}
+  lo = fmin(lo, fmin(fmin(fmin(low.s0, low.s1), fmin(low.s2, low.s3)),
+                     fmin(fmin(low.s4, low.s5), fmin(low.s6, low.s7))));
+  lo = fmin(lo, fmin(fmin(fmin(low.s8, low.s9), fmin(low.sa, low.sb)),
+                     fmin(fmin(low.sc, low.sd), fmin(low.se, low.sf))));
+  hi = fmax(hi, fmax(fmax(fmax(high.s0, high.s1), fmax(high.s2, high.s3)),
+                     fmax(fmax(high.s4, high.s5), fmax(high.s6, high.s7))));
+  hi = fmax(hi, fmax(fmax(fmax(high.s8, high.s9), fmax(high.sa, high.sb)),
+                     fmax(fmax(high.sc, high.sd), fmax(high.se, high.sf))));
+  lows[lid] = lo; highs[lid] = hi;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (lid == 0) {{
+    for (int k = 1; k < LS; ++k) {{ lo = fmin(lo, lows[k]); hi = fmax(hi, highs[k]); }}
+    quantization(lo, hi, q);
+    {"y_scale[0] = q[2];" if "y_scale" in names else ""}
+    {"y_zero[0] = (uchar)(255.0f - q[1]);" if "y_zero" in names else ""}
+  }}
+  barrier(CLK_LOCAL_MEM_FENCE);
+  const float divisor = q[0], top = q[1], zero = 255.0f - q[1];
+  // rint(x / scale) >= -zero (x >= min(0, min x)): only the top saturates
+  for (e = begin; e + 16 <= end; e += 16)
+    vstore16(convert_uchar16_sat(fmin(rint(vload16(0, x + e) / divisor), top) + zero), 0, y + e);
+  for (; e < end; ++e) y[e] = convert_uchar_sat(fmin(rint(x[e] / divisor), top) + zero);
+}}
+"""
+    args = [ref("in", 0)] + [ref("out", index) for index in range(len(outs))]
+    return [Launch(source, "dynamic_quantize_linear", (items,), (items,), args)]
+
+
+def _per_column(arg, columns: int, what: str) -> bool:
+    """Whether `arg` (per tensor: one element, or per output column) is per column."""
+    if arg.size == 1:
+        return False
+    if arg.size == columns and all(d == 1 for d in arg.shape[:-1]):
+        return True
+    raise Unsupported(f"{what} of shape {list(arg.shape)} (per tensor or per column)")
+
+
+@generator("graph.matmul_integer_to_float")
+def matmul_integer_to_float(call: KernelCall) -> list:
+    a, b, a_scale, b_scale, a_zero, b_zero, bias = (list(call.ins) + [None] * 3)[:7]
+    (out,) = call.outs
+    a_type, b_type = _byte(a, "A"), _byte(b, "B")
+    if len(b.shape) != 2 or len(a.shape) < 2 or a.shape[-1] != b.shape[0] \
+            or out.dtype != np.float32 or out.shape != tuple(a.shape[:-1]) + (b.shape[1],):
+        raise Unsupported(f"A {list(a.shape)} by a 2-D B {list(b.shape)}")
+    depth, columns = b.shape
+    rows = int(np.prod(a.shape[:-1]))
+    if columns % 16 or not rows:
+        raise Unsupported(f"{columns} output columns (a multiple of 16)")
+    if any(v is not None and v.dtype != np.float32 for v in (a_scale, b_scale, bias)) \
+            or a_scale.size != 1 or (a_zero is not None and (a_zero.size != 1
+                                                            or a_zero.dtype != a.dtype)) \
+            or (b_zero is not None and b_zero.dtype != b.dtype):
+        raise Unsupported("scales, bias or zero points")
+    per = {name: _per_column(arg, columns, name) for name, arg in
+           (("b_scale", b_scale), ("b_zero", b_zero), ("bias", bias)) if arg is not None}
+    buffers = [("a", a_type, False), ("b", b_type, False), ("a_scale", "float", False),
+               ("b_scale", "float", False)] + [
+        (name, ctype, False) for name, ctype, arg in (("a_zero", a_type, a_zero),
+                                                       ("b_zero", b_type, b_zero),
+                                                       ("bias", "float", bias))
+        if arg is not None] + [("y", "float", True)]
+
+    def column(name) -> str:
+        if per[name]:
+            return f"convert_float16(vload16(0, {name} + col))"
+        return f"(float16)((float){name}[0])"
+
+    block = range(ROWS)
+    source = f"""
+#define M {rows}
+#define K {depth}
+#define N {columns}
+#define CHUNK {CHUNK}
+__kernel void matmul_integer_to_float({params(*buffers)}) {{
+{bind(*buffers)}
+  const int r0 = get_global_id(0) * {ROWS};
+  const int col = get_global_id(1) * 16;
+  const float za = {"(float)a_zero[0]" if a_zero is not None else "0.0f"};
+{chr(10).join(f"  const int r{i}_ = min(r0 + {i}, M - 1);" for i in block)}
+  {" ".join(f"int16 p{i} = (int16)(0); float s{i} = 0.0f;" for i in block)}
+  for (int k0 = 0; k0 < K; k0 += CHUNK) {{
+    const int end = min(k0 + CHUNK, K);
+    {" ".join(f"float16 f{i} = (float16)(0.0f);" for i in block)}
+    for (int k = k0; k < end; ++k) {{
+      const float16 bk = convert_float16(vload16(0, b + k * N + col));
+{chr(10).join(f"      const float a{i} = (float)a[r{i}_ * K + k] - za; f{i} += a{i} * bk; s{i} += a{i};" for i in block)}
+    }}
+    {" ".join(f"p{i} += convert_int16(f{i});" for i in block)}
+  }}
+  const float16 scale = a_scale[0] * {column("b_scale")};
+  {f"const int16 zb = convert_int16({column('b_zero')});" if b_zero is not None else ""}
+{chr(10).join(f"  if (r0 + {i} < M) {{ const int16 p = p{i}{' - zb * (int)s' + str(i) if b_zero is not None else ''}; vstore16(convert_float16(p) * scale{' + ' + column('bias') if bias is not None else ''}, 0, y + (r0 + {i}) * N + col); }}" for i in block)}
+}}
+"""
+    args = [ref("in", 0), ref("in", 1), ref("in", 2), ref("in", 3)] + [
+        ref("in", index) for index, arg in ((4, a_zero), (5, b_zero), (6, bias))
+        if arg is not None] + [ref("out", 0)]
+    return [Launch(source, "matmul_integer_to_float", (-(-rows // ROWS), columns // 16), None,
+                   args)]
