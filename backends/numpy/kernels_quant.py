@@ -25,16 +25,21 @@ from palimpsest.backends.numpy.kernels import FAST, _overlaps
 from palimpsest.dialects.graph.reference.quant import centred
 
 
-def _exact_floats(a, zero: float, weight):
-    """The float type in which `a` - `zero` times the centred `weight` is exact, and the
-    weight in it: float32 when every product sum stays below 2**24 (`weight.bound` times
-    max |a - zero|: from a's type's range, else, when that is too wide, from two
-    reductions over a's bytes), else float64."""
+def _largest(a, zero: float, weight) -> float:
+    """max |a - zero| as the exactness of a product by the centred `weight` needs it:
+    from a's type's range, else, when that is too wide for float32 (`weight.bound`
+    times it past 2**24), from two reductions over a's bytes."""
     info = np.iinfo(a.dtype)
     largest = max(zero - info.min, info.max - zero)
     if not weight.exact_narrow(largest) and a.size:
         largest = max(zero - float(a.min()), float(a.max()) - zero)
-    floats = weight.floats(largest)
+    return largest
+
+
+def _exact_floats(a, zero: float, weight):
+    """The float type in which `a` - `zero` times the centred `weight` is exact (float32
+    when every product sum stays below 2**24, else float64), and the weight in it."""
+    floats = weight.floats(_largest(a, zero, weight))
     return floats.dtype.type, floats
 
 
@@ -74,12 +79,13 @@ def _centred_matmul(out, a, b, a_zero, b_zero, epilogue=None) -> bool:
     info = np.iinfo(a.dtype)
     if weight.bound * max(zero - info.min, info.max - zero) >= 2.0 ** 31:
         return False
-    dtype, right = _exact_floats(a, zero, weight)
-    direct = out.dtype == right.dtype     # a float32 product straight into the out
+    largest = _largest(a, zero, weight)
+    dtype = weight.float_type(largest)    # (the float copy made only where it is read)
+    direct = out.dtype == dtype           # a float32 product straight into the out
     depth = a.shape[-1]
 
     def store(rows, centred_rows):
-        for columns, block in _weight_columns(b, b_zero, weight, right,
+        for columns, block in _weight_columns(b, b_zero, weight, largest,
                                               centred_rows.size // depth):
             part = rows[..., columns]
             if direct:
@@ -92,7 +98,7 @@ def _centred_matmul(out, a, b, a_zero, b_zero, epilogue=None) -> bool:
     flat = a.flags.c_contiguous and out.flags.c_contiguous
     if flat:    # 2-D GEMMs: numpy's stacked matmul of (1, 64, 512) by 512 x 384 costs
         a, out = a.reshape(-1, depth), out.reshape(-1, out.shape[-1])   # ~40 us more
-    chunk = max(1, _l2_bytes() // 4 // (depth * right.itemsize))
+    chunk = max(1, _l2_bytes() // 4 // (depth * np.dtype(dtype).itemsize))
     if a.size <= chunk * depth or not flat:
         store(out, _centre(a, zero, dtype, np.empty(a.shape, dtype)))
         return True
@@ -118,11 +124,12 @@ def _centre(a, zero: float, dtype, out):
 _CONVERT_ROWS = 32
 
 
-def _weight_columns(b, b_zero, weight, right, rows, part=()):
-    """(column slice, float32 weight columns) covering the centred weight `right`
-    (float32 or float64; b less its zero point b_zero, per tensor or per column) for a
-    product by a block of `rows` rows of A. From `right` itself, in one piece, for a
-    float64 weight or fewer than _CONVERT_ROWS rows; else b's 8-bit columns converted
+def _weight_columns(b, b_zero, weight, largest, rows, part=()):
+    """(column slice, float weight columns) covering b less its zero point b_zero (per
+    tensor or per column; `weight` its Centred) for a product by a block of `rows` rows
+    of A whose values less its zero point are at most `largest`. The Centred's float
+    copy (`weight.floats(largest)`), in one piece, for a float64 product or fewer than
+    _CONVERT_ROWS rows; else b's 8-bit columns converted
     (and centred) a block at a time into one float32 buffer of at most a quarter of L2:
     a weight read per run (every model's weights together outgrow the caches) costs 1
     byte per element from memory instead of 4, and its float block is read by the GEMM
@@ -131,8 +138,8 @@ def _weight_columns(b, b_zero, weight, right, rows, part=()):
     from: b's, or a stack's whose `part` b is): a contiguous block converts in a third
     of the time of a slice of b's rows (512 x 256 of 1024 columns: 15 vs 45 us). Bit
     for bit: both hold the same integers."""
-    if right.dtype != np.float32 or rows < _CONVERT_ROWS:
-        yield slice(None), right
+    if weight.float_type(largest) != np.float32 or rows < _CONVERT_ROWS:
+        yield slice(None), weight.floats(largest)[part]
         return
     depth, width = b.shape
     most = max(16, _l2_bytes() // 4 // (4 * depth) // 16 * 16)
@@ -443,18 +450,16 @@ def _dynamic_quantize_lstm(inputs, attrs, outs):
         return False
     (divisor,), (top,), (x_scale,) = quantization
     w_centred = quantized_weights(w, w_zero)
-    w_floats = w_centred.floats(255)
     xc = np.divide(x.reshape(-1, size), f32(divisor))    # X quantized, centred
     np.rint(xc, out=xc)
     np.minimum(xc, f32(top), out=xc)
-    xc = xc.astype(w_floats.dtype, copy=False)
+    xc = xc.astype(w_centred.float_type(255), copy=False)
     projected = np.empty((steps, dirs, batch, gates), f32)
     product = np.empty((len(xc), gates), f32)     # (a float64 product rounded once)
     w_zeros = w_zero.reshape(dirs, -1)
     for d in range(dirs):
         view = projected[::-1, d] if direction == "reverse" or d == 1 else projected[:, d]
-        for columns, block in _weight_columns(w[d], w_zeros[d], w_centred, w_floats[d], len(xc),
-                                              d):
+        for columns, block in _weight_columns(w[d], w_zeros[d], w_centred, 255, len(xc), d):
             np.matmul(xc, block, out=product[:, columns])
         np.multiply(product.reshape(steps, batch, gates), f32(x_scale) * w_scale[d], out=view)
         np.add(view, w_bias[d], out=view)

@@ -63,6 +63,28 @@ def test_centred_float32_only_where_exact_and_kept_for_constants():
     assert quant.centred(writable, None) is not quant.centred(writable, None)
 
 
+def test_centred_makes_its_floats_only_when_read_and_keeps_no_constant_alive():
+    """A Centred knows its bound and float type without a float copy; the copy it makes
+    when read is the weight less its zero point; a cached constant's entry holds the
+    constant weakly (dropped with it)."""
+    import gc
+
+    rng = np.random.default_rng(6)
+    weight = rng.integers(0, 256, (32, 16)).astype(np.uint8)
+    zero = np.array(120, np.uint8)
+    weight.flags.writeable = zero.flags.writeable = False
+    entry = quant.centred(weight, zero)
+    assert entry._narrow is None and entry._wide is None
+    assert entry.float_type(255) == np.float32
+    assert entry._narrow is None
+    np.testing.assert_array_equal(entry.narrow, weight.astype(np.float32) - 120)
+    np.testing.assert_array_equal(entry.wide, weight.astype(np.float64) - 120)
+    count = len(quant._CENTRED)
+    del weight
+    gc.collect()
+    assert len(quant._CENTRED) == count - 1
+
+
 def _dq_lstm(direction, steps, batch, size, hidden, seed, *, per_column=False,
              r_range=(-128, 128), optional=True, peephole=False, unsigned=False,
              lengths=None):
@@ -390,7 +412,7 @@ def test_weight_columns_of_one_width_from_kept_contiguous_blocks(zero, monkeypat
     for _ in range(2):
         spans = []
         for columns, block in kernels_quant._weight_columns(   # (one buffer: each in turn)
-                b, b_zero, weight, weight.floats(255), kernels_quant._CONVERT_ROWS):
+                b, b_zero, weight, 255, kernels_quant._CONVERT_ROWS):
             np.testing.assert_array_equal(block, want[:, columns])
             spans.append((columns.start, columns.stop))
         assert spans == [(0, 192), (192, 384)]
@@ -398,6 +420,8 @@ def test_weight_columns_of_one_width_from_kept_contiguous_blocks(zero, monkeypat
     assert kept[0] is kept[1] and len(kept[0]) == 2
     assert all(part.flags.c_contiguous and part.dtype == np.uint8 for part in kept[0])
     assert quant.centred(b, b_zero, shape, (0,)) is weight
+    # the 8-bit blocks were enough: no float copy of the weight was made
+    assert weight._narrow is None and weight._wide is None
 
 
 @pytest.mark.parametrize("a_zero", [None, 131])

@@ -47,37 +47,60 @@ _CENTRED: dict = {}
 
 class Centred:
     """An integer weight less its zero point, as floats that make its integer products
-    exact through BLAS: `narrow` (float32) and `wide` (float64), one made from the other
-    when first asked, and `bound`, the largest sum of |weight - zero| over the contracted
-    axes. A product with an operand of magnitude at most m sums integers below
-    m * bound, every partial sum included: exact in float32 when that is below 2**24
-    (`exact_narrow`), in float64 below 2**53 (any 8-bit product shorter than 10**11)."""
+    exact through BLAS: `narrow` (float32) and `wide` (float64), each made when first
+    asked (a product that converts the 8-bit weight itself a block at a time never
+    makes either: t5's 75 MB of float32 copies), and `bound`, the largest sum of
+    |weight - zero| over the contracted axes. A product with an operand of magnitude at
+    most m sums integers below m * bound, every partial sum included: exact in float32
+    when that is below 2**24 (`exact_narrow`), in float64 below 2**53 (any 8-bit
+    product shorter than 10**11)."""
 
-    __slots__ = ("bound", "_narrow", "_wide", "_layouts", "ref", "zero", "__weakref__")
+    __slots__ = ("bound", "_narrow", "_wide", "_layouts", "_source", "ref", "zero",
+                 "__weakref__")
 
     def __init__(self, values, zero, zero_shape, contract):
-        wide = values.astype(np.float64)
+        # the bound from integers: an 8-bit weight less its zero point fits int16 (half
+        # the transient of int32, which a 16-bit one needs)
+        wide = np.int16 if values.dtype.itemsize == 1 else np.int32
+        centred = values.astype(wide)
         if zero is not None:
-            wide -= zero.astype(np.float64).reshape(zero_shape)
-        self.bound = float(np.abs(wide).sum(axis=contract).max()) if wide.size else 0.0
-        # one copy kept: float32 when an 8-bit operand's product is exact in it
-        self._narrow, self._wide = ((wide.astype(np.float32), None)
-                                    if self.exact_narrow(255) else (None, wide))
+            centred -= zero.astype(wide).reshape(zero_shape)
+        self.bound = float(np.abs(centred).sum(axis=contract, dtype=np.int64).max()) \
+            if centred.size else 0.0
+        self._narrow = self._wide = None
+        # what the floats are made from: the arrays themselves, or (a cached constant's,
+        # which `centred` sets `ref` for) the weak reference, so that the cache entry
+        # does not keep the constant alive
+        self._source = (values, zero, zero_shape)
         self._layouts: dict = {}
+
+    def _made(self, dtype):
+        values, zero, zero_shape = self._source
+        if values is None:
+            values = self.ref()
+        made = values.astype(np.float64)
+        if zero is not None:
+            made -= zero.astype(np.float64).reshape(zero_shape)
+        return made.astype(dtype, copy=False)
 
     def exact_narrow(self, largest) -> bool:
         return largest * self.bound < 2.0 ** 24
 
+    def float_type(self, largest):
+        """The float type whose products with an operand of magnitude <= `largest` are
+        exact (no copy made)."""
+        return np.float32 if self.exact_narrow(largest) else np.float64
+
     @property
     def narrow(self):
         if self._narrow is None:
-            self._narrow = self._wide.astype(np.float32)
+            self._narrow = self._made(np.float32)
         return self._narrow
 
     @property
     def wide(self):
         if self._wide is None:
-            self._wide = self._narrow.astype(np.float64)
+            self._wide = self._made(np.float64)
         return self._wide
 
     def floats(self, largest):
@@ -108,7 +131,8 @@ def centred(values, zero=None, zero_shape=(), contract=(0,)) -> Centred:
         return entry
     entry = Centred(values, zero, zero_shape, contract)
     entry.ref = weakref.ref(values, lambda _, key=key: _CENTRED.pop(key, None))
-    entry.zero = zero
+    entry._source = (None,) + entry._source[1:]   # (made from `ref`: the cache keeps no
+    entry.zero = zero                              # strong reference to the constant)
     _CENTRED[key] = entry
     return entry
 
