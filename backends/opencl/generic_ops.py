@@ -107,19 +107,7 @@ class GenericOps:
             return False
         out = self._sized(values, op_outs[0], shape)
         key = (op, tuple(a.shape for a in ins), tuple(a.dtype for a in ins), out.shape)
-        launches = self.launches.get(key)
-        if launches is None:
-            call = KernelCall(info.name, info.attrs, [Arg(a.shape, a.dtype) for a in ins],
-                              [Arg(out.shape, out.dtype)], {}, self.device.limits)
-            try:
-                launches = generate(call)
-            except Unsupported as reason:
-                launches = reason
-            self.launches[key] = launches
-        if isinstance(launches, Unsupported):
-            return False
-        self._enqueue(launches, {"in": ins, "out": [out], "ws": {}})
-        return True
+        return self._launch_generic(key, info, generate, ins, [out])
 
     def _slotted_on_device(self, op, values, info, generate, op_ins, op_outs) -> bool:
         """A SLOTTED_GENERICS op launched like a kernel op, its operands by slot (the
@@ -128,8 +116,13 @@ class GenericOps:
         if any(isinstance(values[v], self.PENDING) for v in op_outs):
             return False
         ins = info.kernel_inputs([self._materialized(op, values, v) for v in op_ins])
-        outs = [values[v] for v in op_outs]
         key = (op, tuple(None if a is None else (a.shape, a.dtype) for a in ins))
+        return self._launch_generic(key, info, generate, ins, [values[v] for v in op_outs])
+
+    def _launch_generic(self, key, info, generate, ins: list, outs: list) -> bool:
+        """Enqueue the launches `generate` makes of the generic op for these operands (None
+        for an absent one), made once per `key`; False (nothing enqueued) where it
+        declines."""
         launches = self.launches.get(key)
         if launches is None:
             call = KernelCall(info.name, info.attrs,
