@@ -244,31 +244,41 @@ class Gemm:
                     shifted: bool) -> str:
         """The store of a block vector `var` = `value` from column `col` of row `row` into
         a `runs` Y (`Operand`): one vector store where its columns lie in one run, else
-        lane by lane, the columns between runs dropped (and with `shifted`, the columns
-        before `block`, which the block before stores); an epilogue reads its ins at each
-        lane's element."""
+        lane by lane in a loop, the columns between runs dropped (and with `shifted`, the
+        columns before `block`, which the block before stores). An epilogue without ins
+        is applied once before the branch; one with ins in each branch, reading its ins
+        at each lane's element (one copy of its code in each: the loop and the single
+        epilogue keep the kernel small, which PoCL compiles in proportion)."""
         t, ix, y = self.t, self.ix, self.y
-        vt, it = _vtype(t, W), f"int{W}"
+        vt = _vtype(t, W)
         pitch, run = y.runs
         whole = "" if not shifted else " && col0 == block"
         base = f"({y.offset}) + {row} * {y.s0}"
-        lanes = ", ".join(str(j) for j in range(W))
+        epilogue, ins = self.epilogue, self.epilogue is not None and self.epilogue.buffers
         lines = [f"    {{ {vt} {var} = {value};\n"
-                 f"      const {ix} j = {col}, oh = j / {pitch}, ow = j - oh * {pitch};\n"
-                 f"      if (ow + {W} <= {run}{whole}) {{\n"]
-        if self.epilogue is not None:
-            index = f"{base} + oh * {run} + ow"
-            lines.append(f"        {self.epilogue.apply_lanes(var, W, index, 1)}\n")
-        lines.append(f"        vstore{W}({var}, 0, yr + oh * {run} + ow);\n      }} else {{\n"
-                     f"        const {it} jl = ({it})((int)j) + ({it})({lanes});\n"
-                     f"        const {it} ohl = jl / {pitch}, owl = jl - ohl * {pitch};\n"
-                     f"        const {it} at = ohl * {run} + min(owl, {run - 1});\n")
-        if self.epilogue is not None:
-            lines.append(f"        {self.epilogue.apply_at(var, W, base, 'at')}\n")
-        keep = (lambda j: f"owl.s{j:x} < {run} && j + {j} >= block") if shifted else \
-            (lambda j: f"owl.s{j:x} < {run}")
-        lines.append("        " + " ".join(f"if ({keep(j)}) yr[at.s{j:x}] = {var}.s{j:x};"
-                                             for j in range(W)) + "\n      }\n    }\n")
+                 f"      const {ix} j = {col}, oh = j / {pitch}, ow = j - oh * {pitch};\n"]
+        fast = f"vstore{W}({var}, 0, yr + oh * {run} + ow);"
+        if epilogue is not None:
+            apply = epilogue.apply_lanes(var, W, f"{base} + oh * {run} + ow", 1)
+            if ins:
+                fast = f"{apply} {fast}"
+            else:   # the lanes' indices unused
+                lines.append(f"      {apply}\n")
+        lines.append(f"      if (ow + {W} <= {run}{whole}) {{ {fast} }} else {{\n")
+        if ins:
+            lanes = ", ".join(str(j) for j in range(W))
+            it = f"int{W}"
+            lines.append(f"        const {it} jl = ({it})((int)j) + ({it})({lanes});\n"
+                         f"        const {it} ohl = jl / {pitch};\n"
+                         f"        const {it} at = ohl * {run} + min(jl - ohl * {pitch}, "
+                         f"{run - 1});\n"
+                         f"        {epilogue.apply_at(var, W, base, 'at')}\n")
+        keep = " && l >= block" if shifted else ""
+        lines.append(f"        {t} lane[{W}]; vstore{W}({var}, 0, lane);\n"
+                     f"        for ({ix} l = j; l < j + {W}; ++l) {{\n"
+                     f"          const {ix} lh = l / {pitch}, lw = l - lh * {pitch};\n"
+                     f"          if (lw < {run}{keep}) yr[lh * {run} + lw] = lane[l - j];\n"
+                     f"        }}\n      }}\n    }}\n")
         return "".join(lines)
 
     def vector_launch(self, args, shape: tuple | None = None) -> Launch:
