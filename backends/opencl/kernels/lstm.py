@@ -38,6 +38,24 @@ _DEFAULT_ACTIVATIONS = ("Sigmoid", "Tanh", "Tanh")
 STEP_BLOCK = 4
 
 
+# the cell's step of one unit as the numpy kernel computes it (recurrent.py's int8 LSTM
+# shares it): sigmoid as 0.5 (1 + tanh(x / 2)); unit j's gates i, o, f, c at j, H + j,
+# 2H + j, 3H + j; its new c and h into cs and hs, h returned
+LSTM_CELL = """
+inline float sigmoid_(float v) { return 0.5f * (1.0f + tanh(0.5f * v)); }
+
+inline float lstm_cell(__local const float* gate, __local float* cs, __local float* hs,
+                       const int j) {
+  const float i_ = sigmoid_(gate[j]), o = sigmoid_(gate[H + j]);
+  const float f = sigmoid_(gate[2 * H + j]);
+  const float c = f * cs[j] + i_ * tanh(gate[3 * H + j]);
+  const float h = o * tanh(c);
+  cs[j] = c; hs[j] = h;
+  return h;
+}
+"""
+
+
 def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -196,7 +214,7 @@ inline float hsum16(float16 v) {{
 }}
 {_dots("__global", STEP_BLOCK)}
 {_dots("__local", 1)}
-inline float sigmoid_(float v) {{ return 0.5f * (1.0f + tanh(0.5f * v)); }}
+{LSTM_CELL}
 
 __kernel __attribute__((reqd_work_group_size(LS, 1, 1)))
 void lstm({params(*buffers)}) {{
@@ -235,11 +253,7 @@ void lstm({params(*buffers)}) {{
 {product}
       barrier(CLK_LOCAL_MEM_FENCE);
       for (int j = lid; j < H; j += LS) {{
-        const float i_ = sigmoid_(gate[j]), o = sigmoid_(gate[H + j]);
-        const float f = sigmoid_(gate[2 * H + j]);
-        const float c = f * cs[j] + i_ * tanh(gate[3 * H + j]);
-        const float h = o * tanh(c);
-        cs[j] = c; hs[j] = h;
+        const float h = lstm_cell(gate, cs, hs, j);
         {"y[((t * D + d) * NB + n) * H + j] = h;" if "y" in names else ""}
       }}
       barrier(CLK_LOCAL_MEM_FENCE);

@@ -37,6 +37,7 @@ import numpy as np
 
 from palimpsest.backends.opencl.kernels.base import (
     KernelCall, Launch, Unsupported, bind, generator, params, ref)
+from palimpsest.backends.opencl.kernels.lstm import LSTM_CELL
 
 # rows summed in float32 before the sum moves to an int: 256 products of at most
 # 255 x 255 stay below 2**24, so each float sum is the exact integer
@@ -243,7 +244,7 @@ inline void gather(__local const float* lows, __local const float* highs, __loca
 }}
 {_projection(w_type)}
 {_product(r_type, u)}
-inline float sigmoid_(float v) {{ return 0.5f * (1.0f + tanh(0.5f * v)); }}
+{LSTM_CELL}
 
 __kernel __attribute__((reqd_work_group_size(LS, 1, 1)))
 void dynamic_quantize_lstm({params(*buffers)}) {{
@@ -320,11 +321,7 @@ void dynamic_quantize_lstm({params(*buffers)}) {{
     }}
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int j = lid; j < H; j += LS) {{
-      const float i_ = sigmoid_(gate[j]), o = sigmoid_(gate[H + j]);
-      const float f = sigmoid_(gate[2 * H + j]);
-      const float c = f * cs[j] + i_ * tanh(gate[3 * H + j]);
-      const float h = o * tanh(c);
-      cs[j] = c; hs[j] = h;
+      const float h = lstm_cell(gate, cs, hs, j);
       {f"y[(t * {dirs} + d) * H + j] = h;" if "y" in names else ""}
     }}
     barrier(CLK_LOCAL_MEM_FENCE);
