@@ -20,7 +20,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from opencl_support import compare_backends, requires_opencl  # noqa: E402
+from test_kernels import model_of, node, rand  # noqa: E402
 from test_opencl_conv_panels import _model  # noqa: E402
+
+from palimpsest.dialects.graph.from_onnx import import_onnx  # noqa: E402
 
 from palimpsest.backends.opencl.kernels import conv  # noqa: E402
 
@@ -51,6 +54,14 @@ CASES = [
     ("1x1", (2, 5, 6, 6), (5, 1, 1, 1), (1, 1), (1, 1), (0, 0, 0, 0)),
     ("1-D along H", (1, 6, 30, 1), (6, 1, 3, 1), (1, 1), (1, 1), (1, 0, 1, 0)),
     ("7x7 kernel on 4x4", (1, 2, 4, 4), (2, 1, 7, 7), (1, 1), (1, 1), (3, 3, 3, 3)),
+    # the whole-plane form (depthwise.py): maps of 2-16 output columns
+    ("5x5 s1 14x14", (1, 6, 14, 14), (6, 1, 5, 5), (1, 1), (1, 1), (2, 2, 2, 2)),
+    ("3x3 s2 28 -> 14", (1, 5, 28, 28), (5, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
+    ("3x3 s2 32 -> 16, pads (0, 0, 1, 1)", (1, 3, 32, 32), (3, 1, 3, 3), (2, 2), (1, 1),
+     (0, 0, 1, 1)),
+    ("9 wide: 7 lanes dropped", (2, 4, 11, 9), (8, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    ("dilation 2, 12 wide", (1, 3, 12, 12), (3, 1, 3, 3), (1, 1), (2, 2), (2, 2, 2, 2)),
+    ("5x5 s2 unpadded 17 -> 7", (1, 3, 17, 17), (3, 1, 5, 5), (2, 2), (1, 1), (0, 0, 0, 0)),
 ]
 
 
@@ -81,3 +92,50 @@ def test_edge_vectors_load_once_and_move_lanes():
     assert conv._edge_load("float", 4, -9, 1, 20, "b") == ("", "(float4)(0.0f)")
     # a strided load that would read past the row: none fits, the caller gathers
     assert conv._edge_load("float", 4, 3, 2, 10, "b") is None
+
+
+# (name, x shape, pads, the added in's shape): fed, not constant, so the add stays an
+# epilogue step; 14 and 80 wide (the last vector of a row shifted back, and not)
+BROADCAST_INS = [
+    ("per channel, 80 wide", (1, 6, 12, 80), (1, 1, 1, 1), (1, 6, 1, 1)),
+    ("per channel, shifted vector", (1, 5, 9, 14), (1, 1, 1, 1), (1, 5, 1, 1)),
+    ("per channel, 3-D", (2, 4, 7, 14), (1, 1, 1, 1), (4, 1, 1)),
+    ("per row", (1, 4, 10, 14), (1, 1, 1, 1), (1, 1, 10, 1)),
+    ("per column", (1, 4, 10, 14), (1, 1, 1, 1), (14,)),
+    ("per column and channel", (1, 4, 9, 20), (0, 1, 0, 1), (1, 4, 1, 20)),
+]
+
+
+@pytest.mark.parametrize("case", BROADCAST_INS, ids=[c[0] for c in BROADCAST_INS])
+def test_depthwise_broadcast_epilogue_in(case):
+    """An epilogue in broadcast along the width loads one scalar per vector, an in of
+    the width one vload (`FusedEpilogue.apply_lanes`' in_row: the depthwise vector lies in
+    one output row), not a gather of per-lane broadcast indices (ppocr_v6_tiny_rec's
+    per-channel adds: 3-4x slower that way)."""
+    _, x_shape, pads, s_shape = case
+    rng = np.random.default_rng(1)
+    c = x_shape[1]
+    feeds = {"x": rand(rng, x_shape, np.float32), "s": rand(rng, s_shape, np.float32)}
+    constants = {"w": rand(rng, (c, 1, 3, 3), np.float32)}
+    nodes = [node("Conv", ["x", "w"], {"pads": list(pads), "group": c}, outs=("c",)),
+             node("Add", ["c", "s"], outs=("a",)), node("HardSwish", ["a"])]
+    module = import_onnx(model_of(nodes, feeds, constants))
+    _, _, stats = compare_backends(module, feeds, poison=True)
+    assert stats.device_launches == 1
+
+
+@pytest.mark.parametrize("wo, taken", [(14, True), (16, True), (2, True), (17, False),
+                                       (1, False)])
+def test_plane_form_taken(wo, taken, monkeypatch):
+    """Maps of 2-16 output columns (float) take the whole-plane form, one work-item per
+    plane; wider ones (and one column) the blocks of rows x a vector."""
+    planes = []
+    monkeypatch.setattr(conv, "depthwise_planes",
+                        lambda *args: planes.append(args) or conv_planes(*args))
+    x = (1, 3, 10, wo + 2)
+    module, feeds = _model(x, (3, 1, 3, 3), (1, 1), (1, 1), (0, 0, 0, 0), 3, False)
+    compare_backends(module, feeds, poison=True)
+    assert bool(planes) == taken
+
+
+conv_planes = conv.depthwise_planes

@@ -3,7 +3,8 @@
 Depthwise (one input channel per group) convs run directly, a vector of output columns
 on DEPTHWISE_ROWS output rows per work-item, each input row's tap vectors loaded once,
 the vectors at a row's edges generated apart with their padding made by moving lanes
-(`_depthwise`); a 1x1, stride 1, unpadded conv multiplies the weights by the image
+(`_depthwise`), or on maps at most one vector wide a whole output plane per work-item
+(depthwise.py); a 1x1, stride 1, unpadded conv multiplies the weights by the image
 itself (all images and groups in one launch); otherwise the GEMM multiplies each
 group's weights by the im2col matrix, either implicit (its rows read in place from the
 input, or from the `padded` workspace that a padded conv fills per image, its rows split
@@ -30,6 +31,7 @@ import numpy as np
 from palimpsest.backends.opencl.kernels.base import (
     DeviceLimits, Launch, bind, generator, literal, params, ref,
 )
+from palimpsest.backends.opencl.kernels.depthwise import depthwise_planes, plane_lanes
 from palimpsest.backends.opencl.kernels.elementwise import fused_epilogue
 from palimpsest.backends.opencl.kernels.linalg import (
     LANES, VECTORS, Gemm, Operand, _core_count, _float_type, _index_type, _lane,
@@ -157,6 +159,9 @@ def conv2d(call) -> list:
     has_bias = _core_count(call) > 2
     epilogue = fused_epilogue(call)
     if g["cg"] == 1 and g["group"] > 1:
+        lanes = plane_lanes(t, g, epilogue)
+        if lanes is not None:
+            return [depthwise_planes(call, t, g, has_bias, epilogue, lanes)]
         return [_depthwise(call, t, g, has_bias, epilogue)]
     group, mg = g["group"], g["m"] // g["group"]
     depth = g["cg"] * g["kh"] * g["kw"]
@@ -651,7 +656,7 @@ def _depthwise(call, t: str, g: dict, has_bias: bool, epilogue) -> Launch:
         value = f"acc{o} + ({vt})(bias[m])" if has_bias else f"acc{o}"
         row = f"(plane * {ho} + oh0 + {o}) * {wo}"
         fused = "" if epilogue is None else "\n    " + epilogue.apply_lanes(
-            "v", lanes, f"{row} + ow0", 1)
+            "v", lanes, f"{row} + ow0", 1, in_row=True)
         store = _window_store(t, lanes, col_shift)
         guard = f"if (oh0 + {o} >= first) " if row_shift else ""
         lines.append(f"  {guard}{{\n    {vt} v = {value};{fused}\n"

@@ -144,8 +144,9 @@ class FusedEpilogue:
         self.args = [ref("in", k) for k in ins]
         self.functions: dict = {}   # (lanes, stride, last) -> (name, C source)
 
-    def _function(self, lanes: int, stride: int, last, offsets: bool = False) -> str:
-        key = (lanes, stride if lanes > 1 else 1, last, offsets)
+    def _function(self, lanes: int, stride: int, last, offsets: bool = False,
+                  in_row: bool = False) -> str:
+        key = (lanes, stride if lanes > 1 else 1, last, offsets, in_row)
         if key not in self.functions:
             t = self.call.outs[0].ctype
             vt = t if lanes == 1 else f"{t}{lanes}"
@@ -154,7 +155,8 @@ class FusedEpilogue:
             lines, _, result = _chain_body(
                 self.call, config["epilogue"], config["epilogue_wiring"],
                 config["epilogue_props"], product=True, pointer=lambda k: f"e{k}",
-                lanes=lanes, stride=stride, last=last, offsets="at" if offsets else None)
+                lanes=lanes, stride=stride, last=last, offsets="at" if offsets else None,
+                in_row=in_row)
             declared = "".join(f", __global const {c}* {b}" for b, c, _ in self.buffers)
             at = f", const int{lanes} at" if offsets else ""
             self.functions[key] = (name, f"{vt} {name}(const {vt} v0, const long i{at}"
@@ -175,11 +177,13 @@ class FusedEpilogue:
         return self._call(self._function(1, 1, None), value, index)
 
     def apply_lanes(self, var: str, lanes: int, index: str, stride: int,
-                    last: int | None = None) -> str:
+                    last: int | None = None, in_row: bool = False) -> str:
         """A statement applying the epilogue to the vector variable `var` (lane j: out
         element `index + j * stride`, clamped to `last` where lanes may run past the
-        out: their values are not stored, their loads stay inside)."""
-        name = self._function(lanes, stride, last)
+        out: their values are not stored, their loads stay inside). `in_row`: the
+        kernel knows the lanes (stride 1) lie in one row of the out's last dim, so an in
+        broadcast along it loads one scalar, an in of that dim one vload."""
+        name = self._function(lanes, stride, last, in_row=in_row)
         return f"{var} = {self._call(name, var, f'(long)({index})')};"
 
     def apply_at(self, var: str, lanes: int, index: str, offsets: str) -> str:
@@ -197,7 +201,7 @@ def fused_epilogue(call):
 
 def _chain_body(call, steps, wiring, props, product: bool, pointer, lanes: int = 1,
                 stride: int = 1, last=None, aligned: bool = False, gathers: list | None = None,
-                offsets: str | None = None):
+                offsets: str | None = None, in_row: bool = False):
     """The C lines computing the chain `steps` for out element `i`: values 0..n-1 are the
     ins (in k read through the pointer named `pointer(k)`); without `product` value n+i
     is step i's result (kernel.elementwise); with it, value n is `v0`, the product's
@@ -208,8 +212,10 @@ def _chain_body(call, steps, wiring, props, product: bool, pointer, lanes: int =
     scalar load, an in of that dim one vload (and a vector tanh is `pal_tanh`'s, as the
     scalar one: a chain kernel's lanes compute what its scalar form would). `offsets`:
     the C name of an int vector, lane j computing element i + offsets.sj (`stride` and
-    `last` unused). The ins read lane by lane (gathered) are appended to `gathers` when
-    given. Returns (lines, the ins read, the C name of the chain's result)."""
+    `last` unused). `in_row`: the lanes lie in one row of the out's last dim (stride 1,
+    no clamp), as where `aligned` and the last dim is a multiple of `lanes`, without
+    i being a multiple of `lanes` (a depthwise conv's vector shifted back to the row's
+    end). The ins read lane by lane (gathered) are appended to `gathers` when given. Returns (lines, the ins read, the C name of the chain's result)."""
     out = call.outs[0]
     t = out.ctype
     vt = t if lanes == 1 else f"{t}{lanes}"
@@ -246,9 +252,9 @@ def _chain_body(call, steps, wiring, props, product: bool, pointer, lanes: int =
                 kind, expr = vt, f"({vt})({p}[0])"
             elif at("i") == "(i)" and stride == 1 and last is None and offsets is None:
                 kind, expr = vt, f"vload{lanes}(0, {p} + i)"
-            elif aligned and per_channel and inner % lanes == 0:
+            elif (aligned and inner % lanes == 0 or in_row and rank > 2) and per_channel:
                 kind, expr = vt, f"({vt})({p}[{at('i')}])"
-            elif aligned and not per_channel and out.shape[-1] % lanes == 0 and (
+            elif (aligned and out.shape[-1] % lanes == 0 or in_row) and not per_channel and (
                     len(arg.shape) == 0 or arg.shape[-1] in (1, out.shape[-1])):
                 row_load = len(arg.shape) and arg.shape[-1] != 1
                 kind, expr = vt, (f"vload{lanes}(0, {p} + {at('i')})" if row_load
