@@ -62,6 +62,14 @@ CASES = [
     ("9 wide: 7 lanes dropped", (2, 4, 11, 9), (8, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
     ("dilation 2, 12 wide", (1, 3, 12, 12), (3, 1, 3, 3), (1, 1), (2, 2), (2, 2, 2, 2)),
     ("5x5 s2 unpadded 17 -> 7", (1, 3, 17, 17), (3, 1, 5, 5), (2, 2), (1, 1), (0, 0, 0, 0)),
+    ("3x3 s1 32 wide: two vectors, inner taps loaded", (1, 4, 9, 32), (4, 1, 3, 3), (1, 1),
+     (1, 1), (1, 1, 1, 1)),
+    ("3x3 s1 40 wide: three vectors, the last partial", (1, 3, 8, 40), (3, 1, 3, 3),
+     (1, 1), (1, 1), (1, 1, 1, 1)),
+    ("3x3 s2 64 -> 32", (1, 3, 12, 64), (3, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
+    ("5x5 s1 20 wide, asymmetric pads", (1, 3, 9, 20), (3, 1, 5, 5), (1, 1), (1, 1),
+     (1, 2, 3, 0)),
+    ("dilation 2 x 3, 26 wide", (1, 2, 8, 26), (2, 1, 3, 3), (1, 1), (2, 3), (2, 3, 2, 3)),
 ]
 
 
@@ -124,15 +132,17 @@ def test_depthwise_broadcast_epilogue_in(case):
     assert stats.device_launches == 1
 
 
-@pytest.mark.parametrize("wo, taken", [(14, True), (16, True), (2, True), (17, False),
-                                       (1, False)])
-def test_plane_form_taken(wo, taken, monkeypatch):
-    """Maps of 2-16 output columns (float) take the whole-plane form, one work-item per
-    plane; wider ones (and one column) the blocks of rows x a vector."""
+@pytest.mark.parametrize("wo, ho, taken", [(14, 8, True), (16, 8, True), (2, 8, True),
+                                           (17, 8, True), (64, 8, True), (64, 30, False),
+                                           (80, 8, False), (1, 8, False)])
+def test_plane_form_taken(wo, ho, taken, monkeypatch):
+    """Maps of 2-64 output columns (float) and few enough taps in all (PLANE_TAPS) take
+    the whole-plane form, one work-item per plane; wider or taller ones (and one column)
+    the blocks of rows x a vector."""
     planes = []
     monkeypatch.setattr(conv, "depthwise_planes",
                         lambda *args: planes.append(args) or conv_planes(*args))
-    x = (1, 3, 10, wo + 2)
+    x = (1, 3, ho + 2, wo + 2)
     module, feeds = _model(x, (3, 1, 3, 3), (1, 1), (1, 1), (0, 0, 0, 0), 3, False)
     compare_backends(module, feeds, poison=True)
     assert bool(planes) == taken

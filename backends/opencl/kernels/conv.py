@@ -3,7 +3,7 @@
 Depthwise (one input channel per group) convs run directly, a vector of output columns
 on DEPTHWISE_ROWS output rows per work-item, each input row's tap vectors loaded once,
 the vectors at a row's edges generated apart with their padding made by moving lanes
-(`_depthwise`), or on maps at most one vector wide a whole output plane per work-item
+(`_depthwise`), or on maps up to 4 vectors wide a whole output plane per work-item
 (depthwise.py); a 1x1, stride 1, unpadded conv multiplies the weights by the image
 itself (all images and groups in one launch); otherwise the GEMM multiplies each
 group's weights by the im2col matrix, either implicit (its rows read in place from the

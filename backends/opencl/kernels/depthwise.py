@@ -1,19 +1,22 @@
-"""The whole-plane form of the OpenCL depthwise conv, for maps at most one vector wide.
+"""The whole-plane form of the OpenCL depthwise conv, for maps a few vectors wide.
 
 conv.py's `_depthwise` gives each work-item a vector of output columns on a few output
 rows and loads each input row's kw tap vectors from memory, each (at the row's edges)
 with its lanes moved into place; on maps of 7-16 columns it computes narrow or
 overlapping vectors (14 wide: two 8-lane vectors, both at an edge) and reloads the
 rows between its blocks. Here one work-item computes a whole output plane of one
-channel, one vector of `lanes` >= Wo columns per output row: each input row is loaded
-once, as a few vectors of `lanes` (power-of-two pieces, never past the row's end), and
-every tap vector is those vectors' lanes moved into place with the padding's lanes zero
-(one shuffle each, no load); an output row is stored as soon as its last input row is
-in (so only ~kh accumulators are live). Every offset is known, so the row loops are
-unrolled and rows in the padding left out, with no branches.
+channel, up to PLANE_VECTORS vectors per output row (one of `lanes` >= Wo on maps up to
+a vector wide): each input row is read once, a tap vector wholly inside the row (stride
+1) as one load, every other one as lanes moved into place, with the padding's lanes
+zero, from the row's vectors (loaded in power-of-two pieces, never past the row's end);
+an output row is stored as soon as its last input row is in (so only ~kh rows of
+accumulators are live). Every offset is known, so the row loops are unrolled and rows
+in the padding left out, with no branches; PLANE_TAPS bounds the unrolled code.
 """
 
 from __future__ import annotations
+
+import re
 
 from palimpsest.backends.opencl.kernels.base import Launch, bind, literal, params, ref
 from palimpsest.backends.opencl.kernels.linalg import (
@@ -21,7 +24,9 @@ from palimpsest.backends.opencl.kernels.linalg import (
 )
 
 PLANE_ITEMS = 16        # work-items (planes) per work-group
-PLANE_TAPS = 1600       # most multiply-adds (output rows x kh x kw) unrolled in a kernel
+PLANE_TAPS = 800        # most vector multiply-adds (output rows x vectors x kh x kw)
+                        # unrolled in a kernel (2304, a 64x64 3x3: 5.7 s to compile)
+PLANE_VECTORS = 4       # most vectors per output row
 
 
 def _pieces(n: int) -> list:
@@ -50,14 +55,17 @@ def _row_vector(t: str, lanes: int, pointer: str, count: int) -> str:
 
 
 def plane_lanes(t: str, g: dict, epilogue) -> int | None:
-    """The vector width of the whole-plane form for geometry `g`, or None where it does
-    not apply: a map wider than a vector (or of one column), too many taps to unroll, or
-    an epilogue in read along the row where the vector runs past the row's end."""
+    """The vector width of the whole-plane form for geometry `g` (rows of up to
+    PLANE_VECTORS vectors), or None where it does not apply: a wider map (or one of one
+    column), too many taps to unroll, or an epilogue in read along the row where a
+    vector runs past the row's end."""
     wo = g["wo"]
-    lanes = 1 << (wo - 1).bit_length()
-    if wo < 2 or lanes > LANES[t] or g["ho"] * g["kh"] * g["kw"] > PLANE_TAPS:
+    lanes = min(1 << (wo - 1).bit_length(), LANES[t])
+    vectors = -(-wo // lanes)
+    if wo < 2 or vectors > PLANE_VECTORS or \
+            g["ho"] * vectors * g["kh"] * g["kw"] > PLANE_TAPS:
         return None
-    if lanes != wo and epilogue is not None and any(
+    if wo % lanes and epilogue is not None and any(
             epilogue.call.ins[a.key].shape[-1:] not in ((), (1,)) for a in epilogue.args):
         return None
     return lanes
@@ -91,37 +99,52 @@ def depthwise_planes(call, t: str, g: dict, has_bias: bool, epilogue, lanes: int
     last = {o: r for r in sorted(meets) for o, _ in meets[r]}
     chunks = -(-wd // lanes)
 
-    def store(o: int) -> str:
-        value = f"acc{o} + ({vt})(bias[m])" if has_bias else f"acc{o}"
+    vectors = -(-wo // lanes)
+
+    def store(o: int, b: int) -> str:
+        acc, at0 = f"acc{o}_{b}", b * lanes
+        value = f"{acc} + ({vt})(bias[m])" if has_bias else acc
         fused = "" if epilogue is None else "\n    " + epilogue.apply_lanes(
-            "v", lanes, f"plane * {ho * wo} + {o * wo}", 1, in_row=True)
+            "v", lanes, f"plane * {ho * wo} + {o * wo + at0}", 1, in_row=True)
         stores = " ".join(
             f"vstore{size}({_swizzle('v', lanes, at, size)}, 0, yr + {at});" if size > 1
-            else f"yr[{at}] = {_lane('v', lanes, at)};" for at, size in _pieces(wo))
+            else f"yr[{at}] = {_lane('v', lanes, at)};"
+            for at, size in _pieces(min(lanes, wo - at0)))
         return (f"  {{\n    {vt} v = {value};{fused}\n"
-                f"    __global {t}* yr = yc + {o * wo};\n    {stores}\n  }}\n")
+                f"    __global {t}* yr = yc + {o * wo + at0};\n    {stores}\n  }}\n")
 
-    lines += [f"  {vt} acc{o} = 0;\n" for o in range(ho)]
-    lines += [store(o) for o in range(ho) if o not in last]   # wholly in the padding
+    def tap(b: int, q: int) -> str:
+        """Vector b's tap q on row `xrow`: a plain load where stride 1 and every lane is
+        inside the row, else the row's lanes moved into place."""
+        valid = min(lanes, wo - b * lanes)
+        columns = [(b * lanes + j) * sw + q * dw - left for j in range(lanes)]
+        if sw == 1 and valid == lanes and columns[0] >= 0 and columns[-1] < wd:
+            return f"vload{lanes}(0, xrow + {columns[0]})" if lanes > 1 else \
+                f"xrow[{columns[0]}]"
+        parts = [_lane(f"r{col // lanes}", lanes, col % lanes) if 0 <= col < wd and j < valid
+                 else zero for j, col in enumerate(columns)]
+        return parts[0] if lanes == 1 else f"({vt})({', '.join(parts)})"
+
+    lines += [f"  {vt} acc{o}_{b} = 0;\n" for o in range(ho) for b in range(vectors)]
+    lines += [store(o, b) for o in range(ho) if o not in last    # wholly in the padding
+              for b in range(vectors)]
     for r in sorted(meets):
         lines.append(f"  {{\n    __global const {t}* xrow = xc + {r * wd};\n")
+        taps = {(b, q): tap(b, q) for b in range(vectors) for q in range(kw)}
+        used = "".join(taps.values())
         for k in range(chunks):
-            count = min(lanes, wd - k * lanes)
-            lines.append(f"    const {vt} r{k} = "
-                         f"{_row_vector(t, lanes, f'xrow + {k * lanes}', count)};\n")
-        for q in range(kw):
-            columns = [j * sw + q * dw - left for j in range(lanes)]
-            parts = [_lane(f"r{col // lanes}", lanes, col % lanes) if 0 <= col < wd and j < wo
-                     else zero for j, col in enumerate(columns)]
-            if lanes == 1:
-                lines.append(f"    const {vt} v{q} = {parts[0]};\n")
-            else:
-                lines.append(f"    const {vt} v{q} = ({vt})({', '.join(parts)});\n")
-        for o, p in meets[r]:
-            lines.append("    " + " ".join(f"acc{o} = fma(v{q}, ({vt})(w{p}_{q}), acc{o});"
-                                           for q in range(kw)) + "\n")
+            if re.search(rf"\br{k}\b", used):   # no load where no tap moves its lanes
+                count = min(lanes, wd - k * lanes)
+                lines.append(f"    const {vt} r{k} = "
+                             f"{_row_vector(t, lanes, f'xrow + {k * lanes}', count)};\n")
+        for b in range(vectors):
+            lines += [f"    const {vt} v{b}_{q} = {taps[b, q]};\n" for q in range(kw)]
+            for o, p in meets[r]:
+                lines.append("    " + " ".join(
+                    f"acc{o}_{b} = fma(v{b}_{q}, ({vt})(w{p}_{q}), acc{o}_{b});"
+                    for q in range(kw)) + "\n")
         lines.append("  }\n")
-        lines += [store(o) for o, _ in meets[r] if last[o] == r]
+        lines += [store(o, b) for o, _ in meets[r] if last[o] == r for b in range(vectors)]
     lines.append("}\n")
     args = [ref("in", 0), ref("in", 1)] + ([ref("in", 2)] if has_bias else []) \
         + [ref("out", 0)] + (epilogue.args if epilogue is not None else [])
