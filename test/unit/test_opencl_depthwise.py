@@ -70,6 +70,13 @@ CASES = [
     ("5x5 s1 20 wide, asymmetric pads", (1, 3, 9, 20), (3, 1, 5, 5), (1, 1), (1, 1),
      (1, 2, 3, 0)),
     ("dilation 2 x 3, 26 wide", (1, 2, 8, 26), (2, 1, 3, 3), (1, 1), (2, 3), (2, 3, 2, 3)),
+    # blocks of rows of the plane form: edge blocks with their rows known, inner ones
+    ("blocks: 3x3 s1 60 tall", (1, 3, 60, 20), (3, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    ("blocks: unpadded, the last shifted", (2, 2, 47, 30), (2, 1, 3, 3), (1, 1), (1, 1),
+     (0, 0, 0, 0)),
+    ("blocks: 5x5 s2 tall", (1, 3, 90, 24), (3, 1, 5, 5), (2, 2), (1, 1), (2, 2, 2, 2)),
+    ("blocks: 112 wide", (1, 2, 30, 112), (2, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    ("blocks: wide pads", (1, 2, 40, 18), (2, 1, 3, 3), (1, 1), (2, 2), (5, 1, 6, 1)),
 ]
 
 
@@ -133,12 +140,12 @@ def test_depthwise_broadcast_epilogue_in(case):
 
 
 @pytest.mark.parametrize("wo, ho, taken", [(14, 8, True), (16, 8, True), (2, 8, True),
-                                           (17, 8, True), (64, 8, True), (64, 30, False),
-                                           (80, 8, False), (1, 8, False)])
+                                           (17, 8, True), (64, 8, True), (64, 30, True),
+                                           (112, 12, True), (130, 8, False), (1, 8, False)])
 def test_plane_form_taken(wo, ho, taken, monkeypatch):
-    """Maps of 2-64 output columns (float) and few enough taps in all (PLANE_TAPS) take
-    the whole-plane form, one work-item per plane; wider or taller ones (and one column)
-    the blocks of rows x a vector."""
+    """Maps of 2-128 output columns (float) take the whole-plane form, one work-item per
+    plane or per block of rows; wider ones (and one column) the blocks of rows x a
+    vector."""
     planes = []
     monkeypatch.setattr(conv, "depthwise_planes",
                         lambda *args: planes.append(args) or conv_planes(*args))

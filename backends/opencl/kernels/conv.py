@@ -3,8 +3,8 @@
 Depthwise (one input channel per group) convs run directly, a vector of output columns
 on DEPTHWISE_ROWS output rows per work-item, each input row's tap vectors loaded once,
 the vectors at a row's edges generated apart with their padding made by moving lanes
-(`_depthwise`), or on maps up to 4 vectors wide a whole output plane per work-item
-(depthwise.py); a 1x1, stride 1, unpadded conv multiplies the weights by the image
+(`_depthwise`), or on maps up to 8 vectors wide a whole output plane (or a block of
+its rows) per work-item (depthwise.py); a 1x1, stride 1, unpadded conv multiplies the weights by the image
 itself (all images and groups in one launch); otherwise the GEMM multiplies each
 group's weights by the im2col matrix, either implicit (its rows read in place from the
 input, or from the `padded` workspace that a padded conv fills per image, its rows split
@@ -31,7 +31,7 @@ import numpy as np
 from palimpsest.backends.opencl.kernels.base import (
     DeviceLimits, Launch, bind, generator, literal, params, ref,
 )
-from palimpsest.backends.opencl.kernels.depthwise import depthwise_planes, plane_lanes
+from palimpsest.backends.opencl.kernels.depthwise import depthwise_planes, plane_rows
 from palimpsest.backends.opencl.kernels.elementwise import fused_epilogue
 from palimpsest.backends.opencl.kernels.linalg import (
     LANES, VECTORS, Gemm, Operand, _core_count, _float_type, _index_type, _lane,
@@ -159,9 +159,9 @@ def conv2d(call) -> list:
     has_bias = _core_count(call) > 2
     epilogue = fused_epilogue(call)
     if g["cg"] == 1 and g["group"] > 1:
-        lanes = plane_lanes(t, g, epilogue)
-        if lanes is not None:
-            return [depthwise_planes(call, t, g, has_bias, epilogue, lanes)]
+        plane = plane_rows(t, g, epilogue)
+        if plane is not None:
+            return [depthwise_planes(call, t, g, has_bias, epilogue, *plane)]
         return [_depthwise(call, t, g, has_bias, epilogue)]
     group, mg = g["group"], g["m"] // g["group"]
     depth = g["cg"] * g["kh"] * g["kw"]

@@ -11,7 +11,10 @@ a vector wide): each input row is read once, a tap vector wholly inside the row 
 zero, from the row's vectors (loaded in power-of-two pieces, never past the row's end);
 an output row is stored as soon as its last input row is in (so only ~kh rows of
 accumulators are live). Every offset is known, so the row loops are unrolled and rows
-in the padding left out, with no branches; PLANE_TAPS bounds the unrolled code.
+in the padding left out, with no branches. PLANE_TAPS bounds the unrolled code: a taller
+plane is split into blocks of rows, one work-item each, the blocks meeting the padding
+(and a last one shifted back to end at the map's end) generated apart with their rows
+known, every other block from its first row at run time (`_edge_blocks`).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from palimpsest.backends.opencl.kernels.linalg import (
 PLANE_ITEMS = 16        # work-items (planes) per work-group
 PLANE_TAPS = 800        # most vector multiply-adds (output rows x vectors x kh x kw)
                         # unrolled in a kernel (2304, a 64x64 3x3: 5.7 s to compile)
-PLANE_VECTORS = 4       # most vectors per output row
+PLANE_VECTORS = 8       # most vectors per output row
+PLANE_ROWS = 4          # fewest output rows per work-item
 
 
 def _pieces(n: int) -> list:
@@ -54,31 +58,55 @@ def _row_vector(t: str, lanes: int, pointer: str, count: int) -> str:
     return parts[0] if len(parts) == 1 else f"({_vtype(t, lanes)})({', '.join(parts)})"
 
 
-def plane_lanes(t: str, g: dict, epilogue) -> int | None:
-    """The vector width of the whole-plane form for geometry `g` (rows of up to
-    PLANE_VECTORS vectors), or None where it does not apply: a wider map (or one of one
-    column), too many taps to unroll, or an epilogue in read along the row where a
-    vector runs past the row's end."""
-    wo = g["wo"]
+def _edge_blocks(g: dict, rows: int) -> list:
+    """The blocks of `rows` output rows (the last shifted back to end at the map's end)
+    generated with their rows known: those meeting the padding, and a shifted last one."""
+    ho, sh, dh, kh, top, h = g["ho"], g["sh"], g["dh"], g["kh"], g["top"], g["h"]
+    blocks = -(-ho // rows)
+    edges = []
+    for j in range(blocks):
+        oh0 = min(j * rows, ho - rows)
+        first, end = oh0 * sh - top, (oh0 + rows - 1) * sh + (kh - 1) * dh - top
+        if first < 0 or end >= h or oh0 != j * rows:
+            edges.append(j)
+    return edges
+
+
+def plane_rows(t: str, g: dict, epilogue):
+    """(lanes, output rows per work-item) of the whole-plane form for geometry `g` (rows
+    of up to PLANE_VECTORS vectors), or None where it does not apply: a wider map (or one
+    of one column), too many taps to unroll even in blocks of PLANE_ROWS rows, or an
+    epilogue in read along the row where a vector runs past the row's end."""
+    wo, ho, taps = g["wo"], g["ho"], g["kh"] * g["kw"]
     lanes = min(1 << (wo - 1).bit_length(), LANES[t])
     vectors = -(-wo // lanes)
-    if wo < 2 or vectors > PLANE_VECTORS or \
-            g["ho"] * vectors * g["kh"] * g["kw"] > PLANE_TAPS:
+    if wo < 2 or vectors > PLANE_VECTORS:
         return None
     if wo % lanes and epilogue is not None and any(
             epilogue.call.ins[a.key].shape[-1:] not in ((), (1,)) for a in epilogue.args):
         return None
-    return lanes
+    if ho * vectors * taps <= PLANE_TAPS:
+        return lanes, ho
+    # every edge block and the inner one are generated apart
+    for rows in range(min(ho - 1, PLANE_TAPS // (vectors * taps)), PLANE_ROWS - 1, -1):
+        variants = len(_edge_blocks(g, rows)) + 1
+        if variants * rows * vectors * taps <= PLANE_TAPS:
+            return lanes, rows
+    return None
 
 
-def depthwise_planes(call, t: str, g: dict, has_bias: bool, epilogue, lanes: int) -> Launch:
-    """One work-item per output plane (image x channel), see the module doc."""
+def depthwise_planes(call, t: str, g: dict, has_bias: bool, epilogue, lanes: int,
+                     rows: int) -> Launch:
+    """One work-item per block of `rows` output rows of a plane (image x channel), see
+    the module doc."""
     kh, kw, sh, sw, dh, dw = g["kh"], g["kw"], g["sh"], g["sw"], g["dh"], g["dw"]
     ho, wo, h, wd, c, m = g["ho"], g["wo"], g["h"], g["wd"], g["c"], g["m"]
     top, left = g["top"], g["left"]
     ix = _index_type(*call.ins, call.outs[0])
     vt = _vtype(t, lanes)
     zero = literal(0, t)
+    vectors = -(-wo // lanes)
+    chunks = -(-wd // lanes)
     buffers = [("x", t, False), ("w", t, False)] + ([("bias", t, False)] if has_bias else []) \
         + [("y", t, True)] + (epilogue.buffers if epilogue is not None else [])
     lines = [f"__kernel void depthwise_planes({params(*buffers)}) {{\n{bind(*buffers)}\n"
@@ -89,29 +117,19 @@ def depthwise_planes(call, t: str, g: dict, has_bias: bool, epilogue, lanes: int
              f"  __global const {t}* wm = w + m * {kh * kw};\n"]
     lines += [f"  const {t} w{p}_{q} = wm[{p * kw + q}];\n"
               for p in range(kh) for q in range(kw)]
-    # input row r meets output row o at tap p; o is stored after its last such row
-    meets: dict = {}
-    for o in range(ho):
-        for p in range(kh):
-            r = o * sh + p * dh - top
-            if 0 <= r < h:
-                meets.setdefault(r, []).append((o, p))
-    last = {o: r for r in sorted(meets) for o, _ in meets[r]}
-    chunks = -(-wd // lanes)
 
-    vectors = -(-wo // lanes)
-
-    def store(o: int, b: int) -> str:
+    def store(o: int, b: int, row) -> str:
         acc, at0 = f"acc{o}_{b}", b * lanes
+        at = f"{row * wo + at0}" if isinstance(row, int) else f"({row}) * {wo} + {at0}"
         value = f"{acc} + ({vt})(bias[m])" if has_bias else acc
         fused = "" if epilogue is None else "\n    " + epilogue.apply_lanes(
-            "v", lanes, f"plane * {ho * wo} + {o * wo + at0}", 1, in_row=True)
+            "v", lanes, f"plane * {ho * wo} + {at}", 1, in_row=True)
         stores = " ".join(
-            f"vstore{size}({_swizzle('v', lanes, at, size)}, 0, yr + {at});" if size > 1
-            else f"yr[{at}] = {_lane('v', lanes, at)};"
-            for at, size in _pieces(min(lanes, wo - at0)))
+            f"vstore{size}({_swizzle('v', lanes, a, size)}, 0, yr + {a});" if size > 1
+            else f"yr[{a}] = {_lane('v', lanes, a)};"
+            for a, size in _pieces(min(lanes, wo - at0)))
         return (f"  {{\n    {vt} v = {value};{fused}\n"
-                f"    __global {t}* yr = yc + {o * wo + at0};\n    {stores}\n  }}\n")
+                f"    __global {t}* yr = yc + {at};\n    {stores}\n  }}\n")
 
     def tap(b: int, q: int) -> str:
         """Vector b's tap q on row `xrow`: a plain load where stride 1 and every lane is
@@ -125,30 +143,68 @@ def depthwise_planes(call, t: str, g: dict, has_bias: bool, epilogue, lanes: int
                  else zero for j, col in enumerate(columns)]
         return parts[0] if lanes == 1 else f"({vt})({', '.join(parts)})"
 
-    lines += [f"  {vt} acc{o}_{b} = 0;\n" for o in range(ho) for b in range(vectors)]
-    lines += [store(o, b) for o in range(ho) if o not in last    # wholly in the padding
-              for b in range(vectors)]
-    for r in sorted(meets):
-        lines.append(f"  {{\n    __global const {t}* xrow = xc + {r * wd};\n")
-        taps = {(b, q): tap(b, q) for b in range(vectors) for q in range(kw)}
-        used = "".join(taps.values())
-        for k in range(chunks):
-            if re.search(rf"\br{k}\b", used):   # no load where no tap moves its lanes
-                count = min(lanes, wd - k * lanes)
-                lines.append(f"    const {vt} r{k} = "
-                             f"{_row_vector(t, lanes, f'xrow + {k * lanes}', count)};\n")
-        for b in range(vectors):
-            lines += [f"    const {vt} v{b}_{q} = {taps[b, q]};\n" for q in range(kw)]
-            for o, p in meets[r]:
-                lines.append("    " + " ".join(
-                    f"acc{o}_{b} = fma(v{b}_{q}, ({vt})(w{p}_{q}), acc{o}_{b});"
-                    for q in range(kw)) + "\n")
+    def block(oh0: int | None, first: int = 0) -> list:
+        """The block from output row `oh0` (known, its rows in the padding left out and
+        those before `first` not stored; None: from `oh0` set at run time, all inside)."""
+        # the block's input row r meets its output row o at tap p; o is stored after
+        # its last such row
+        meets: dict = {}
+        for o in range(rows):
+            for p in range(kh):
+                r = o * sh + p * dh
+                if oh0 is None or 0 <= oh0 * sh - top + r < h:
+                    meets.setdefault(r, []).append((o, p))
+        last = {o: r for r in sorted(meets) for o, _ in meets[r]}
+        kept = [o for o in range(rows) if oh0 is None or oh0 + o >= first]
+
+        def out_row(o: int):
+            return oh0 + o if oh0 is not None else f"oh0 + {o}"
+
+        code = [f"  {vt} acc{o}_{b} = 0;\n" for o in kept for b in range(vectors)]
+        code += [store(o, b, out_row(o)) for o in kept if o not in last   # all padding
+                 for b in range(vectors)]
+        for r in sorted(meets):
+            at = f"{(oh0 * sh - top + r) * wd}" if oh0 is not None else f"(ih0 + {r}) * {wd}"
+            code.append(f"  {{\n    __global const {t}* xrow = xc + {at};\n")
+            taps = {(b, q): tap(b, q) for b in range(vectors) for q in range(kw)}
+            used = "".join(taps.values())
+            for k in range(chunks):
+                if re.search(rf"\br{k}\b", used):   # no load where no tap moves its lanes
+                    count = min(lanes, wd - k * lanes)
+                    code.append(f"    const {vt} r{k} = "
+                                f"{_row_vector(t, lanes, f'xrow + {k * lanes}', count)};\n")
+            for b in range(vectors):
+                code += [f"    const {vt} v{b}_{q} = {taps[b, q]};\n" for q in range(kw)]
+                for o, p in meets[r]:
+                    if o in kept:
+                        code.append("    " + " ".join(
+                            f"acc{o}_{b} = fma(v{b}_{q}, ({vt})(w{p}_{q}), acc{o}_{b});"
+                            for q in range(kw)) + "\n")
+            code.append("  }\n")
+            code += [store(o, b, out_row(o)) for o, _ in meets[r]
+                     if last[o] == r and o in kept for b in range(vectors)]
+        return code
+
+    blocks = -(-ho // rows)
+    if blocks == 1:
+        lines += block(0)
+    else:
+        # the blocks meeting the padding (and a shifted last one) each with its rows
+        # known, in a branch of its own; any other from its row at run time
+        edges = _edge_blocks(g, rows)
+        for k, j in enumerate(edges):
+            head = "  if" if k == 0 else "  else if"
+            lines.append(f"{head} (get_global_id(1) == {j}) {{\n")
+            lines += block(min(j * rows, ho - rows), j * rows)
+            lines.append("  }\n")
+        lines.append(f"  {'else ' if edges else ''}{{\n  const {ix} oh0 = get_global_id(1) * {rows}, "
+                     f"ih0 = oh0 * {sh} - {top};\n")
+        lines += block(None)
         lines.append("  }\n")
-        lines += [store(o, b) for o, _ in meets[r] if last[o] == r for b in range(vectors)]
     lines.append("}\n")
     args = [ref("in", 0), ref("in", 1)] + ([ref("in", 2)] if has_bias else []) \
         + [ref("out", 0)] + (epilogue.args if epilogue is not None else [])
-    size = (g["n"] * m, 1, 1)
+    size = (g["n"] * m, blocks, 1)
     functions = epilogue.source() if epilogue is not None else ""
     return Launch(functions + "".join(lines), "depthwise_planes", size,
                   _local_size(size, PLANE_ITEMS, call.device), args)
