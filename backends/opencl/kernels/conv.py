@@ -3,22 +3,22 @@
 Depthwise (one input channel per group) convs run directly, a vector of output columns
 on DEPTHWISE_ROWS output rows per work-item, each input row's tap vectors loaded once,
 the vectors at a row's edges generated apart with their padding made by moving lanes
-(`_depthwise`), or on maps up to 8 vectors wide a whole output plane (or a block of
-its rows) per work-item (depthwise.py); a 1x1, stride 1, unpadded conv multiplies the weights by the image
-itself (all images and groups in one launch); otherwise the GEMM multiplies each
-group's weights by the im2col matrix, either implicit (its rows read in place from the
-input, or from the `padded` workspace that a padded conv fills per image, its rows split
-by column phase when strided along W, `_implicit`), flat (the same, but each row of the
-im2col matrix one run over the whole image, the columns between output rows computed
-and dropped, `_flat`; strided, the padded image laid out as phase planes) or explicit
-(per band of output rows an im2col kernel fills the `im2col` workspace, packed in panels
-of the GEMM's column block). The implicit forms write nothing before the GEMM; the
-implicit one's blocks hold one output row (wasted columns where the row is not a whole
-number of vectors), the flat one's stores cost more where a vector spans two rows. A
-cost model takes the cheapest (`_form`): the flat form for 3x3 convs on maps of 10-104
-columns (nudenet_320n's 20 x 20: 75 -> 120 GFLOP/s), blocks of one row on wide maps of
-few channels, the explicit im2col on some narrow maps of many channels and for an
-unpadded conv strided along W. Padding in im2col is computed by index checks (vector
+(`_depthwise`), or on maps up to 8 vectors wide a whole output plane (or a block of its
+rows) per work-item (depthwise.py); a 1x1, stride 1, unpadded conv multiplies the
+weights by the image itself (all images and groups in one launch); otherwise the GEMM
+multiplies each group's weights by the im2col matrix, either implicit (its rows read in
+place from the input, or from the `padded` workspace that a padded conv fills per image,
+its rows split by column phase when strided along W, `_implicit`), flat (the same, but
+each row of the im2col matrix one run over the whole image, the columns between output
+rows computed and dropped, `_flat`; strided, the padded image laid out as phase planes)
+or explicit (per band of output rows an im2col kernel fills the `im2col` workspace,
+packed in panels of the GEMM's column block). The implicit forms write nothing before
+the GEMM; the implicit one's blocks hold one output row (wasted columns where the row is
+not a whole number of vectors), the flat one's stores cost more where a vector spans two
+rows. A cost model takes the cheapest (`_form`): the flat form for 3x3 convs on maps of
+10-104 columns (nudenet_320n's 20 x 20: 75 -> 120 GFLOP/s), blocks of one row on wide
+maps of few channels, the explicit im2col on some narrow maps of many channels and for
+an unpadded conv strided along W. Padding in im2col is computed by index checks (vector
 loads inside the row, a clamped gather and a mask at its edges).
 """
 
