@@ -156,3 +156,25 @@ def test_plane_form_taken(wo, ho, taken, monkeypatch):
 
 
 conv_planes = conv.depthwise_planes
+
+
+SWISH_CASES = [c for c in CASES if c[0] in (
+    "5x5 s1 14x14", "9 wide: 7 lanes dropped", "3x3 s1 40 wide: three vectors, the last partial",
+    "blocks: unpadded, the last shifted", "blocks: wide pads", "blocks: 5x5 s2 tall")]
+
+
+@pytest.mark.parametrize("case", SWISH_CASES, ids=[c[0] for c in SWISH_CASES])
+def test_plane_form_swish_applied_after_taps(case):
+    """An epilogue calling a math function (SiLU) and reading no in is applied to the
+    plane's rows read back after the taps (blocks with rows skipped, partial vectors)."""
+    _, x_shape, w_shape, strides, dilations, pads = case
+    rng = np.random.default_rng(2)
+    feeds = {"x": rand(rng, x_shape, np.float32)}
+    constants = {"w": rand(rng, w_shape, np.float32), "b": rand(rng, w_shape[:1], np.float32)}
+    attrs = {"strides": list(strides), "dilations": list(dilations), "pads": list(pads),
+             "group": x_shape[1]}
+    nodes = [node("Conv", ["x", "w", "b"], attrs, outs=("c",)),
+             node("Sigmoid", ["c"], outs=("s",)), node("Mul", ["c", "s"])]
+    module = import_onnx(model_of(nodes, feeds, constants))
+    _, _, stats = compare_backends(module, feeds, poison=True)
+    assert stats.device_launches == 1
