@@ -47,3 +47,17 @@ def compare_backends(module_or_path, inputs: dict, *, rtol: float = 1e-4, atol: 
     unexpected = {op: n for op, n in stats.host_ops.items() if op not in host_ops_allowed}
     assert not unexpected, f"ran on the host: {unexpected}"
     return expected, actual, stats
+
+
+def record_calls(monkeypatch, module, name: str) -> list:
+    """Wrap `module.name` (a generator's form) so that each call's arguments are appended
+    to the list returned: which form a launch took."""
+    calls = []
+    original = getattr(module, name)
+
+    def recorded(*args):
+        calls.append(args)
+        return original(*args)
+
+    monkeypatch.setattr(module, name, recorded)
+    return calls

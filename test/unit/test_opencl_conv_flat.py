@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from opencl_support import compare_backends, requires_opencl  # noqa: E402
+from opencl_support import compare_backends, record_calls, requires_opencl  # noqa: E402
 from test_opencl_conv_panels import CASES, _model  # noqa: E402
 
 from palimpsest.backends.opencl.kernels import conv  # noqa: E402
@@ -43,15 +43,7 @@ FLAT_CASES = CASES + [
 def _forced(monkeypatch) -> list:
     """Make the flat form the cheapest wherever it applies; the list records its calls."""
     monkeypatch.setattr(conv, "FLAT_STORE", -1e9)
-    calls = []
-    flat = conv._flat
-
-    def recorded(*args):
-        calls.append(args)
-        return flat(*args)
-
-    monkeypatch.setattr(conv, "_flat", recorded)
-    return calls
+    return record_calls(monkeypatch, conv, "_flat")
 
 
 def _fits(x_shape, w_shape, strides, dilations, pads) -> bool:

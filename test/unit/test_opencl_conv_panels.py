@@ -20,7 +20,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from opencl_support import compare_backends, requires_opencl  # noqa: E402
+from opencl_support import compare_backends, record_calls, requires_opencl  # noqa: E402
 from test_kernels import model_of, node, rand  # noqa: E402
 
 from palimpsest.backends.opencl.kernels import conv  # noqa: E402
@@ -96,15 +96,7 @@ def _form(monkeypatch, form: str) -> list:
     records each call of the implicit form's generator."""
     monkeypatch.setattr(conv, "IM2COL_COST", FORMS[form])
     monkeypatch.setattr(conv, "_planes", lambda call, g: None)
-    calls = []
-    implicit = conv._implicit
-
-    def recorded(*args):
-        calls.append(args)
-        return implicit(*args)
-
-    monkeypatch.setattr(conv, "_implicit", recorded)
-    return calls
+    return record_calls(monkeypatch, conv, "_implicit")
 
 
 @pytest.mark.parametrize("form", FORMS)

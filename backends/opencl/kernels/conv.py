@@ -31,7 +31,8 @@ import numpy as np
 from palimpsest.backends.opencl.kernels.base import (
     DeviceLimits, Launch, bind, generator, literal, params, ref,
 )
-from palimpsest.backends.opencl.kernels.depthwise import depthwise_planes, plane_rows
+from palimpsest.backends.opencl.kernels.depthwise import (
+    depthwise_planes, plane_rows, plane_weights)
 from palimpsest.backends.opencl.kernels.elementwise import fused_epilogue
 from palimpsest.backends.opencl.kernels.linalg import (
     LANES, VECTORS, Gemm, Operand, _core_count, _float_type, _index_type, _lane,
@@ -626,7 +627,6 @@ def _depthwise(call, t: str, g: dict, has_bias: bool, epilogue) -> Launch:
     kh, kw, sh, sw, dh, dw = g["kh"], g["kw"], g["sh"], g["sw"], g["dh"], g["dw"]
     ho, wo, h, wd, c, m = g["ho"], g["wo"], g["h"], g["wd"], g["c"], g["m"]
     top, left = g["top"], g["left"]
-    mg = m // c
     ix = _index_type(*call.ins, call.outs[0])
     lanes = _depthwise_lanes(t, wo)
     rows = min(ho, DEPTHWISE_ROWS)
@@ -642,14 +642,10 @@ def _depthwise(call, t: str, g: dict, has_bias: bool, epilogue) -> Launch:
              f"  const {ix} block = get_global_id(0) * {lanes}, "
              f"first = get_global_id(1) * {rows};\n"
              f"  const {ix} plane = get_global_id(2);\n"   # image * M + output channel
-             f"  const {ix} m = plane % {m}, image = plane / {m};\n"
              f"  const {ix} ow0 = {f'min(block, ({ix}){wo - lanes})' if col_shift else 'block'};\n"
              f"  const {ix} oh0 = {f'min(first, ({ix}){ho - rows})' if row_shift else 'first'};\n"
-             f"  const {ix} ih0 = oh0 * {sh} - {top}, iw0 = ow0 * {sw} - {left};\n"
-             f"  __global const {t}* xc = x + (image * {c} + m / {mg}) * {h * wd};\n"
-             f"  __global const {t}* wm = w + m * {kh * kw};\n"]
-    lines += [f"  const {t} w{p}_{q} = wm[{p * kw + q}];\n"
-              for p in range(kh) for q in range(kw)]
+             f"  const {ix} ih0 = oh0 * {sh} - {top}, iw0 = ow0 * {sw} - {left};\n"]
+    lines += plane_weights(t, ix, g)
     lines += [f"  {vt} acc{o} = 0;\n" for o in range(rows)]
     lines.append(taps(vectors))
     for o in range(rows):

@@ -96,6 +96,17 @@ def plane_rows(t: str, g: dict, epilogue):
     return None
 
 
+def plane_weights(t: str, ix: str, g: dict) -> list:
+    """A depthwise kernel's lines that find, from `plane` (image * M + output channel),
+    its channel m and image, the input channel's plane `xc` and the kernel's taps as
+    w{p}_{q} (conv.py's depthwise kernel has them too)."""
+    kh, kw, h, wd, c, m = g["kh"], g["kw"], g["h"], g["wd"], g["c"], g["m"]
+    return [f"  const {ix} m = plane % {m}, image = plane / {m};\n",
+            f"  __global const {t}* xc = x + (image * {c} + m / {m // c}) * {h * wd};\n",
+            f"  __global const {t}* wm = w + m * {kh * kw};\n"] + [
+        f"  const {t} w{p}_{q} = wm[{p * kw + q}];\n" for p in range(kh) for q in range(kw)]
+
+
 def depthwise_planes(call, t: str, g: dict, has_bias: bool, epilogue, lanes: int,
                      rows: int) -> Launch:
     """One work-item per block of `rows` output rows of a plane (image x channel), see
@@ -111,13 +122,9 @@ def depthwise_planes(call, t: str, g: dict, has_bias: bool, epilogue, lanes: int
     buffers = [("x", t, False), ("w", t, False)] + ([("bias", t, False)] if has_bias else []) \
         + [("y", t, True)] + (epilogue.buffers if epilogue is not None else [])
     lines = [f"__kernel void depthwise_planes({params(*buffers)}) {{\n{bind(*buffers)}\n"
-             f"  const {ix} plane = get_global_id(0);\n"   # image * M + output channel
-             f"  const {ix} m = plane % {m}, image = plane / {m};\n"
-             f"  __global const {t}* xc = x + (image * {c} + m / {m // c}) * {h * wd};\n"
-             f"  __global {t}* yc = y + plane * {ho * wo};\n"
-             f"  __global const {t}* wm = w + m * {kh * kw};\n"]
-    lines += [f"  const {t} w{p}_{q} = wm[{p * kw + q}];\n"
-              for p in range(kh) for q in range(kw)]
+             f"  const {ix} plane = get_global_id(0);\n"]   # image * M + output channel
+    lines += plane_weights(t, ix, g)
+    lines.append(f"  __global {t}* yc = y + plane * {ho * wo};\n")
 
     # an epilogue that calls a math function (SiLU's exp) is applied after the taps, to
     # the plane's stored rows read back, where it reads no in (that could be the out):
