@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""The OpenCL conv2d and matmul kernels (backends/opencl/kernels/conv.py, linalg.py)
-against the numpy backend's implementations, on the conv and matmul ops of the real
-models.
+"""The OpenCL conv2d and matmul kernels (backends/opencl/kernels/conv.py, depthwise.py,
+linalg.py) against the numpy backend's implementations, on the conv and matmul ops of
+the real models.
 
 The ResNet-18-style and MobileNetV2-style CNNs (1x3x224x224) and the MiniLM-L6-style
 encoder (batch 1, sequence 128, static) from examples/onnx_models.py are lowered to

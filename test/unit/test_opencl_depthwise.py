@@ -1,13 +1,13 @@
-"""The OpenCL depthwise conv (backends/opencl/kernels/conv.py, `_depthwise`): blocks of
-output rows x a vector of output columns, each input row's tap vectors loaded once; the
-vectors at a row's edges generated apart, their taps one load moved into place with the
-padding's lanes zero (`_edge_load`), or a gather where no load fits in the row; the last
-vector and the last block of rows shifted back to the map's edge. Against the numpy
-backend, poisoned, with and without a fused residual add and activation: strides 1-3
-(phases of a strided load at the row's end), dilations, asymmetric and wide pads (taps
-with no lane inside the row), maps narrower than a vector, output widths and heights
-that are and are not multiples of the vector and the row block, channel multipliers,
-batches, f64."""
+"""The OpenCL depthwise conv (backends/opencl/kernels/depthwise.py, `_depthwise`):
+blocks of output rows x a vector of output columns, each input row's tap vectors loaded
+once; the vectors at a row's edges generated apart, their taps one load moved into place
+with the padding's lanes zero (`_edge_load`), or a gather where no load fits in the row;
+the last vector and the last block of rows shifted back to the map's edge. Against the
+numpy backend, poisoned, with and without a fused residual add and activation: strides
+1-3 (phases of a strided load at the row's end), dilations, asymmetric and wide pads
+(taps with no lane inside the row), maps narrower than a vector, output widths and
+heights that are and are not multiples of the vector and the row block, channel
+multipliers, batches, f64."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from test_opencl_conv_panels import _model  # noqa: E402
 from palimpsest.dialects.graph.from_onnx import import_onnx  # noqa: E402
 
 from palimpsest.backends.opencl.kernels import conv  # noqa: E402
+from palimpsest.backends.opencl.kernels import window  # noqa: E402
 
 pytestmark = requires_opencl
 
@@ -100,13 +101,13 @@ def test_depthwise_f64(case):
 def test_edge_vectors_load_once_and_move_lanes():
     """A padded 3x3 conv on a 20-wide map (16 lanes, two vectors, both at an edge): every
     tap of both is one vector load (no gather); lanes wholly in the padding are zero."""
-    assert conv._depthwise_lanes("float", 20) == 16
-    load = conv._edge_load("float", 16, -1, 1, 20, "b")
+    assert window._depthwise_lanes("float", 20) == 16
+    load = window._edge_load("float", 16, -1, 1, 20, "b")
     assert load[0] == "const float16 b = vload16(0, xrow + 0);"
     assert load[1].startswith("(float16)(0.0f, b.s0, b.s1,") and load[1].endswith("b.se)")
-    assert conv._edge_load("float", 4, -9, 1, 20, "b") == ("", "(float4)(0.0f)")
+    assert window._edge_load("float", 4, -9, 1, 20, "b") == ("", "(float4)(0.0f)")
     # a strided load that would read past the row: none fits, the caller gathers
-    assert conv._edge_load("float", 4, 3, 2, 10, "b") is None
+    assert window._edge_load("float", 4, 3, 2, 10, "b") is None
 
 
 # (name, x shape, pads, the added in's shape): fed, not constant, so the add stays an

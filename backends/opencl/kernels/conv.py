@@ -1,25 +1,26 @@
 """`kernel.conv2d` in OpenCL, on linalg.py's register-blocked GEMM.
 
-Depthwise (one input channel per group) convs run directly, a vector of output columns
-on DEPTHWISE_ROWS output rows per work-item, each input row's tap vectors loaded once,
-the vectors at a row's edges generated apart with their padding made by moving lanes
-(`_depthwise`), or on maps up to 8 vectors wide a whole output plane (or a block of its
-rows) per work-item (depthwise.py); a 1x1, stride 1, unpadded conv multiplies the
-weights by the image itself (all images and groups in one launch); otherwise the GEMM
-multiplies each group's weights by the im2col matrix, either implicit (its rows read in
-place from the input, or from the `padded` workspace that a padded conv fills per image,
-its rows split by column phase when strided along W, `_implicit`), flat (the same, but
-each row of the im2col matrix one run over the whole image, the columns between output
-rows computed and dropped, `_flat`; strided, the padded image laid out as phase planes)
-or explicit (per band of output rows an im2col kernel fills the `im2col` workspace,
-packed in panels of the GEMM's column block). The implicit forms write nothing before
-the GEMM; the implicit one's blocks hold one output row (wasted columns where the row is
-not a whole number of vectors), the flat one's stores cost more where a vector spans two
-rows. A cost model takes the cheapest (`_form`): the flat form for 3x3 convs on maps of
-10-104 columns (nudenet_320n's 20 x 20: 75 -> 120 GFLOP/s), blocks of one row on wide
-maps of few channels, the explicit im2col on some narrow maps of many channels and for
-an unpadded conv strided along W. Padding in im2col is computed by index checks (vector
-loads inside the row, a clamped gather and a mask at its edges).
+Depthwise (one input channel per group) convs run directly, both forms in depthwise.py:
+a vector of output columns on DEPTHWISE_ROWS output rows per work-item, each input row's
+tap vectors loaded once, the vectors at a row's edges generated apart with their padding
+made by moving lanes (`_depthwise`, on window.py's `_window_rows`), or on maps up to 8
+vectors wide a whole output plane (or a block of its rows) per work-item
+(`depthwise_planes`); a 1x1, stride 1, unpadded conv multiplies the weights by the image
+itself (all images and groups in one launch); otherwise the GEMM multiplies each group's
+weights by the im2col matrix, either implicit (its rows read in place from the input, or
+from the `padded` workspace that a padded conv fills per image, its rows split by column
+phase when strided along W, `_implicit`), flat (the same, but each row of the im2col
+matrix one run over the whole image, the columns between output rows computed and
+dropped, `_flat`; strided, the padded image laid out as phase planes) or explicit (per
+band of output rows an im2col kernel fills the `im2col` workspace, packed in panels of
+the GEMM's column block). The implicit forms write nothing before the GEMM; the implicit
+one's blocks hold one output row (wasted columns where the row is not a whole number of
+vectors), the flat one's stores cost more where a vector spans two rows. A cost model
+takes the cheapest (`_form`): the flat form for 3x3 convs on maps of 10-104 columns
+(nudenet_320n's 20 x 20: 75 -> 120 GFLOP/s), blocks of one row on wide maps of few
+channels, the explicit im2col on some narrow maps of many channels and for an unpadded
+conv strided along W. Padding in im2col is computed by index checks (vector loads inside
+the row, a clamped gather and a mask at its edges: window.py's `_row_load`).
 """
 
 from __future__ import annotations
@@ -32,20 +33,17 @@ from palimpsest.backends.opencl.kernels.base import (
     DeviceLimits, Launch, bind, generator, literal, params, ref,
 )
 from palimpsest.backends.opencl.kernels.depthwise import (
-    depthwise_planes, plane_rows, plane_weights)
+    _depthwise, depthwise_planes, plane_rows)
 from palimpsest.backends.opencl.kernels.elementwise import fused_epilogue
 from palimpsest.backends.opencl.kernels.linalg import (
-    LANES, VECTORS, Gemm, Operand, _core_count, _float_type, _index_type, _lane,
-    _local_size, _pow2_at_most, _vload, _vtype, vector_shape,
+    LANES, VECTORS, Gemm, Operand, _core_count, _float_type, _index_type, _local_size,
+    _pow2_at_most, _vtype, vector_shape,
 )
+from palimpsest.backends.opencl.kernels.window import _row_load
 
 CONV_LANES = 8                      # output columns per im2col vector
 IM2COL_ITEMS = 256                  # work-items per work-group (see _local_size)
-DEPTHWISE_ITEMS = 64
 PAD_ROWS = 16                       # padded rows per work-group of pad_image
-DEPTHWISE_ROWS = 4                  # output rows per depthwise work-item (2: 0-25% slower,
-                                    # 6: spills on 5x5 kernels)
-DEPTHWISE_LANE_COST = {16: 1.0, 8: 0.7, 4: 0.5, 2: 0.45}   # a vector's relative time
 IM2COL_COST = 60                    # an im2col element's cost in the GEMM's multiply-adds:
                                     # fitted to 3x3 convs of 96-256 channels on 13-52 wide
                                     # maps, timed both ways (its write alone is ~30: 0.4 ns
@@ -80,53 +78,6 @@ def _panel_speed(t: str, cols: int) -> float:
 
 
 # -- conv2d -------------------------------------------------------------------------------------
-
-def _row_load(t: str, lanes: int, pointer: str, stride: int, column: str | None, width: int,
-              row: str | None = None, fill: str | None = None):
-    """`lanes` elements `stride` apart from `pointer` (column `column` of the row that
-    starts at `row`, `width` long): plain vector loads, or with `column` given, lanes
-    outside the row read as `fill` (default zero: the conv's padding): each lane's column
-    is clamped into the row and gathered, then masked, without branches. Also the span of
-    elements the plain form reads."""
-    vt = _vtype(t, lanes)
-    if column is not None:
-        zero = fill or literal(0, t)
-        if lanes == 1:
-            return (f"(({column}) >= 0 && ({column}) < {width} ? "
-                    f"({row})[clamp(({column}), 0, {width - 1})] : {zero})"), 0
-        mask = "int" if t == "float" else "long"
-        steps = ", ".join(str(i * stride) for i in range(lanes))
-        cols = f"(({mask}{lanes})(({mask})({column})) + ({mask}{lanes})({steps}))"
-        lanes_ = ", ".join(f"({row})[clamp(({column}) + {i * stride}, 0, {width - 1})]"
-                           for i in range(lanes))
-        return (f"select(({vt})({lanes_}), ({vt})({zero}), "
-                f"{cols} < 0 || {cols} >= {width})"), 0
-    if lanes == 1:
-        return f"({pointer})[0]", 1
-    if stride == 1:
-        return _vload(lanes, pointer), lanes
-    if stride == 2 and lanes <= 8:
-        return f"vload{2 * lanes}(0, {pointer}).even", 2 * lanes
-    if stride == 2:
-        half = lanes
-        return (f"({vt})(vload{half}(0, {pointer}).even, vload{half}(0, ({pointer}) + "
-                f"{half}).even)", 2 * lanes)
-    return f"({vt})({', '.join(f'({pointer})[{i * stride}]' for i in range(lanes))})", \
-        (lanes - 1) * stride + 1
-
-
-def _store_row(t, lanes, value, pointer, first: str, limit: int) -> str:
-    """Store `lanes` values at `pointer` (column `first` of a row of `limit`), dropping
-    lanes past the row's end."""
-    if lanes == 1:
-        return f"({pointer})[0] = {value};"
-    if limit % lanes == 0:
-        return f"vstore{lanes}({value}, 0, {pointer});"
-    lane_stores = " ".join(f"if ({first} + {i} < {limit}) ({pointer})[{i}] = {value}.s{i:x};"
-                           for i in range(lanes))
-    return (f"if ({first} + {lanes} <= {limit}) vstore{lanes}({value}, 0, {pointer}); "
-            f"else {{ {lane_stores} }}")
-
 
 def _geometry(call):
     """The conv's sizes; a conv along H of images one column wide (a 1-D conv exported as
@@ -494,173 +445,3 @@ def _panels(ix: str, lanes: int, wo: int, cols: int, width: int, depth: int,
                            for i in range(lanes))
     return (f"{head}  if ({' && '.join(within)}) vstore{lanes}(v, 0, {at('col')});\n"
             f"  else {{ {lane_stores} }}\n")
-
-
-def _depthwise_lanes(t: str, wo: int) -> int:
-    """The vector width of a depthwise work-item's output columns: the fewest columns
-    computed (the last vector of a row overlaps the one before it), a wider vector
-    preferred at equal count (`DEPTHWISE_LANE_COST`)."""
-    widths = [w for w in (16, 8, 4, 2) if w <= min(wo, LANES[t])] or [1]
-    return min(widths, key=lambda w: -(-wo // w) * DEPTHWISE_LANE_COST.get(w, 1.0))
-
-
-def _edge_load(t: str, lanes: int, start: int, stride: int, width: int, name: str,
-               fill: str | None = None):
-    """The vector of `lanes` input columns start, start + stride, ... of row `xrow`
-    (`width` long), `fill` (default zero) outside the row, all offsets known, as (a load
-    into `name`, the vector made of it): one plain (or strided) vector load inside the
-    row, its lanes moved into place by constant lane selection (no load where no lane is
-    inside). None where no such load fits in the row."""
-    vt = _vtype(t, lanes)
-    zero = fill or literal(0, t)
-    columns = [start + i * stride for i in range(lanes)]
-    inside = [i for i, col in enumerate(columns) if 0 <= col < width]
-    if not inside:
-        return "", zero if lanes == 1 else f"({vt})({zero})"
-    first, last = inside[0], inside[-1]
-    for shift in (first, last - (lanes - 1)):
-        # lane i of the result is lane i - shift of the load
-        base = columns[0] + shift * stride
-        load, span = _row_load(t, lanes, f"xrow + {base}", stride, None, width)
-        if base >= 0 and base + span - 1 < width:
-            if lanes == 1 or (shift == 0 and first == 0 and last == lanes - 1):
-                return "", load
-            parts = [_lane(name, lanes, i - shift) if first <= i <= last else zero
-                     for i in range(lanes)]
-            return f"const {vt} {name} = {load};", f"({vt})({', '.join(parts)})"
-    return None
-
-
-def _window_rows(t: str, lanes: int, rows: int, kernel, strides, dilations, left: int,
-                 wo: int, h: int, width: int, combine, fill: str | None = None):
-    """What a depthwise conv and a vector pool (normalize.py) share: a work-item's block of
-    `rows` output rows x one vector of `lanes` output columns; per input row the block
-    meets, that row's kw tap vectors loaded once (`_row_load`; at a row's edges, vector j's
-    offsets known, `_edge_load` with `fill` outside the row) and `combine(o, p, q)`, a
-    statement, taking tap (p, q) into output row o's accumulator `acc{o}`. Returns
-    taps(vectors), the code of the taps of a row of `vectors` vectors, in a kernel that
-    has set `xc` (the plane), `ih0` and `iw0` (the block's first input row and column)."""
-    (kh, kw), (sh, sw), (dh, dw) = kernel, strides, dilations
-    vt = _vtype(t, lanes)
-    col_shift = wo % lanes != 0
-    _, span = _row_load(t, lanes, "xr", sw, None, width)
-    # input row r of the block (from row oh0 * sh - top) meets output row o at tap p
-    meets: dict = {}
-    for o in range(rows):
-        for p in range(kh):
-            meets.setdefault(o * sh + p * dh, []).append((o, p))
-
-    def first_column(j: int) -> int:
-        return (min(j * lanes, wo - lanes) if col_shift else j * lanes) * sw - left
-
-    def inside(j: int) -> bool:
-        start = first_column(j)
-        return start >= 0 and start + (kw - 1) * dw + span - 1 < width
-
-    def body(j: int | None) -> str:
-        lines = []
-        for r in sorted(meets):
-            lines.append(f"    if (ih0 + {r} >= 0 && ih0 + {r} < {h}) {{\n"
-                         f"      __global const {t}* xrow = xc + (ih0 + {r}) * {width};\n")
-            for q in range(kw):
-                if j is None:
-                    load, _ = _row_load(t, lanes, f"xrow + iw0 + {q * dw}", sw, None, width)
-                else:
-                    start = first_column(j) + q * dw
-                    found = _edge_load(t, lanes, start, sw, width, f"b{q}", fill)
-                    if found is None:
-                        found = "", _row_load(t, lanes, None, sw, str(start), width, "xrow",
-                                              fill)[0]
-                    before, load = found
-                    if before:
-                        lines.append(f"      {before}\n")
-                lines.append(f"      const {vt} v{q} = {load};\n")
-            for o, p in meets[r]:
-                lines.append("      " + " ".join(combine(o, p, q) for q in range(kw)) + "\n")
-            lines.append("    }\n")
-        return "".join(lines)
-
-    def taps(vectors: int) -> str:
-        """The kernel's taps: the edge vectors each in a branch of its own (their offsets
-        known), then any inside vector."""
-        edges = [j for j in range(vectors) if not inside(j)]
-        branches = [(f"get_global_id(0) == {j}", body(j)) for j in edges]
-        if len(edges) < vectors:
-            branches.append((None, body(None)))
-        code = []
-        for k, (condition, lines) in enumerate(branches):
-            head = "  " if k == 0 else "  else "
-            if condition is not None:
-                head += f"if ({condition}) "
-            code.append(f"{head}{{\n{lines}  }}\n")
-        return "".join(code)
-
-    return taps
-
-
-def _window_store(t: str, lanes: int, col_shift: bool) -> str:
-    """A `_window_rows` block's store of vector `v` at `yr`: whole, or where the row's
-    last vector was shifted back (`col_shift`) only the lanes from `block` on, which no
-    other work-item stores."""
-    full = _store_row(t, lanes, "v", "yr", "ow0", lanes)
-    if not col_shift:
-        return full
-    lane_stores = " ".join(f"if (ow0 + {i} >= block) yr[{i}] = {_lane('v', lanes, i)};"
-                           for i in range(lanes))
-    return f"if (ow0 == block) {full} else {{ {lane_stores} }}"
-
-
-def _depthwise(call, t: str, g: dict, has_bias: bool, epilogue) -> Launch:
-    """One input channel per group: each work-item computes DEPTHWISE_ROWS output rows x
-    one vector of output columns of one channel, reading the input rows in place: per
-    input row the block meets, that row's kw tap vectors are loaded once and multiplied
-    into every output row the row meets (each was loaded per output row before). Rows
-    outside the input are skipped. The vectors of a row whose taps all lie inside the
-    input rows load plainly; the others (at the row's edges: the first, the last...) are
-    generated apart, their column offsets known, each tap's vector one load inside the
-    row with its lanes moved into place and the padding's lanes zero (`_edge_load`; a
-    clamped, masked gather only where no load fits). The old kernel gathered every tap
-    of an edge vector lane by lane: 2/3 of the work-items on 20-wide maps. The last vector
-    of a row and the last block of rows are shifted back to end at the map's edge, so
-    every store is whole; the columns and rows another work-item stores are not stored
-    twice (an epilogue's in may be the out itself)."""
-    kh, kw, sh, sw, dh, dw = g["kh"], g["kw"], g["sh"], g["sw"], g["dh"], g["dw"]
-    ho, wo, h, wd, c, m = g["ho"], g["wo"], g["h"], g["wd"], g["c"], g["m"]
-    top, left = g["top"], g["left"]
-    ix = _index_type(*call.ins, call.outs[0])
-    lanes = _depthwise_lanes(t, wo)
-    rows = min(ho, DEPTHWISE_ROWS)
-    vt = _vtype(t, lanes)
-    buffers = [("x", t, False), ("w", t, False)] + ([("bias", t, False)] if has_bias else []) \
-        + [("y", t, True)] + (epilogue.buffers if epilogue is not None else [])
-    vectors = -(-wo // lanes)
-    col_shift = wo % lanes != 0
-    row_shift = ho % rows != 0
-    taps = _window_rows(t, lanes, rows, (kh, kw), (sh, sw), (dh, dw), left, wo, h, wd,
-                        lambda o, p, q: f"acc{o} = fma(v{q}, ({vt})(w{p}_{q}), acc{o});")
-    lines = [f"__kernel void depthwise({params(*buffers)}) {{\n{bind(*buffers)}\n"
-             f"  const {ix} block = get_global_id(0) * {lanes}, "
-             f"first = get_global_id(1) * {rows};\n"
-             f"  const {ix} plane = get_global_id(2);\n"   # image * M + output channel
-             f"  const {ix} ow0 = {f'min(block, ({ix}){wo - lanes})' if col_shift else 'block'};\n"
-             f"  const {ix} oh0 = {f'min(first, ({ix}){ho - rows})' if row_shift else 'first'};\n"
-             f"  const {ix} ih0 = oh0 * {sh} - {top}, iw0 = ow0 * {sw} - {left};\n"]
-    lines += plane_weights(t, ix, g)
-    lines += [f"  {vt} acc{o} = 0;\n" for o in range(rows)]
-    lines.append(taps(vectors))
-    for o in range(rows):
-        value = f"acc{o} + ({vt})(bias[m])" if has_bias else f"acc{o}"
-        row = f"(plane * {ho} + oh0 + {o}) * {wo}"
-        fused = "" if epilogue is None else "\n    " + epilogue.apply_lanes(
-            "v", lanes, f"{row} + ow0", 1, in_row=True)
-        store = _window_store(t, lanes, col_shift)
-        guard = f"if (oh0 + {o} >= first) " if row_shift else ""
-        lines.append(f"  {guard}{{\n    {vt} v = {value};{fused}\n"
-                     f"    __global {t}* yr = y + {row} + ow0;\n    {store}\n  }}\n")
-    lines.append("}\n")
-    args = [ref("in", 0), ref("in", 1)] + ([ref("in", 2)] if has_bias else []) \
-        + [ref("out", 0)] + (epilogue.args if epilogue is not None else [])
-    size = (vectors, -(-ho // rows), g["n"] * m)
-    functions = epilogue.source() if epilogue is not None else ""
-    return Launch(functions + "".join(lines), "depthwise", size,
-                  _local_size(size, DEPTHWISE_ITEMS, call.device), args)

@@ -1,20 +1,23 @@
-"""The whole-plane form of the OpenCL depthwise conv, for maps a few vectors wide.
+"""The OpenCL depthwise conv (one input channel per group; conv.py's `conv2d` picks the
+form): the whole-plane form for maps a few vectors wide (`plane_rows`,
+`depthwise_planes`), else blocks of rows (`_depthwise`).
 
-conv.py's `_depthwise` gives each work-item a vector of output columns on a few output
-rows and loads each input row's kw tap vectors from memory, each (at the row's edges)
-with its lanes moved into place; on maps of 7-16 columns it computes narrow or
-overlapping vectors (14 wide: two 8-lane vectors, both at an edge) and reloads the
-rows between its blocks. Here one work-item computes a whole output plane of one
-channel, up to PLANE_VECTORS vectors per output row (one of `lanes` >= Wo on maps up to
-a vector wide): each input row is read once, a tap vector wholly inside the row (stride
-1) as one load, every other one as lanes moved into place, with the padding's lanes
-zero, from the row's vectors (loaded in power-of-two pieces, never past the row's end);
-an output row is stored as soon as its last input row is in (so only ~kh rows of
-accumulators are live). Every offset is known, so the row loops are unrolled and rows
-in the padding left out, with no branches. PLANE_TAPS bounds the unrolled code: a taller
-plane is split into blocks of rows, one work-item each, the blocks meeting the padding
-(and a last one shifted back to end at the map's end) generated apart with their rows
-known, every other block from its first row at run time (`_edge_blocks`).
+`_depthwise` gives each work-item a vector of output columns on a few output rows and
+loads each input row's kw tap vectors from memory, each (at the row's edges) with its
+lanes moved into place (window.py's `_window_rows`, which the vector pool uses too); on
+maps of 7-16 columns it computes narrow or overlapping vectors (14 wide: two 8-lane
+vectors, both at an edge) and reloads the rows between its blocks. In the whole-plane
+form one work-item computes a whole output plane of one channel, up to PLANE_VECTORS
+vectors per output row (one of `lanes` >= Wo on maps up to a vector wide): each input
+row is read once, a tap vector wholly inside the row (stride 1) as one load, every other
+one as lanes moved into place, with the padding's lanes zero, from the row's vectors
+(loaded in power-of-two pieces, never past the row's end); an output row is stored as
+soon as its last input row is in (so only ~kh rows of accumulators are live). Every
+offset is known, so the row loops are unrolled and rows in the padding left out, with no
+branches. PLANE_TAPS bounds the unrolled code: a taller plane is split into blocks of
+rows, one work-item each, the blocks meeting the padding (and a last one shifted back to
+end at the map's end) generated apart with their rows known, every other block from its
+first row at run time (`_edge_blocks`).
 """
 
 from __future__ import annotations
@@ -26,12 +29,19 @@ from palimpsest.backends.opencl.kernels.elementwise import _CALLS
 from palimpsest.backends.opencl.kernels.linalg import (
     LANES, _index_type, _lane, _local_size, _vtype,
 )
+from palimpsest.backends.opencl.kernels.window import (
+    _depthwise_lanes, _window_rows, _window_store,
+)
 
 PLANE_ITEMS = 16        # work-items (planes) per work-group
 PLANE_TAPS = 800        # most vector multiply-adds (output rows x vectors x kh x kw)
                         # unrolled in a kernel (2304, a 64x64 3x3: 5.7 s to compile)
 PLANE_VECTORS = 8       # most vectors per output row
 PLANE_ROWS = 4          # fewest output rows per work-item
+
+DEPTHWISE_ITEMS = 64
+DEPTHWISE_ROWS = 4                  # output rows per depthwise work-item (2: 0-25% slower,
+                                    # 6: spills on 5x5 kernels)
 
 
 def _pieces(n: int) -> list:
@@ -99,7 +109,7 @@ def plane_rows(t: str, g: dict, epilogue):
 def plane_weights(t: str, ix: str, g: dict) -> list:
     """A depthwise kernel's lines that find, from `plane` (image * M + output channel),
     its channel m and image, the input channel's plane `xc` and the kernel's taps as
-    w{p}_{q} (conv.py's depthwise kernel has them too)."""
+    w{p}_{q} (`_depthwise` has them too)."""
     kh, kw, h, wd, c, m = g["kh"], g["kw"], g["h"], g["wd"], g["c"], g["m"]
     return [f"  const {ix} m = plane % {m}, image = plane / {m};\n",
             f"  __global const {t}* xc = x + (image * {c} + m / {m // c}) * {h * wd};\n",
@@ -241,3 +251,59 @@ def depthwise_planes(call, t: str, g: dict, has_bias: bool, epilogue, lanes: int
     functions = epilogue.source() if epilogue is not None else ""
     return Launch(functions + "".join(lines), "depthwise_planes", size,
                   _local_size(size, PLANE_ITEMS, call.device), args)
+
+
+def _depthwise(call, t: str, g: dict, has_bias: bool, epilogue) -> Launch:
+    """One input channel per group: each work-item computes DEPTHWISE_ROWS output rows x
+    one vector of output columns of one channel, reading the input rows in place: per
+    input row the block meets, that row's kw tap vectors are loaded once and multiplied
+    into every output row the row meets (each was loaded per output row before). Rows
+    outside the input are skipped. The vectors of a row whose taps all lie inside the
+    input rows load plainly; the others (at the row's edges: the first, the last...) are
+    generated apart, their column offsets known, each tap's vector one load inside the
+    row with its lanes moved into place and the padding's lanes zero (`_edge_load`; a
+    clamped, masked gather only where no load fits). The old kernel gathered every tap
+    of an edge vector lane by lane: 2/3 of the work-items on 20-wide maps. The last vector
+    of a row and the last block of rows are shifted back to end at the map's edge, so
+    every store is whole; the columns and rows another work-item stores are not stored
+    twice (an epilogue's in may be the out itself)."""
+    kh, kw, sh, sw, dh, dw = g["kh"], g["kw"], g["sh"], g["sw"], g["dh"], g["dw"]
+    ho, wo, h, wd, c, m = g["ho"], g["wo"], g["h"], g["wd"], g["c"], g["m"]
+    top, left = g["top"], g["left"]
+    ix = _index_type(*call.ins, call.outs[0])
+    lanes = _depthwise_lanes(t, wo)
+    rows = min(ho, DEPTHWISE_ROWS)
+    vt = _vtype(t, lanes)
+    buffers = [("x", t, False), ("w", t, False)] + ([("bias", t, False)] if has_bias else []) \
+        + [("y", t, True)] + (epilogue.buffers if epilogue is not None else [])
+    vectors = -(-wo // lanes)
+    col_shift = wo % lanes != 0
+    row_shift = ho % rows != 0
+    taps = _window_rows(t, lanes, rows, (kh, kw), (sh, sw), (dh, dw), left, wo, h, wd,
+                        lambda o, p, q: f"acc{o} = fma(v{q}, ({vt})(w{p}_{q}), acc{o});")
+    lines = [f"__kernel void depthwise({params(*buffers)}) {{\n{bind(*buffers)}\n"
+             f"  const {ix} block = get_global_id(0) * {lanes}, "
+             f"first = get_global_id(1) * {rows};\n"
+             f"  const {ix} plane = get_global_id(2);\n"   # image * M + output channel
+             f"  const {ix} ow0 = {f'min(block, ({ix}){wo - lanes})' if col_shift else 'block'};\n"
+             f"  const {ix} oh0 = {f'min(first, ({ix}){ho - rows})' if row_shift else 'first'};\n"
+             f"  const {ix} ih0 = oh0 * {sh} - {top}, iw0 = ow0 * {sw} - {left};\n"]
+    lines += plane_weights(t, ix, g)
+    lines += [f"  {vt} acc{o} = 0;\n" for o in range(rows)]
+    lines.append(taps(vectors))
+    for o in range(rows):
+        value = f"acc{o} + ({vt})(bias[m])" if has_bias else f"acc{o}"
+        row = f"(plane * {ho} + oh0 + {o}) * {wo}"
+        fused = "" if epilogue is None else "\n    " + epilogue.apply_lanes(
+            "v", lanes, f"{row} + ow0", 1, in_row=True)
+        store = _window_store(t, lanes, col_shift)
+        guard = f"if (oh0 + {o} >= first) " if row_shift else ""
+        lines.append(f"  {guard}{{\n    {vt} v = {value};{fused}\n"
+                     f"    __global {t}* yr = y + {row} + ow0;\n    {store}\n  }}\n")
+    lines.append("}\n")
+    args = [ref("in", 0), ref("in", 1)] + ([ref("in", 2)] if has_bias else []) \
+        + [ref("out", 0)] + (epilogue.args if epilogue is not None else [])
+    size = (vectors, -(-ho // rows), g["n"] * m)
+    functions = epilogue.source() if epilogue is not None else ""
+    return Launch(functions + "".join(lines), "depthwise", size,
+                  _local_size(size, DEPTHWISE_ITEMS, call.device), args)

@@ -40,10 +40,10 @@ from palimpsest.backends.opencl.kernels.base import (
     Launch, Unsupported, bind, broadcast_index, generator, literal, params, ref, round_up,
     strides_of,
 )
-from palimpsest.backends.opencl.kernels.conv import (
+from palimpsest.backends.opencl.kernels.linalg import _local_size, _vtype
+from palimpsest.backends.opencl.kernels.window import (
     _depthwise_lanes, _window_rows, _window_store,
 )
-from palimpsest.backends.opencl.kernels.linalg import _local_size, _vtype
 
 FLOATS = ("float", "double")
 
@@ -428,14 +428,14 @@ POOL_ITEMS = 64
 
 def _vector_pool(call, t: str, is_max: bool):
     """A float max pool (any pads, dilations, ceil_mode) or an unpadded average pool as
-    the depthwise conv runs (conv.py, `_depthwise`): each work-item POOL_ROWS output
-    rows x one vector of output columns of one plane; per input row the block meets, its
-    kw tap vectors loaded once and combined into every output row the row meets; rows
-    outside the input skipped, the vectors at a row's edges generated apart with the
-    lanes outside the input -inf (a max ignores them, as the numpy kernel does); the last
-    vector and row block shifted back, nothing stored twice. The per-element kernel ran
-    loops of run-time bounds per output (ppocr_v6_tiny_det's 2x2 / 1 pool on 16 x 160 x
-    160: 4.4 ms on PoCL)."""
+    the depthwise conv runs (depthwise.py, `_depthwise`, on window.py's `_window_rows`):
+    each work-item POOL_ROWS output rows x one vector of output columns of one plane; per
+    input row the block meets, its kw tap vectors loaded once and combined into every
+    output row the row meets; rows outside the input skipped, the vectors at a row's edges
+    generated apart with the lanes outside the input -inf (a max ignores them, as the
+    numpy kernel does); the last vector and row block shifted back, nothing stored twice.
+    The per-element kernel ran loops of run-time bounds per output (ppocr_v6_tiny_det's
+    2x2 / 1 pool on 16 x 160 x 160: 4.4 ms on PoCL)."""
     x, y = call.ins[0], call.outs[0]
     config = call.config
     n, c, h, w = x.shape
