@@ -49,6 +49,56 @@ def compare_backends(module_or_path, inputs: dict, *, rtol: float = 1e-4, atol: 
     return expected, actual, stats
 
 
+def recurrent_model(tmp_path, op_type: str, values: dict, names: list, outputs,
+                    x_shape, *, r_input: bool = False, **attrs) -> tuple:
+    """A one-node ONNX `op_type` (LSTM, GRU) saved to tmp_path: `names` its ins ("" for
+    one left out), `values` those other than X (sequence lengths "L" as int32, the rest
+    float32), R a graph input when `r_input` (not a constant: prepack-weights leaves it
+    as given, packed_r = 0); X random. Returns (path, feeds, model)."""
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper
+
+    names = list(names)
+    while not names[-1]:
+        names.pop()
+    used = {k: v for k, v in values.items() if k in names}
+    feeds = {"X": np.random.default_rng(5).standard_normal(x_shape).astype(np.float32)}
+    inputs = [h.make_tensor_value_info("X", T.FLOAT, list(x_shape))]
+    if r_input:
+        feeds["R"] = used.pop("R").astype(np.float32)
+        inputs.append(h.make_tensor_value_info("R", T.FLOAT, list(feeds["R"].shape)))
+    node = h.make_node(op_type, names, list(outputs), **attrs)
+    graph = h.make_graph(
+        [node], op_type.lower(), inputs,
+        [h.make_tensor_value_info(o, T.FLOAT, None) for o in outputs if o],
+        initializer=[numpy_helper.from_array(v.astype(np.int32 if k == "L" else np.float32), k)
+                     for k, v in used.items()])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 14)])
+    model.ir_version = 8
+    path = tmp_path / f"{op_type.lower()}.onnx"
+    onnx.save(model, str(path))
+    return str(path), feeds, model
+
+
+def on_device_as_onnxruntime(path: str, feeds: dict, model, op_name: str, *,
+                             tolerance: float = 1e-5) -> None:
+    """`compare_backends` on the ONNX model saved at `path` (poisoning on), `op_name`
+    run on the device, and the OpenCL results against onnxruntime's (one thread)."""
+    import onnxruntime as ort
+
+    _, got, stats = compare_backends(path, feeds, rtol=tolerance, atol=tolerance, poison=True)
+    assert op_name not in stats.host_ops
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), options)
+    names = [o.name for o in model.graph.output]
+    for name, want in zip(names, session.run(names, feeds)):
+        np.testing.assert_allclose(got[name], want, rtol=tolerance, atol=tolerance,
+                                   err_msg=name)
+
+
 def record_calls(monkeypatch, module, name: str) -> list:
     """Wrap `module.name` (a generator's form) so that each call's arguments are appended
     to the list returned: which form a launch took."""

@@ -12,11 +12,8 @@ np = pytest.importorskip("numpy")
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from onnx import TensorProto as T  # noqa: E402
-from onnx import helper as h  # noqa: E402
-from onnx import numpy_helper  # noqa: E402
-
-from opencl_support import compare_backends, requires_opencl  # noqa: E402
+from opencl_support import (  # noqa: E402
+    compare_backends, on_device_as_onnxruntime, recurrent_model, requires_opencl)
 
 LSTM = "kernel.lstm"
 
@@ -24,8 +21,8 @@ LSTM = "kernel.lstm"
 def _model(tmp_path, direction="forward", *, steps=5, batch=1, size=12, hidden=16,
            bias=True, initial=False, outputs=("Y", "Y_h", "Y_c"), r_input=False,
            peepholes=False, lengths=None, **attrs):
-    """An ONNX LSTM saved to tmp_path; R a graph input when `r_input` (not a constant:
-    prepack-weights leaves it as given, packed_r = 0). Returns (path, feeds, model)."""
+    """An ONNX LSTM saved to tmp_path (opencl_support.recurrent_model); R a graph input
+    when `r_input`. Returns (path, feeds, model)."""
     rng = np.random.default_rng(3)
     dirs = 2 if direction == "bidirectional" else 1
     inits = {"W": rng.uniform(-0.5, 0.5, (dirs, 4 * hidden, size)),
@@ -33,52 +30,17 @@ def _model(tmp_path, direction="forward", *, steps=5, batch=1, size=12, hidden=1
              "H0": rng.uniform(-1, 1, (dirs, batch, hidden)),
              "C0": rng.uniform(-1, 1, (dirs, batch, hidden)),
              "P": rng.uniform(-0.5, 0.5, (dirs, 3 * hidden))}
-    r = rng.uniform(-0.5, 0.5, (dirs, 4 * hidden, hidden)).astype(np.float32)
     names = ["X", "W", "R", "B" if bias else "", "L" if lengths else "",
              "H0" if initial else "", "C0" if initial else "", "P" if peepholes else ""]
-    while not names[-1]:
-        names.pop()
-    used = {k: v for k, v in inits.items() if k in names}
+    inits["R"] = rng.uniform(-0.5, 0.5, (dirs, 4 * hidden, hidden))
     if lengths:
-        used["L"] = np.array(lengths, np.int32)
-    node = h.make_node("LSTM", names, list(outputs), direction=direction,
-                       hidden_size=hidden, **attrs)
-    inputs = [h.make_tensor_value_info("X", T.FLOAT, [steps, batch, size])]
-    if r_input:
-        inputs.append(h.make_tensor_value_info("R", T.FLOAT, list(r.shape)))
-    else:
-        used["R"] = r
-    graph = h.make_graph(
-        [node], "lstm", inputs,
-        [h.make_tensor_value_info(o, T.FLOAT, None) for o in outputs if o],
-        initializer=[numpy_helper.from_array(v.astype(np.int32 if k == "L" else np.float32), k)
-                     for k, v in used.items()])
-    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 14)])
-    model.ir_version = 8
-    path = tmp_path / "lstm.onnx"
-    onnx.save(model, str(path))
-    feeds = {"X": np.random.default_rng(5).standard_normal((steps, batch, size))
-             .astype(np.float32)}
-    if r_input:
-        feeds["R"] = r
-    return str(path), feeds, model
-
-
-def _onnxruntime(model, feeds) -> dict:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = ort.InferenceSession(model.SerializeToString(), options)
-    names = [o.name for o in model.graph.output]
-    return dict(zip(names, session.run(names, feeds)))
+        inits["L"] = np.array(lengths)
+    return recurrent_model(tmp_path, "LSTM", inits, names, outputs, (steps, batch, size),
+                           r_input=r_input, direction=direction, hidden_size=hidden, **attrs)
 
 
 def _on_device(tmp_path, direction="forward", **kwargs):
-    path, feeds, model = _model(tmp_path, direction, **kwargs)
-    _, got, stats = compare_backends(path, feeds, rtol=1e-5, atol=1e-5, poison=True)
-    assert LSTM not in stats.host_ops
-    expected = _onnxruntime(model, feeds)
-    for name, want in expected.items():
-        np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-5, err_msg=name)
+    on_device_as_onnxruntime(*_model(tmp_path, direction, **kwargs), LSTM)
 
 
 @requires_opencl

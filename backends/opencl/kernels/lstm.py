@@ -21,6 +21,9 @@ A work-group runs its direction's steps in order, its state in local memory:
    projection, into the gates; the gates (i, o, f, c) make c and h (sigmoid as
    0.5 (1 + tanh(x / 2)), as the numpy kernel computes it), h written to Y.
 
+The float GRU (gru.py) is made of the same pieces: `checked`, `chunk_steps`, `prelude`,
+`kernel_head`, `projection` and `recurrence` (a product by R over a range of gate columns).
+
 What it leaves to the host (Unsupported): sequence_lens, peepholes, clip,
 input_forget, layout 1, activations other than the defaults, other than float32, a
 gate vector that does not fit local memory.
@@ -41,9 +44,10 @@ STEP_BLOCK = 4
 # the cell's step of one unit as the numpy kernel computes it (recurrent.py's int8 LSTM
 # shares it): sigmoid as 0.5 (1 + tanh(x / 2)); unit j's gates i, o, f, c at j, H + j,
 # 2H + j, 3H + j; its new c and h into cs and hs, h returned
-LSTM_CELL = """
+SIGMOID = """
 inline float sigmoid_(float v) { return 0.5f * (1.0f + tanh(0.5f * v)); }
-
+"""
+LSTM_CELL = SIGMOID + """
 inline float lstm_cell(__local const float* gate, __local float* cs, __local float* hs,
                        const int j) {
   const float i_ = sigmoid_(gate[j]), o = sigmoid_(gate[H + j]);
@@ -60,9 +64,12 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _checked(call: KernelCall) -> dict:
+def checked(call: KernelCall, gate_count: int = 4, activations=_DEFAULT_ACTIVATIONS,
+            states=("initial_h", "initial_c")) -> dict:
     """The op's operands by role (None when absent) and its sizes, after the checks of
-    what runs on the device; Unsupported otherwise."""
+    what runs on the device; Unsupported otherwise. `gate_count`, `activations` (the
+    defaults, per direction) and `states` (initial state ins) are the op's: LSTM's by
+    default, gru.py passes GRU's."""
     config = call.config
     given = [_text(n) for n in config.get("optional_ins") or []]
     if len(call.ins) != 3 + len(given):
@@ -71,7 +78,7 @@ def _checked(call: KernelCall) -> dict:
     direction = _text(config.get("direction", "forward"))
     dirs = 2 if direction == "bidirectional" else 1
     names = [_text(n) for n in config.get("activations") or []]
-    if names not in ([], list(_DEFAULT_ACTIVATIONS) * dirs):
+    if names not in ([], list(activations) * dirs):
         raise Unsupported(f"activations {names}")
     if config.get("clip") is not None or int(config.get("input_forget", 0) or 0) \
             or int(config.get("layout", 0) or 0):
@@ -86,17 +93,18 @@ def _checked(call: KernelCall) -> dict:
     steps, batch, size = x.shape
     packed = bool(int(config.get("packed_r", 0) or 0))
     hidden = r.shape[-1] if r.shape else 0
-    gates = 4 * hidden
-    want_r = (dirs, 4, hidden, hidden) if packed else (dirs, gates, hidden)
+    gates = gate_count * hidden
+    want_r = (dirs, gate_count, hidden, hidden) if packed else (dirs, gates, hidden)
     if not hidden or w.shape != (dirs, gates, size) or r.shape != want_r:
         raise Unsupported(f"W {list(w.shape)}, R {list(r.shape)}")
     if "B" in ins and ins["B"].shape != (dirs, 2 * gates):
         raise Unsupported(f"B {list(ins['B'].shape)}")
-    for name in ("initial_h", "initial_c"):
+    for name in states:
         if name in ins and ins[name].shape != (dirs, batch, hidden):
             raise Unsupported(f"{name} {list(ins[name].shape)}")
     outs = list(call.outs)
-    if not 1 <= len(outs) <= 3 or outs[0].shape != (steps, dirs, batch, hidden) \
+    if not 1 <= len(outs) <= 1 + len(states) \
+            or outs[0].shape != (steps, dirs, batch, hidden) \
             or any(o.shape != (dirs, batch, hidden) for o in outs[1:]) \
             or any(o.dtype != np.float32 for o in outs):
         raise Unsupported("outs")
@@ -136,72 +144,38 @@ inline void dot{rows}_{space.strip('_')}({args}, __global const float* m, const 
 }}"""
 
 
-def _widths(hidden: int, limit: int) -> tuple:
+def widths(hidden: int, limit: int, gate_count: int = 4) -> tuple:
     """(V, U, items): the packed product's vectors of V gate columns (V divides H: a
     vector stays in one gate's contiguous row of R^T), U of them a work-item (more
-    independent sums; PoCL runs a group's work-items as loops), the group's items."""
+    independent sums; PoCL runs a group's work-items as loops; U divides the vectors of
+    `gate_count` gates), the group's items."""
     width = next(v for v in (16, 8, 4, 2, 1) if hidden % v == 0)
-    vectors = 4 * hidden // width
+    vectors = gate_count * hidden // width
     per = next(u for u in (4, 2, 1) if vectors % u == 0)
     return width, per, max(1, min(vectors // per, limit, 256))
 
 
-@generator("kernel.lstm")
-def lstm(call: KernelCall) -> list:
-    op = _checked(call)
-    ins = op["ins"]
-    dirs, steps, batch, size, hidden, gates = (
-        op[k] for k in ("dirs", "steps", "batch", "size", "hidden", "gates"))
-    limit = min(call.device.max_work_group_size, call.device.max_work_item_sizes[0])
-    width, per, items = _widths(hidden, limit)
-    fixed = 4 * (2 * hidden + gates) + 64
-    chunk = min(steps, (call.device.local_mem_size - fixed) // (4 * gates))
+def chunk_steps(call: KernelCall, op: dict, fixed_floats: int) -> int:
+    """Steps whose projection local memory holds beside `fixed_floats` other floats
+    (at least one step; Unsupported otherwise)."""
+    gates = op["gates"]
+    chunk = min(op["steps"], (call.device.local_mem_size - 4 * fixed_floats - 64) // (4 * gates))
     if chunk < 1:
         raise Unsupported(f"{gates} gates past {call.device.local_mem_size} bytes of "
                           "local memory")
-    vtype, load, store = _vector(width)
-    present = [name for name in ("B", "initial_h", "initial_c") if name in ins]
-    names = ["y", "yh", "yc"][:len(call.outs)]
-    buffers = [("x", "float", False), ("w", "float", False), ("r", "float", False)] + [
-        (name.lower(), "float", False) for name in present] + [
-        (name, "float", True) for name in names]
-    bias = "B" in ins
-    if op["packed"]:
-        product = f"""
-    for (int gi = lid; gi < NV / U; gi += LS) {{
-      {vtype} acc[U];
-      __global const float* rows[U];
-      for (int v = 0; v < U; ++v) {{
-        const int col = (gi * U + v) * V;
-        rows[v] = rd + (col / H) * H * H + col % H;
-        acc[v] = {load.format(p="proj + cur * G + col")};
-      }}
-      for (int k = 0; k < H; ++k) {{
-        const float hk = hs[k];
-        for (int v = 0; v < U; ++v) acc[v] += hk * {load.format(p="rows[v] + k * H")};
-      }}
-      for (int v = 0; v < U; ++v) {store.format(v="acc[v]", p="gate + (gi * U + v) * V")};
-    }}"""
-    else:   # R as given: row g of R is gate column g's weights, a dot product with h
-        product = """
-    for (int g = lid; g < G; g += LS) {
-      float sum[1];
-      dot1_local(hs, rd + g * H, H, sum);
-      gate[g] = sum[0] + proj[cur * G + g];
-    }"""
-    block = range(STEP_BLOCK)
-    rows = " ".join(f"const int q{i} = min(p0 + {i}, end - 1);" for i in block)
-    x_rows = ", ".join(
-        f"x + ((reverse ? T - 1 - q{i} : q{i}) * NB + n) * I" for i in block)
-    stores = " ".join(f"if (p0 + {i} < end) proj[(q{i} - s0) * G + g] = out[{i}] + b_g;"
-                      for i in block)
-    source = f"""
-#define T {steps}
-#define NB {batch}
-#define I {size}
-#define H {hidden}
-#define G {gates}
-#define D {dirs}
+    return chunk
+
+
+def prelude(op: dict, chunk: int, width: int, per: int, items: int) -> str:
+    """The program's sizes as macros and the dot products the projection (and an R as
+    given) use."""
+    return f"""
+#define T {op["steps"]}
+#define NB {op["batch"]}
+#define I {op["size"]}
+#define H {op["hidden"]}
+#define G {op["gates"]}
+#define D {op["dirs"]}
 #define S {chunk}
 #define LS {items}
 #define V {width}
@@ -214,21 +188,114 @@ inline float hsum16(float16 v) {{
 }}
 {_dots("__global", STEP_BLOCK)}
 {_dots("__local", 1)}
-{LSTM_CELL}
+"""
 
-__kernel __attribute__((reqd_work_group_size(LS, 1, 1)))
-void lstm({params(*buffers)}) {{
+
+def projection(bias: str) -> str:
+    """The loop making X W^T plus `bias` (a C expression of gate column g) of a chunk's
+    steps s0 .. end into `proj` (in the order they run), a gate column at a time."""
+    block = range(STEP_BLOCK)
+    rows = " ".join(f"const int q{i} = min(p0 + {i}, end - 1);" for i in block)
+    x_rows = ", ".join(
+        f"x + ((reverse ? T - 1 - q{i} : q{i}) * NB + n) * I" for i in block)
+    stores = " ".join(f"if (p0 + {i} < end) proj[(q{i} - s0) * G + g] = out[{i}] + b_g;"
+                      for i in block)
+    return f"""
+    for (int g = lid; g < G; g += LS) {{
+      __global const float* wr = wd + g * I;
+      const float b_g = {bias};
+      for (int p0 = s0; p0 < end; p0 += {STEP_BLOCK}) {{
+        {rows}
+        float out[{STEP_BLOCK}];
+        dot{STEP_BLOCK}_global({x_rows}, wr, I, out);
+        {stores}
+      }}
+    }}"""
+
+
+def recurrence(packed: bool, width: int, state: str, first: str, count: str,
+               init: str | None) -> str:
+    """The loop putting gate columns first .. first + count of `state` R^T (plus
+    `init`'s columns, a local array, where given) into `gate`. Packed (prepack-weights'
+    R^T per gate): each work-item's U V-wide vectors of gate columns, the rows of R^T
+    read as vectors, state[k] broadcast; R as given (dirs x G x H): one dot product a
+    gate column, as W's."""
+    vtype, load, store = _vector(width)
+    if packed:
+        start = load.format(p=f"{init} + col") if init else f"({vtype})(0.0f)"
+        return f"""
+    for (int gi = lid; gi < ({count}) / (U * V); gi += LS) {{
+      {vtype} acc[U];
+      __global const float* rows[U];
+      for (int v = 0; v < U; ++v) {{
+        const int col = {first} + (gi * U + v) * V;
+        rows[v] = rd + (col / H) * H * H + col % H;
+        acc[v] = {start};
+      }}
+      for (int k = 0; k < H; ++k) {{
+        const float hk = {state}[k];
+        for (int v = 0; v < U; ++v) acc[v] += hk * {load.format(p="rows[v] + k * H")};
+      }}
+      for (int v = 0; v < U; ++v)
+        {store.format(v="acc[v]", p=f"gate + {first} + (gi * U + v) * V")};
+    }}"""
+    return f"""
+    for (int g = {first} + lid; g < {first} + {count}; g += LS) {{
+      float sum[1];
+      dot1_local({state}, rd + g * H, H, sum);
+      gate[g] = sum[0]{f" + {init}[g]" if init else ""};
+    }}"""
+
+
+def operands(op: dict, optional: tuple, out_names: list, outs: int) -> tuple:
+    """(out names, buffers, args) of the kernel: X, W, R, the `optional` ins given (as
+    lower-case names), then the outs (the first `outs` of `out_names`)."""
+    ins = op["ins"]
+    present = [name for name in optional if name in ins]
+    names = out_names[:outs]
+    buffers = [("x", "float", False), ("w", "float", False), ("r", "float", False)] + [
+        (name.lower(), "float", False) for name in present] + [
+        (name, "float", True) for name in names]
+    slot = {role: index for index, role in enumerate(ins)}   # (X, W, R, optional_ins)
+    args = [ref("in", slot[role]) for role in ["X", "W", "R"] + present] + [
+        ref("out", index) for index in range(len(names))]
+    return names, buffers, args
+
+
+def kernel_head(name: str, buffers: list, op: dict, states: tuple) -> str:
+    """The kernel's signature and first lines: its direction d and batch entry n, the
+    local arrays (the projections, `states` of H floats each, the gates) and the
+    direction's W and R."""
+    arrays = "\n".join(f"  __local float {state}[H];" for state in states)
+    return f"""__kernel __attribute__((reqd_work_group_size(LS, 1, 1)))
+void {name}({params(*buffers)}) {{
 {bind(*buffers)}
   const int d = get_group_id(0) / NB;
   const int n = get_group_id(0) % NB;
   const int lid = get_local_id(0);
   const int reverse = {1 if op["reverse_all"] else 0} || d == 1;
   __local float proj[S * G];
-  __local float hs[H];
-  __local float cs[H];
+{arrays}
   __local float gate[G];
   __global const float* wd = w + d * G * I;
-  __global const float* rd = r + d * G * H;
+  __global const float* rd = r + d * G * H;"""
+
+
+@generator("kernel.lstm")
+def lstm(call: KernelCall) -> list:
+    op = checked(call)
+    ins = op["ins"]
+    dirs, batch, hidden, gates = (op[k] for k in ("dirs", "batch", "hidden", "gates"))
+    limit = min(call.device.max_work_group_size, call.device.max_work_item_sizes[0])
+    width, per, items = widths(hidden, limit)
+    chunk = chunk_steps(call, op, 2 * hidden + gates)
+    names, buffers, args = operands(op, ("B", "initial_h", "initial_c"), ["y", "yh", "yc"],
+                                    len(call.outs))
+    bias = "B" in ins
+    source = f"""{prelude(op, chunk, width, per, items)}
+{LSTM_CELL}
+
+{kernel_head("lstm", buffers, op, ("hs", "cs"))}
   for (int j = lid; j < H; j += LS) {{
     hs[j] = {"initial_h[(d * NB + n) * H + j]" if "initial_h" in ins else "0.0f"};
     cs[j] = {"initial_c[(d * NB + n) * H + j]" if "initial_c" in ins else "0.0f"};
@@ -236,21 +303,12 @@ void lstm({params(*buffers)}) {{
   for (int s0 = 0; s0 < T; s0 += S) {{
     // X W^T + Wb + Rb of the chunk's steps (in the order they run), a gate column at a time
     const int end = min(s0 + S, T);
-    for (int g = lid; g < G; g += LS) {{
-      __global const float* wr = wd + g * I;
-      const float b_g = {"b[d * 2 * G + g] + b[d * 2 * G + G + g]" if bias else "0.0f"};
-      for (int p0 = s0; p0 < end; p0 += {STEP_BLOCK}) {{
-        {rows}
-        float out[{STEP_BLOCK}];
-        dot{STEP_BLOCK}_global({x_rows}, wr, I, out);
-        {stores}
-      }}
-    }}
+{projection("b[d * 2 * G + g] + b[d * 2 * G + G + g]" if bias else "0.0f")}
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int s = s0; s < end; ++s) {{
       const int t = reverse ? T - 1 - s : s;
       const int cur = s - s0;
-{product}
+{recurrence(op["packed"], width, "hs", "0", "G", "(proj + cur * G)")}
       barrier(CLK_LOCAL_MEM_FENCE);
       for (int j = lid; j < H; j += LS) {{
         const float h = lstm_cell(gate, cs, hs, j);
@@ -265,7 +323,4 @@ void lstm({params(*buffers)}) {{
   }}
 }}
 """
-    slot = {role: index for index, role in enumerate(ins)}   # (X, W, R, optional_ins)
-    args = [ref("in", slot[role]) for role in ["X", "W", "R"] + present] + [
-        ref("out", index) for index in range(len(names))]
     return [Launch(source, "lstm", (dirs * batch * items,), (items,), args)]
