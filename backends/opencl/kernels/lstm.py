@@ -64,6 +64,22 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def directions(config: dict, activations=_DEFAULT_ACTIVATIONS) -> tuple:
+    """(directions, whether all run in reverse) of a recurrent op's `config`, after the
+    checks of the attributes every device kernel of this family declines: activations
+    other than the defaults (per direction), clip, input_forget, layout 1 (recurrent.py's
+    int8 LSTM checks its own with it)."""
+    direction = _text(config.get("direction", "forward"))
+    dirs = 2 if direction == "bidirectional" else 1
+    names = [_text(n) for n in config.get("activations") or []]
+    if names not in ([], list(activations) * dirs):
+        raise Unsupported(f"activations {names}")
+    if config.get("clip") is not None or int(config.get("input_forget", 0) or 0) \
+            or int(config.get("layout", 0) or 0):
+        raise Unsupported("clip, input_forget or layout 1")
+    return dirs, direction == "reverse"
+
+
 def checked(call: KernelCall, gate_count: int = 4, activations=_DEFAULT_ACTIVATIONS,
             states=("initial_h", "initial_c")) -> dict:
     """The op's operands by role (None when absent) and its sizes, after the checks of
@@ -75,14 +91,7 @@ def checked(call: KernelCall, gate_count: int = 4, activations=_DEFAULT_ACTIVATI
     if len(call.ins) != 3 + len(given):
         raise Unsupported("operands")
     ins = dict(zip(["X", "W", "R"] + given, call.ins))
-    direction = _text(config.get("direction", "forward"))
-    dirs = 2 if direction == "bidirectional" else 1
-    names = [_text(n) for n in config.get("activations") or []]
-    if names not in ([], list(activations) * dirs):
-        raise Unsupported(f"activations {names}")
-    if config.get("clip") is not None or int(config.get("input_forget", 0) or 0) \
-            or int(config.get("layout", 0) or 0):
-        raise Unsupported("clip, input_forget or layout 1")
+    dirs, reverse_all = directions(config, activations)
     if "sequence_lens" in ins or "P" in ins:
         raise Unsupported("sequence_lens or peepholes")
     x, w, r = ins["X"], ins["W"], ins["R"]
@@ -110,7 +119,7 @@ def checked(call: KernelCall, gate_count: int = 4, activations=_DEFAULT_ACTIVATI
         raise Unsupported("outs")
     if not steps or not batch:
         raise Unsupported("no steps or no batch")
-    return dict(ins=ins, dirs=dirs, reverse_all=direction == "reverse", steps=steps,
+    return dict(ins=ins, dirs=dirs, reverse_all=reverse_all, steps=steps,
                 batch=batch, size=size, hidden=hidden, gates=gates, packed=packed)
 
 

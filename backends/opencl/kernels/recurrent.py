@@ -37,12 +37,11 @@ import numpy as np
 
 from palimpsest.backends.opencl.kernels.base import (
     KernelCall, Launch, Unsupported, bind, generator, params, ref)
-from palimpsest.backends.opencl.kernels.lstm import LSTM_CELL
+from palimpsest.backends.opencl.kernels.lstm import LSTM_CELL, directions
 
 # rows summed in float32 before the sum moves to an int: 256 products of at most
 # 255 x 255 stay below 2**24, so each float sum is the exact integer
 CHUNK = 256
-_DEFAULT_ACTIVATIONS = ("Sigmoid", "Tanh", "Tanh")
 
 # (slot, name) of the op's operands (ONNX order)
 _SLOTS = ("x", "w", "r", "b", "lengths", "h0", "c0", "p", "w_scale", "w_zero", "r_scale",
@@ -61,23 +60,12 @@ inline void quantization(float lo, float hi, __local float* q) {
 """
 
 
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _checked(call: KernelCall) -> dict:
     """The op's operands by name (None when absent), after the checks of what runs on
     the device; Unsupported otherwise."""
     ins = dict(zip(_SLOTS, list(call.ins) + [None] * (len(_SLOTS) - len(call.ins))))
     config = call.config
-    names = [_text(n) for n in config.get("activations") or []]
-    direction = _text(config.get("direction", "forward"))
-    dirs = 2 if direction == "bidirectional" else 1
-    if names not in ([], list(_DEFAULT_ACTIVATIONS) * dirs):
-        raise Unsupported(f"activations {names}")
-    if config.get("clip") is not None or int(config.get("input_forget", 0)) \
-            or int(config.get("layout", 0)):
-        raise Unsupported("clip, input_forget or layout 1")
+    dirs, reverse_all = directions(config)
     if ins["lengths"] is not None or ins["p"] is not None:
         raise Unsupported("sequence_lens or peepholes")
     x, w, r = ins["x"], ins["w"], ins["r"]
@@ -113,7 +101,7 @@ def _checked(call: KernelCall) -> dict:
             or any(o.shape != (dirs, 1, hidden) for o in outs[1:]) \
             or any(o.dtype != np.float32 for o in outs):
         raise Unsupported("outs")
-    ins.update(dirs=dirs, reverse_all=direction == "reverse", steps=steps, size=size,
+    ins.update(dirs=dirs, reverse_all=reverse_all, steps=steps, size=size,
                hidden=hidden, gates=gates)
     return ins
 
