@@ -55,8 +55,7 @@ class Centred:
     when that is below 2**24 (`exact_narrow`), in float64 below 2**53 (any 8-bit
     product shorter than 10**11)."""
 
-    __slots__ = ("bound", "_narrow", "_wide", "_layouts", "_source", "ref", "zero",
-                 "__weakref__")
+    __slots__ = ("bound", "_narrow", "_wide", "_layouts", "_source", "ref", "__weakref__")
 
     def __init__(self, values, zero, zero_shape, contract):
         # the bound from integers: an 8-bit weight less its zero point fits int16 (half
@@ -127,12 +126,12 @@ def centred(values, zero=None, zero_shape=(), contract=(0,)) -> Centred:
         return Centred(values, zero, zero_shape, contract)
     key = (id(values), id(zero), tuple(zero_shape), tuple(contract))
     entry = _CENTRED.get(key)
-    if entry is not None and entry.ref() is values and entry.zero is zero:
+    if entry is not None and entry.ref() is values and entry._source[1] is zero:
         return entry
     entry = Centred(values, zero, zero_shape, contract)
     entry.ref = weakref.ref(values, lambda _, key=key: _CENTRED.pop(key, None))
-    entry._source = (None,) + entry._source[1:]   # (made from `ref`: the cache keeps no
-    entry.zero = zero                              # strong reference to the constant)
+    # its floats made from `ref`: the cache keeps no strong reference to the constant
+    entry._source = (None,) + entry._source[1:]
     _CENTRED[key] = entry
     return entry
 
