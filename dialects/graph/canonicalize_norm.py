@@ -27,7 +27,7 @@ kernel computes (x - mean) · inv · g + b in that order, as the ops do.
 from __future__ import annotations
 
 from palimpsest.dialects.graph import shapes as S
-from palimpsest.dialects.graph.canonicalize import _const, attach
+from palimpsest.dialects.graph.canonicalize import _axes, _const, attach
 from palimpsest.dialects.graph.ops_base import constant_values
 from palimpsest.dialects.graph.ops_constant import ConstantOp
 from palimpsest.ir import attributes as A
@@ -47,11 +47,8 @@ def _trailing_axes(axes_op, mean_op, rank: int) -> int | None:
     keep = mean_op.properties.get("keepdims")
     if keep is not None and keep.value != 1:
         return None
-    known = constant_values(axes_op.results[0])
-    if not known or any(not -rank <= a < rank for a in known):
-        return None
-    axes = sorted({int(a) % rank for a in known})
-    if len(axes) != len(known) or axes != list(range(rank - len(axes), rank)):
+    axes = _axes(axes_op.results[0], rank)
+    if not axes or axes != list(range(rank - len(axes), rank)):
         return None
     return axes[0]
 
