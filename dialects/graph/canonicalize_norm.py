@@ -73,9 +73,7 @@ def layer_norm_from_parts(rewriter, op, x, d, mean, mean_axes, variance, varianc
     epsilon = _scalar(eps.results[0])
     if epsilon is None or not epsilon >= 0:
         return None
-    ones = TensorType((), t.element_type)
-    one = rewriter.create(ConstantOp, [], [ones], {
-        "value": A.DenseElementsAttr(ones, (1.0,))}).results[0]
+    one = rewriter.insert(ConstantOp.of([1.0], TensorType((), t.element_type))).results[0]
     norm = lookup_op(NORM)([x, one], [t], {
         "axis": A.IntegerAttr(axis, i64), "epsilon": A.FloatAttr(epsilon, f32),
         "stash_type": A.IntegerAttr(_STASH[t.element_type.name], i64)}, location=op.location)

@@ -87,9 +87,7 @@ def scatter_box_to_concat(rewriter, op, data, indices, updates):
     element = result.element_type
 
     def vector(values):
-        type_ = TensorType((len(values),), i64)
-        return rewriter.create(ConstantOp, [], [type_], {
-            "value": A.DenseElementsAttr(type_, tuple(values))}).results[0]
+        return rewriter.insert(ConstantOp.of(values, TensorType((len(values),), i64))).results[0]
 
     def part(begin, end):
         shape = list(data_shape)
