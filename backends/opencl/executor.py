@@ -57,15 +57,17 @@ from palimpsest.backends.opencl.runtime import device as open_device
 
 
 class DeviceArray:
-    """A buffer on the device: `nbytes` from byte `offset` of `mem`, row-major."""
+    """A buffer on the device: `nbytes` from byte `offset` of `mem`, row-major; `host`:
+    a constant's host array (what was uploaded), else None."""
 
-    __slots__ = ("mem", "offset", "shape", "dtype")
+    __slots__ = ("mem", "offset", "shape", "dtype", "host")
 
-    def __init__(self, mem, offset: int, shape: tuple, dtype: np.dtype):
+    def __init__(self, mem, offset: int, shape: tuple, dtype: np.dtype, host=None):
         self.mem = mem
         self.offset = offset
         self.shape = shape
         self.dtype = dtype
+        self.host = host
 
     @property
     def size(self) -> int:
@@ -263,8 +265,9 @@ class OpenCLExecutor(GenericOps, CapturedPrograms, ExecutorLoop):
         return DeviceArray(source.mem, source.offset, tuple(shape), source.dtype)
 
     def constant(self, host) -> DeviceArray:
-        host = np.asarray(host, order="C")
-        return DeviceArray(self.device.upload(host), 0, tuple(host.shape), host.dtype)
+        host = np.asarray(host, order="C").view()
+        host.flags.writeable = False    # read-only, as the numpy backend's constants
+        return DeviceArray(self.device.upload(host), 0, tuple(host.shape), host.dtype, host)
 
     def copy(self, source, target) -> None:
         if source.nbytes:

@@ -167,7 +167,12 @@ class GenericOps:
             if isinstance(array, self.PENDING):
                 host[value] = HostPending(array.type, value)
             elif isinstance(array, self.DEVICE_ARRAY):
-                if (value in workspaces or value in outs) and value not in op.ins:
+                if array.host is not None:
+                    # a constant: the array uploaded, not a download, so that what the
+                    # numpy kernels cache by the array (int8 weights' float copies) is
+                    # made once, not every run
+                    host[value] = array.host
+                elif (value in workspaces or value in outs) and value not in op.ins:
                     host[value] = np.empty(array.shape, array.dtype)  # written, not read
                 else:
                     host[value] = self._download(array)

@@ -125,7 +125,8 @@ class Device:
         self.alignment = max(64, cl_device.mem_base_addr_align // 8)
         self.limits = DeviceLimits(cl_device.max_work_group_size, cl_device.local_mem_size,
                                    cl_device.max_compute_units,
-                                   tuple(cl_device.max_work_item_sizes))
+                                   tuple(cl_device.max_work_item_sizes),
+                                   bool(cl_device.type & cl.device_type.CPU))
         self.name = f"{cl_device.name.strip()} ({cl_device.platform.name.strip()})"
         self.build_stats = BuildStats()
         self._kernels: dict = {}   # (source, name) -> cl.Kernel

@@ -69,6 +69,8 @@ class DeviceLimits:
     compute_units: int = 1
     # work-items a group may have along each dimension (NVIDIA: 1024, 1024, 64)
     max_work_item_sizes: tuple = (256, 256, 64)
+    # the device is the host's own CPU (PoCL's): its cores are numpy's too
+    host_cpu: bool = False
 
 
 @dataclass

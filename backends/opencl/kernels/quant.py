@@ -13,7 +13,8 @@ products exact (float32 sums over CHUNK rows of K, integers below 2**24, added a
 A's zero point subtracted from A as it is read, B's as z_j times the row's sum), then
 float(product) * (a_scale * b_scale) + bias, rounded as the numpy kernel rounds them.
 B is 2-D (a constant weight), the scales and bias per tensor or per column, A's zero
-point per tensor; else, and for N not a multiple of 16, the host (Unsupported).
+point per tensor; else the host (Unsupported). The last N % 16 columns (where N is not a
+multiple of 16) are a second launch, a work-item a column.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ from palimpsest.backends.opencl.kernels.recurrent import CHUNK, QUANTIZATION
 
 # output rows a work-item computes (B's 16-column row read once for them)
 ROWS = 4
+# Where the device is the host's CPU (PoCL), products of more multiply-adds than this run
+# on the host: numpy's kept float copy of B and its BLAS do ~50 G multiply-adds a second
+# there, this kernel ~18 (captcha_ocr_int8's 40 x 1024 x 8210: 6.8 ms against 18.5; its
+# run on PoCL 44.1 -> 31.0 ms, t5_encoder_int8's 100.7 -> 72.7); transfers cost more
+# than that gain on smaller ones
+HOST_PRODUCT = 1 << 20
 # work-items of DynamicQuantizeLinear's one work-group (at most)
 _GROUP = 256
 
@@ -118,8 +125,11 @@ def matmul_integer_to_float(call: KernelCall) -> list:
         raise Unsupported(f"A {list(a.shape)} by a 2-D B {list(b.shape)}")
     depth, columns = b.shape
     rows = int(np.prod(a.shape[:-1]))
-    if columns % 16 or not rows:
-        raise Unsupported(f"{columns} output columns (a multiple of 16)")
+    if not rows or not columns:
+        raise Unsupported("no rows or no columns")
+    if call.device.host_cpu and rows * depth * columns > HOST_PRODUCT:
+        raise Unsupported(f"{rows} x {depth} x {columns} multiply-adds on a CPU device "
+                          f"(the host's BLAS is faster)")
     if any(v is not None and v.dtype != np.float32 for v in (a_scale, b_scale, bias)) \
             or a_scale.size != 1 or (a_zero is not None and (a_zero.size != 1
                                                             or a_zero.dtype != a.dtype)) \
@@ -134,13 +144,39 @@ def matmul_integer_to_float(call: KernelCall) -> list:
                                                        ("bias", "float", bias))
         if arg is not None] + [("y", "float", True)]
 
+    args = [ref("in", 0), ref("in", 1), ref("in", 2), ref("in", 3)] + [
+        ref("in", index) for index, arg in ((4, a_zero), (5, b_zero), (6, bias))
+        if arg is not None] + [ref("out", 0)]
+    blocks, tail = -(-rows // ROWS), columns % 16
+    launches = [Launch(_product_source(16, 0, rows, depth, columns, buffers, per, a_zero,
+                                       b_zero, bias), "matmul_integer_to_float",
+                       (blocks, columns // 16), None, args)] if columns >= 16 else []
+    if tail:    # the last N % 16 columns, a work-item a column
+        launches.append(Launch(_product_source(1, columns - tail, rows, depth, columns,
+                                               buffers, per, a_zero, b_zero, bias),
+                               "matmul_integer_to_float", (blocks, tail), None, args))
+    return launches
+
+
+def _product_source(width: int, first: int, rows: int, depth: int, columns: int, buffers,
+                    per: dict, a_zero, b_zero, bias) -> str:
+    """The kernel whose work-items compute ROWS rows of `width` (16 or 1) output columns
+    each, from column `first`."""
+    floats, ints = ("float", "int") if width == 1 else (f"float{width}", f"int{width}")
+
+    def load(pointer) -> str:
+        return f"(float)({pointer})[0]" if width == 1 else \
+            f"convert_float{width}(vload{width}(0, {pointer}))"
+
+    def store(value, pointer) -> str:
+        return f"({pointer})[0] = {value}" if width == 1 else \
+            f"vstore{width}({value}, 0, {pointer})"
+
     def column(name) -> str:
-        if per[name]:
-            return f"convert_float16(vload16(0, {name} + col))"
-        return f"(float16)((float){name}[0])"
+        return load(f"{name} + col") if per[name] else f"({floats})((float){name}[0])"
 
     block = range(ROWS)
-    source = f"""
+    return f"""
 #define M {rows}
 #define K {depth}
 #define N {columns}
@@ -148,26 +184,21 @@ def matmul_integer_to_float(call: KernelCall) -> list:
 __kernel void matmul_integer_to_float({params(*buffers)}) {{
 {bind(*buffers)}
   const int r0 = get_global_id(0) * {ROWS};
-  const int col = get_global_id(1) * 16;
+  const int col = {first} + get_global_id(1) * {width};
   const float za = {"(float)a_zero[0]" if a_zero is not None else "0.0f"};
 {chr(10).join(f"  const int r{i}_ = min(r0 + {i}, M - 1);" for i in block)}
-  {" ".join(f"int16 p{i} = (int16)(0); float s{i} = 0.0f;" for i in block)}
+  {" ".join(f"{ints} p{i} = ({ints})(0); float s{i} = 0.0f;" for i in block)}
   for (int k0 = 0; k0 < K; k0 += CHUNK) {{
     const int end = min(k0 + CHUNK, K);
-    {" ".join(f"float16 f{i} = (float16)(0.0f);" for i in block)}
+    {" ".join(f"{floats} f{i} = ({floats})(0.0f);" for i in block)}
     for (int k = k0; k < end; ++k) {{
-      const float16 bk = convert_float16(vload16(0, b + k * N + col));
+      const {floats} bk = {load("b + k * N + col")};
 {chr(10).join(f"      const float a{i} = (float)a[r{i}_ * K + k] - za; f{i} += a{i} * bk; s{i} += a{i};" for i in block)}
     }}
-    {" ".join(f"p{i} += convert_int16(f{i});" for i in block)}
+    {" ".join(f"p{i} += convert_{ints}(f{i});" for i in block)}
   }}
-  const float16 scale = a_scale[0] * {column("b_scale")};
-  {f"const int16 zb = convert_int16({column('b_zero')});" if b_zero is not None else ""}
-{chr(10).join(f"  if (r0 + {i} < M) {{ const int16 p = p{i}{' - zb * (int)s' + str(i) if b_zero is not None else ''}; vstore16(convert_float16(p) * scale{' + ' + column('bias') if bias is not None else ''}, 0, y + (r0 + {i}) * N + col); }}" for i in block)}
+  const {floats} scale = a_scale[0] * {column("b_scale")};
+  {f"const {ints} zb = convert_{ints}({column('b_zero')});" if b_zero is not None else ""}
+{chr(10).join(f"  if (r0 + {i} < M) {{ const {ints} p = p{i}{' - zb * (int)s' + str(i) if b_zero is not None else ''}; {store(f'convert_{floats}(p) * scale' + (' + ' + column('bias') if bias is not None else ''), f'y + (r0 + {i}) * N + col')}; }}" for i in block)}
 }}
 """
-    args = [ref("in", 0), ref("in", 1), ref("in", 2), ref("in", 3)] + [
-        ref("in", index) for index, arg in ((4, a_zero), (5, b_zero), (6, bias))
-        if arg is not None] + [ref("out", 0)]
-    return [Launch(source, "matmul_integer_to_float", (-(-rows // ROWS), columns // 16), None,
-                   args)]
