@@ -150,7 +150,7 @@ class GenericOps:
 
         timing = self._events   # profiled: the host's time, transfers in, is the op's
         if timing is not None:
-            self.queue.finish()   # (not the device work queued before it)
+            self._synced()   # (not the device work queued before it)
             start = time.perf_counter()
         if self._host is None:
             self._host = Executor()
@@ -160,6 +160,7 @@ class GenericOps:
         workspaces = list(getattr(op, "workspaces", ()))
         host: dict = {}
         moved = 0
+        reading = False
         for value in op.operands:
             if value in host:
                 continue
@@ -175,10 +176,13 @@ class GenericOps:
                 elif (value in workspaces or value in outs) and value not in op.ins:
                     host[value] = np.empty(array.shape, array.dtype)  # written, not read
                 else:
-                    host[value] = self._download(array)
+                    host[value] = self._download(array, wait=False)
                     moved += array.nbytes
+                    reading = True
             else:
                 host[value] = array
+        if reading:
+            self._synced()   # one wait for all the operands read
         try:
             host_executor._execute(op, host, 0)
         finally:

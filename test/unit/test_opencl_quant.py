@@ -165,32 +165,6 @@ def test_matmul_integer_to_float_columns_not_of_sixteen(tmp_path, columns):
                                    atol=1e-6)
 
 
-@requires_opencl
-def test_a_host_op_reads_a_constant_as_uploaded(tmp_path, monkeypatch):
-    """An op run on the host reads a constant as the (read-only) host array uploaded, not
-    a fresh download each run: what the numpy kernels keep by the weight (an 8-bit
-    weight's float copy) is made at the first run only. (captcha_ocr_int8's 8210-column
-    product made its 4 MiB copy every run: 45 ms of its 82.)"""
-    from palimpsest.backends.numpy.session import Session
-    from palimpsest.dialects.graph.reference import quant
-
-    made = []
-    original = quant.Centred._made
-    monkeypatch.setattr(quant.Centred, "_made",
-                        lambda self, dtype: made.append(dtype) or original(self, dtype))
-    # a batch of two: the 8-bit LSTM runs on the host
-    model, feeds = _dq_lstm("forward", 5, 2, 8, 16, 5)
-    session = Session(_saved(model, tmp_path), backend="opencl")
-    first = {name: np.array(value) for name, value in session.run(feeds).items()}
-    assert made
-    count = len(made)
-    again = session.run(feeds)
-    assert len(made) == count
-    assert session.last_stats.run_stats.host_ops.get(LSTM) == 1
-    for name, value in first.items():
-        np.testing.assert_array_equal(again[name], value, err_msg=name)
-
-
 def test_large_int8_products_run_on_the_host_of_a_cpu_device():
     """On a CPU device (PoCL) a product past HOST_PRODUCT multiply-adds is the host's
     (numpy's BLAS on its kept float copy of B is faster on the same cores); a GPU's

@@ -1,0 +1,87 @@
+"""What the OpenCL executor does around an op it runs on the host (generic_ops.py
+`_on_host`) and around a run's outputs: constants read as uploaded, and a wait for the
+queue only where the host reads the data next (executor.py `_read`, `_write`)."""
+
+from __future__ import annotations
+
+import pytest
+
+np = pytest.importorskip("numpy")
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from opencl_support import compare_backends, requires_opencl  # noqa: E402
+from test_quant_fast import _dq_lstm  # noqa: E402
+
+LSTM = "graph.dynamic_quantize_lstm"
+
+
+def _host_lstm(tmp_path):
+    """A DynamicQuantizeLSTM over a batch of two (the device kernel's is one: it runs on
+    the host) with its three outputs, Y, Y_h and Y_c."""
+    import onnx
+
+    model, feeds = _dq_lstm("forward", 5, 2, 8, 16, 5)
+    path = tmp_path / "lstm.onnx"
+    onnx.save(model, str(path))
+    return str(path), feeds
+
+
+@requires_opencl
+def test_a_host_op_reads_a_constant_as_uploaded(tmp_path, monkeypatch):
+    """An op run on the host reads a constant as the (read-only) host array uploaded, not
+    a fresh download each run: what the numpy kernels keep by the weight (an 8-bit
+    weight's float copy) is made at the first run only. (captcha_ocr_int8's 8210-column
+    product made its 4 MiB copy every run: 45 ms of its 82.)"""
+    from palimpsest.backends.numpy.session import Session
+    from palimpsest.dialects.graph.reference import quant
+
+    made = []
+    original = quant.Centred._made
+    monkeypatch.setattr(quant.Centred, "_made",
+                        lambda self, dtype: made.append(dtype) or original(self, dtype))
+    path, feeds = _host_lstm(tmp_path)
+    session = Session(path, backend="opencl")
+    first = {name: np.array(value) for name, value in session.run(feeds).items()}
+    assert made
+    count = len(made)
+    again = session.run(feeds)
+    assert len(made) == count
+    assert session.last_stats.run_stats.host_ops.get(LSTM) == 1
+    for name, value in first.items():
+        np.testing.assert_array_equal(again[name], value, err_msg=name)
+
+
+@requires_opencl
+def test_a_run_waits_for_the_queue_only_where_the_host_reads(tmp_path, monkeypatch):
+    """Each wait for PoCL's queue is a round trip to its worker thread (60-90 us on a
+    small VM): the host op's operands are read with one wait for all of them, its
+    results go to the device without one, and the run's three outputs are read with
+    the run's one wait at its end. The results are the numpy backend's, poisoning on."""
+    import pyopencl
+
+    from palimpsest.backends.numpy.session import Session
+
+    path, feeds = _host_lstm(tmp_path)
+    compare_backends(path, feeds, rtol=1e-6, atol=1e-6, host_ops_allowed=(LSTM,),
+                     poison=True)
+    session = Session(path, backend="opencl")
+    session.run(feeds)
+    executor = session.last_plan.executor
+    waits = []
+    copy = pyopencl.enqueue_copy
+
+    def counted_copy(*args, **kwargs):
+        if kwargs.get("is_blocking", True):
+            waits.append("copy")
+        return copy(*args, **kwargs)
+
+    monkeypatch.setattr(pyopencl, "enqueue_copy", counted_copy)
+    synced = executor._synced
+    monkeypatch.setattr(executor, "_synced", lambda: waits.append("finish") or synced())
+    got = session.run(feeds)
+    assert waits == ["finish", "finish"]
+    expected = Session(path).run(feeds)
+    for name in ("y", "y_h", "y_c"):
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-6, atol=1e-6,
+                                   err_msg=name)
