@@ -25,7 +25,8 @@ SAME_SHAPE_GENERICS = frozenset({"graph.cast"})
 # ... whose out has their ins' numpy-broadcast shape
 BROADCAST_GENERICS = frozenset({"graph.equal", "graph.less", "graph.greater",
                                 "graph.less_or_equal", "graph.greater_or_equal",
-                                "graph.and", "graph.or", "graph.xor"})
+                                "graph.and", "graph.or", "graph.xor", "graph.where",
+                                "graph.not", "graph.is_nan", "graph.is_inf"})
 # ... whose out is run on the device only where the plan sized it
 PLANNED_GENERICS = frozenset({"graph.range", "graph.constant_of_shape"})
 # ... with several outs, all sized by the plan, whose generator takes the op's operands

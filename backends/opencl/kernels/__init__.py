@@ -3,6 +3,7 @@ package registers them all in `GENERATORS`."""
 
 from palimpsest.backends.opencl.kernels.base import GENERATORS  # noqa: F401
 from palimpsest.backends.opencl.kernels import elementwise  # noqa: F401  (registration)
+from palimpsest.backends.opencl.kernels import generic  # noqa: F401  (registration)
 from palimpsest.backends.opencl.kernels import normalize  # noqa: F401  (registration)
 from palimpsest.backends.opencl.kernels import movement  # noqa: F401  (registration)
 from palimpsest.backends.opencl.kernels import linalg  # noqa: F401  (registration)
