@@ -62,6 +62,7 @@ def test_gru_runs_on_the_device(tmp_path, direction, linear_before_reset, bias, 
     (6, 4),      # 2-wide vectors, X rows shorter than one 16-wide vector
     (7, 37),     # scalars; X rows of two 16-wide vectors and a tail
     (40, 20),    # 8-wide vectors
+    (128, 20),   # 16-wide vectors, 8 a work-item (a CPU device's)
 ])
 def test_gru_hidden_sizes(tmp_path, direction, linear_before_reset, hidden, size):
     _on_device(tmp_path, direction, hidden=hidden, size=size, initial=True,

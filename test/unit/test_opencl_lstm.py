@@ -56,6 +56,8 @@ def test_lstm_runs_on_the_device(tmp_path, direction, bias, initial):
     (6, 4),      # 6 units: 2-wide vectors, X rows shorter than one 16-wide vector
     (7, 37),     # 7: scalars; X rows of two 16-wide vectors and a tail
     (40, 20),    # 8-wide vectors
+    (32, 12),    # 16-wide vectors, 8 a work-item (a CPU device's)
+    (64, 20),    # 16 a work-item (a CPU device's)
 ])
 def test_lstm_hidden_sizes_not_a_multiple_of_16(tmp_path, direction, hidden, size):
     _on_device(tmp_path, direction, hidden=hidden, size=size, initial=True)

@@ -32,6 +32,8 @@ def _saved(model, tmp_path):
     ("per_column", 12, 20),     # 80: five work-items of one vector
     ("no_optional", 300, 24),   # X rows past one 256-row exact float sum
     ("unsigned", 12, 16),       # uint8 weights with zero points
+    ("plain", 12, 64),          # 256 gate columns: one work-item of 16 vectors (a CPU
+    ("plain", 12, 128),         # device's), or two; the cell on 16-unit vectors
 ])
 def test_quantized_lstm_runs_on_the_device(tmp_path, direction, case, size, hidden):
     model, feeds = _dq_lstm(direction, 7, 1, size, hidden, 3,

@@ -37,7 +37,7 @@ def gru(call: KernelCall) -> list:
     after = bool(int(call.config.get("linear_before_reset", 0) or 0))
     limit = min(call.device.max_work_group_size, call.device.max_work_item_sizes[0])
     # linear_before_reset 0: products of 2H and H columns, U dividing both
-    width, per, items = widths(hidden, limit, 3 if after else 1)
+    width, per, items = widths(hidden, limit, 3 if after else 1, call.device.host_cpu)
     chunk = chunk_steps(call, op, 2 * hidden + op["gates"])
     names, buffers, args = operands(op, ("B", "initial_h"), ["y", "yh"], len(call.outs))
     bias = "B" in ins
