@@ -16,11 +16,11 @@ where every partial sum is an integer below 2**24, else in float64.
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
 
+from palimpsest.backends.host import l2_bytes as _l2_bytes
 from palimpsest.backends.numpy.kernels import FAST, _overlaps
 from palimpsest.dialects.graph.reference.quant import centred
 
@@ -319,24 +319,6 @@ def _quantization(lows, highs):
         tops.append(255.0 - zero)
         scales.append(scale)
     return divisors, tops, scales
-
-
-@functools.lru_cache(maxsize=None)
-def _l2_bytes() -> int:
-    """A core's L2 cache in bytes, as Linux says (sysfs); 1 MiB where it does not."""
-    import glob
-
-    for folder in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
-        try:
-            with open(f"{folder}/level", encoding="ascii") as f:
-                if f.read().strip() != "2":
-                    continue
-            with open(f"{folder}/size", encoding="ascii") as f:
-                text = f.read().strip().upper()
-            return int(text.rstrip("KM")) << {"K": 10, "M": 20}.get(text[-1:], 0)
-        except (OSError, ValueError):
-            continue
-    return 1 << 20
 
 
 def _lstm_steps(projected, r_floats, r_scale, r_bias, h, c, hs) -> bool:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from palimpsest.backends.host import l2_bytes
 from palimpsest.backends.opencl.kernels.base import DeviceLimits, Launch, Ref
 
 
@@ -123,10 +124,11 @@ class Device:
         self._profiling_queue = None
         # MEM_BASE_ADDR_ALIGN is in bits; planned offsets are multiples of this many bytes
         self.alignment = max(64, cl_device.mem_base_addr_align // 8)
+        host_cpu = bool(cl_device.type & cl.device_type.CPU)
         self.limits = DeviceLimits(cl_device.max_work_group_size, cl_device.local_mem_size,
                                    cl_device.max_compute_units,
-                                   tuple(cl_device.max_work_item_sizes),
-                                   bool(cl_device.type & cl.device_type.CPU))
+                                   tuple(cl_device.max_work_item_sizes), host_cpu,
+                                   l2_bytes() if host_cpu else 0)
         self.name = f"{cl_device.name.strip()} ({cl_device.platform.name.strip()})"
         self.build_stats = BuildStats()
         self._kernels: dict = {}   # (source, name) -> cl.Kernel

@@ -49,6 +49,59 @@ def test_quantized_lstm_runs_on_the_device(tmp_path, direction, case, size, hidd
 
 
 @requires_opencl
+@pytest.mark.parametrize("direction, size, hidden, steps", [
+    ("forward", 12, 64, 7),          # 256 gate columns, one work-item: all 64 rows its own
+    ("bidirectional", 300, 128, 5),  # two work-items of 64 rows a direction
+    ("reverse", 12, 72, 4),          # 288 columns of 2 vectors a work-item: 9 of 8 rows
+])
+def test_quantized_lstm_row_split_product(tmp_path, monkeypatch, direction, size, hidden,
+                                          steps):
+    """On a CPU device whose L2 R outgrows (voicefilter's 768-unit embedder), a step's
+    h R^T is summed by rows (each work-item its rows, whole rows in order, every column;
+    the partial rows added as ints): here forced by a 64-byte L2. The same integers as
+    the column form, so as onnxruntime."""
+    import dataclasses
+
+    from palimpsest.backends.opencl import runtime
+
+    device = runtime.device()
+    monkeypatch.setattr(device, "limits", dataclasses.replace(device.limits, host_cpu=True,
+                                                              l2_bytes=64))
+    model, feeds = _dq_lstm(direction, steps, 1, size, hidden, 8)
+    _, got, stats = compare_backends(_saved(model, tmp_path), feeds, rtol=0, atol=2e-3,
+                                     poison=True)
+    assert LSTM not in stats.host_ops
+    expected = _onnxruntime(model, feeds)
+    for name in ("y", "y_h", "y_c"):
+        np.testing.assert_allclose(got[name], expected[name], atol=2e-3, err_msg=name)
+
+
+def test_quantized_lstm_sums_by_rows_where_r_outgrows_l2():
+    """The row-split product where R is more than half a CPU device's L2 (voicefilter's
+    embedder: 768 x 3072 bytes against 2 MiB), the column form where it fits (voicefilter-
+    lite: 512 x 2048) and on a GPU."""
+    from palimpsest.backends.opencl.kernels.base import Arg, DeviceLimits, KernelCall
+    from palimpsest.backends.opencl.kernels.recurrent import dynamic_quantize_lstm
+
+    def source(hidden, host_cpu):
+        arg = lambda shape, dtype: Arg(shape, np.dtype(dtype))  # noqa: E731
+        ins = [arg((20, 1, 40), np.float32), arg((1, 40, 4 * hidden), np.int8),
+               arg((1, hidden, 4 * hidden), np.int8), None, None, None, None, None,
+               arg((1,), np.float32), arg((1,), np.int8), arg((1,), np.float32),
+               arg((1,), np.int8)]
+        outs = [arg((20, 1, 1, hidden), np.float32)]
+        limits = DeviceLimits(max_work_group_size=4096, local_mem_size=2 << 20,
+                              max_work_item_sizes=(4096, 4096, 4096), host_cpu=host_cpu,
+                              l2_bytes=2 << 20 if host_cpu else 0)
+        (launch,) = dynamic_quantize_lstm(KernelCall(LSTM, {}, ins, outs, {}, limits))
+        return launch.source
+
+    assert "product_rows(hq" in source(768, True)
+    assert "product_r(hq" in source(512, True)
+    assert "product_r(hq" in source(768, False)
+
+
+@requires_opencl
 def test_quantized_lstm_outputs_used_or_not(tmp_path):
     """Only Y_h read by the model (Y and Y_c not outputs): the kernel writes what the
     op's outs are."""

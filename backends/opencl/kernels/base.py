@@ -71,6 +71,8 @@ class DeviceLimits:
     max_work_item_sizes: tuple = (256, 256, 64)
     # the device is the host's own CPU (PoCL's): its cores are numpy's too
     host_cpu: bool = False
+    # a core's L2 cache in bytes where the device is the host's CPU (sysfs), else 0
+    l2_bytes: int = 0
 
 
 @dataclass
