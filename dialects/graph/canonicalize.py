@@ -38,6 +38,8 @@ one of exactly the same type, so function signatures and users never see a new t
 | graph.div         | a layer norm written out op by op (mean, sub, pow, mean, add, sqrt, |
 |                   | div, and the mul and add after) → graph.layer_norm                 |
 |                   | (canonicalize_norm.py)                                             |
+| graph.slice       | a slice of a concat within one operand → that operand or a slice   |
+|                   | of it (canonicalize_concat.py)                                     |
 
 numpy is imported only inside the batch-norm fold, when it fires.
 """
@@ -468,3 +470,5 @@ from palimpsest.dialects.graph import canonicalize_einsum  # noqa: E402,F401
 from palimpsest.dialects.graph import canonicalize_scatter  # noqa: E402,F401
 # a layer normalization written out op by op as graph.layer_norm
 from palimpsest.dialects.graph import canonicalize_norm  # noqa: E402,F401
+# a slice of a concat that reads one of its operands: that operand
+from palimpsest.dialects.graph import canonicalize_concat  # noqa: E402,F401
