@@ -22,6 +22,7 @@ from __future__ import annotations
 from palimpsest.dialects.graph.canonicalize import _same, _static_shape, attach
 from palimpsest.dialects.graph.ops_base import constant_values
 from palimpsest.dialects.graph.ops_constant import ConstantOp
+from palimpsest.dialects.graph.shape_rules_data import slice_dim
 from palimpsest.ir import attributes as A
 from palimpsest.ir.opdef import lookup_op
 from palimpsest.ir.patterns import M, rules
@@ -44,10 +45,7 @@ def _ranges(op, shape) -> dict | None:
         axis = int(axis)
         if int(step) != 1 or not -rank <= axis < rank or axis % rank in ranges:
             return None
-        size = shape[axis % rank]
-        start, end = int(start), int(end)
-        start = min(max(start + size if start < 0 else start, 0), size)
-        end = min(max(end + size if end < 0 else end, 0), size)
+        start, end, _ = slice_dim(shape[axis % rank], int(start), int(end), 1)
         ranges[axis % rank] = (start, end)
     return ranges
 
