@@ -37,7 +37,8 @@ import numpy as np
 
 from palimpsest.backends.opencl.kernels.base import (
     KernelCall, Launch, Unsupported, bind, generator, params, ref)
-from palimpsest.backends.opencl.kernels.lstm import LSTM_CELL, cell_steps, directions
+from palimpsest.backends.opencl.kernels.lstm import (
+    LSTM_CELL, cell_steps, directions, vectors_per_item)
 
 # rows summed in float32 before the sum moves to an int: 256 products of at most
 # 255 x 255 stay below 2**24, so each float sum is the exact integer
@@ -182,12 +183,9 @@ def _rows_per_item(hidden: int, gates: int, items: int, device) -> int | None:
 
 
 def _columns_per_item(gates: int, limit: int, host_cpu: bool) -> int:
-    """U: each work-item's 16-column vectors (fewer work-items, each with more
-    independent sums). PoCL runs a work-group's items as a loop, so on a CPU device a
-    work-item's U sums a row are what keeps its FMA units busy: 16 vectors, against 4,
-    make a 512-unit step 68 -> 57 us and a 256-unit one 32 -> 25 us (the gate columns
-    of 16 work-items, or 8); a GPU keeps more work-items of 4."""
-    for u in ((16, 8, 4, 2, 1) if host_cpu else (4, 2, 1)):
+    """U: each work-item's 16-column vectors, the most of lstm.py's `vectors_per_item`
+    that divides the gate columns within the work-item limit."""
+    for u in vectors_per_item(host_cpu):
         if gates % (16 * u) == 0 and gates // (16 * u) <= limit:
             return u
     raise Unsupported(f"{gates} gate columns need more work-items than {limit}")
