@@ -122,9 +122,12 @@ def classify(call) -> list:
         return _broadcast_launch(call, "is_nan", lambda v: f"(uchar)(isnan({v[0]}) != 0)")
     signs = [sign for sign, attr in ((">", "detect_positive"), ("<", "detect_negative"))
              if i_attr(call.config, attr, 1)]
-    test = " || ".join(f"{{0}} {sign} 0" for sign in signs) or "0"
-    return _broadcast_launch(call, "is_inf", lambda v: f"(uchar)(isinf({v[0]}) != 0 && ("
-                                                       f"{test.format(v[0])}))")
+
+    def infinite(v) -> str:
+        detected = " || ".join(f"{v[0]} {sign} 0" for sign in signs) or "0"
+        return f"(uchar)(isinf({v[0]}) != 0 && ({detected}))"
+
+    return _broadcast_launch(call, "is_inf", infinite)
 
 
 @generator("graph.expand")
