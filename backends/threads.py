@@ -4,7 +4,8 @@ device (the OpenCL backend). `Session(threads=N)` and `palimpsest-run --threads 
 intra-op pool does (hyper-threads share a core's FMA units: a GEMM gains nothing from
 them and loses to their contention).
 
-BLAS. OpenBLAS (numpy's wheels ship it) is set and read back through its own
+BLAS. oneDNN's 8-bit GEMM (backends/onednn.py), where in use, takes the same count
+through its OpenMP. OpenBLAS (numpy's wheels ship it) is set and read back through its own
 `openblas_set_num_threads` / `openblas_get_num_threads` (the scipy-openblas builds spell
 them `scipy_openblas_..._64_`), in the library numpy loaded; takes effect at once, for the
 whole process. Another BLAS (MKL, BLIS, Accelerate) is set through threadpoolctl when it is
@@ -151,6 +152,9 @@ def set_threads(count: int | None = None) -> ThreadSettings:
     settings = ThreadSettings(count)
     if explicit or not any(os.environ.get(name) for name in BLAS_ENV):
         settings.blas = set_blas_threads(count)
+        from palimpsest.backends import onednn
+
+        onednn.set_threads(count)
     else:
         settings.blas = blas_threads()
     current = os.environ.get(POCL_ENV)

@@ -1,9 +1,12 @@
 """`buffer.compute` fast paths of the quantized graph ops on numpy (kernels.py imports
 this module, which registers them in its `FAST` table).
 
-Integer products run through BLAS on centred floats (the zero points subtracted:
-dialects/graph/reference/quant.centred, a constant centred once), exactly: in float32
-where every partial sum is an integer below 2**24, else in float64.
+Integer products are exact. Where oneDNN's 8-bit GEMM is usable (int8_products: the
+onednn-cpu-gomp wheel, a CPU with VNNI) and the product is not tiny, they run on it in
+int32 (ConvInteger's im2col in uint8, a quarter of the float one's bytes). Else through
+BLAS on centred floats (the zero points subtracted: dialects/graph/reference/
+quant.centred, a constant centred once): in float32 where every partial sum is an
+integer below 2**24, else in float64. The tables below say the float route.
 
 | graph op | how |
 |---|---|
@@ -11,7 +14,6 @@ where every partial sum is an integer below 2**24, else in float64.
 | matmul_integer_to_float (as matmul_integer; float32 scales and bias per tensor/column) | matmul_integer's GEMM written as float32 into the out, then scaled (and the bias added) in place, per block while cached |
 | conv_integer (2-D, 8-bit, per-tensor x zero point, per-tensor/channel W's) | im2col of the centred input (a strided window view, copied once) and one grouped GEMM (2-D for one image and group) |
 | dynamic_quantize_linear (f32) | min/max, then divide, rint, saturate and add the zero point into the uint8 out, a cache-sized block at a time |
-| dynamic_quantize_lstm (LSTM's default activations, no clip, peepholes or short sequences) | X projected by one GEMM per direction (per block of W's columns, as matmul_integer's); one loop over time for both directions (or one after the other where that keeps each R in L2), in preallocated buffers |
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import math
 import numpy as np
 
 from palimpsest.backends.host import l2_bytes as _l2_bytes
+from palimpsest.backends.numpy import int8_products
 from palimpsest.backends.numpy.kernels import FAST, _overlaps
 from palimpsest.dialects.graph.reference.quant import centred
 
@@ -79,10 +82,13 @@ def _centred_matmul(out, a, b, a_zero, b_zero, epilogue=None) -> bool:
     info = np.iinfo(a.dtype)
     if weight.bound * max(zero - info.min, info.max - zero) >= 2.0 ** 31:
         return False
+    depth = a.shape[-1]
+    if out.flags.c_contiguous and int8_products.usable(a.dtype, b, a.size // max(depth, 1)):
+        _onednn_matmul(out, a, b, b_zero, int(zero), weight, epilogue)
+        return True
     largest = _largest(a, zero, weight)
     dtype = weight.float_type(largest)    # (the float copy made only where it is read)
     direct = out.dtype == dtype           # a float32 product straight into the out
-    depth = a.shape[-1]
 
     def store(rows, centred_rows):
         for columns, block in _weight_columns(b, b_zero, weight, largest,
@@ -108,6 +114,30 @@ def _centred_matmul(out, a, b, a_zero, b_zero, epilogue=None) -> bool:
         block = buffer[:len(a) - start] if start + chunk > len(a) else buffer
         store(out[start:start + chunk], _centre(a[start:start + chunk], zero, dtype, block))
     return True
+
+
+def _onednn_matmul(out, a, b, b_zero, zero: int, weight, epilogue) -> None:
+    """`_centred_matmul` on oneDNN (int8_products): into an int32 out directly, into a
+    float32 one through an int32 block of rows that stays in cache, each block cast
+    (the exact integer rounded once) and its epilogue run while cached."""
+    depth, columns = b.shape
+    prepared = int8_products.prepared(b, b_zero, weight)
+    a, zero = int8_products.unsigned(np.ascontiguousarray(a).reshape(-1, depth), zero)
+    out = out.reshape(-1, columns)
+    if out.dtype == np.int32:
+        int8_products.product(a, zero, prepared, out)
+        if epilogue is not None:
+            epilogue(out)
+        return
+    chunk = max(64, _l2_bytes() // 4 // (4 * columns))
+    block = np.empty((min(chunk, len(a)), columns), np.int32)
+    for start in range(0, len(a), chunk):
+        rows = out[start:start + chunk]
+        part = block[:len(rows)]
+        int8_products.product(a[start:start + chunk], zero, prepared, part)
+        np.copyto(rows, part, casting="unsafe")
+        if epilogue is not None:
+            epilogue(rows)
 
 
 def _centre(a, zero: float, dtype, out):
@@ -222,17 +252,33 @@ def _conv_integer(inputs, attrs, outs):
     weight = centred(w, w_zero, (-1, 1, 1, 1) if w_zero is not None and w_zero.size > 1
                      else (), (1, 2, 3))
     zero = 0.0 if x_zero is None else float(x_zero.reshape(-1)[0])
-    dtype, weights = _exact_floats(x, zero, weight)
+    depth, pixels = cg * kh * kw, size[0] * size[1]
+    info = np.iinfo(x.dtype)
+    on_onednn = out.flags.c_contiguous and int8_products.usable(
+        x.dtype, np.empty((depth, m // group), w.dtype), n * pixels) \
+        and weight.bound * max(zero - info.min, info.max - zero) < 2.0 ** 31
+    if on_onednn:   # 8-bit windows; pads read as the zero point
+        x, zero = int8_products.unsigned(x, int(zero))
+        dtype, pad = np.uint8, zero
+    else:           # centred float windows; pads 0 once centred
+        dtype, weights = _exact_floats(x, zero, weight)
+        pad = 0
     padded = np.empty((n, c, h + begin[0] + end[0], width + begin[1] + end[1]), dtype)
-    if padded.shape != x.shape:     # pads read as the zero point: 0 once centred
-        padded.fill(0)
-    _centre(x, zero, dtype, padded[:, :, begin[0]:begin[0] + h, begin[1]:begin[1] + width])
+    if padded.shape != x.shape:
+        padded.fill(pad)
+    inner = padded[:, :, begin[0]:begin[0] + h, begin[1]:begin[1] + width]
+    if on_onednn:
+        np.copyto(inner, x)
+    else:
+        _centre(x, zero, dtype, inner)
     sn, sc, sh, sw = padded.strides
     # (a view through the ndarray constructor: numpy's as_strided takes ~6 us)
     windows = np.ndarray((n, c, kh, kw, size[0], size[1]), dtype, padded, 0,
                          (sn, sc, sh * dilations[0], sw * dilations[1],
                           sh * strides[0], sw * strides[1]))
-    depth, pixels = cg * kh * kw, size[0] * size[1]
+    if on_onednn:
+        _onednn_conv(out, windows, zero, w, w_zero, weight, group)
+        return True
     if n == 1 and group == 1:   # 2-D: numpy's stacked matmul costs more (as products)
         product = np.matmul(weights.reshape(m, depth), windows.reshape(depth, pixels))
     else:
@@ -240,6 +286,27 @@ def _conv_integer(inputs, attrs, outs):
                             windows.reshape(n, group, depth, pixels))
     np.copyto(out, product.reshape(out.shape), casting="unsafe")
     return True
+
+
+def _onednn_conv(out, windows, zero: int, w, w_zero, weight, group) -> None:
+    """ConvInteger's grouped product on oneDNN: per group, its uint8 windows copied as
+    rows (pixels x depth) times its filters (as rows already: m/g x depth), into an int32
+    pixels x m/g block, transposed into the out."""
+    n, c, kh, kw, height, width = windows.shape
+    m, per_group = w.shape[0], w.shape[0] // group
+    cg, pixels = c // group, height * width
+    rows = windows.transpose(0, 4, 5, 1, 2, 3)      # n, oh, ow, c, kh, kw
+    filters = w.reshape(m, -1)
+    zeros = None if w_zero is None else np.broadcast_to(w_zero.reshape(-1), (m,))
+    product = np.empty((n * pixels, per_group), np.int32)
+    for g in range(group):
+        channels = slice(g * per_group, (g + 1) * per_group)
+        a = np.ascontiguousarray(rows[..., g * cg:(g + 1) * cg, :, :]).reshape(n * pixels, -1)
+        prepared = int8_products.prepared(filters[channels].T, None if zeros is None
+                                          else zeros[channels], weight, g)
+        int8_products.product(a, zero, prepared, product)
+        np.copyto(out[:, channels].reshape(n, per_group, pixels),
+                  product.reshape(n, pixels, per_group).transpose(0, 2, 1))
 
 
 def _dynamic_quantize_linear(inputs, attrs, outs):
@@ -321,158 +388,8 @@ def _quantization(lows, highs):
     return divisors, tops, scales
 
 
-def _lstm_steps(projected, r_floats, r_scale, r_bias, h, c, hs) -> bool:
-    """The steps of a group of directions, in place: `projected` (steps x dirs x batch x
-    4H: X W^T + Wb, in step order) in, the hidden states into `hs` (in step order), the
-    cell state `c` (from its initial value); `h`: the initial hidden state. False where
-    a step's quantization scale is not finite."""
-    f32 = np.float32
-    dirs, batch, hidden = h.shape
-    quantized = np.empty(h.shape, f32)
-    centred_h = quantized if r_floats.dtype == f32 else np.empty(h.shape, r_floats.dtype)
-    product = np.empty((dirs, batch, 4 * hidden), r_floats.dtype)
-    g = product if r_floats.dtype == f32 else np.empty((dirs, batch, 4 * hidden), f32)
-    sigmoids = g[..., :3 * hidden]
-    i, o, f, cell = (g[..., k * hidden:(k + 1) * hidden] for k in range(4))
-    # per-direction scalars as ufunc operands: numpy scalars for one direction, else
-    # dirs x 1 x 1 arrays
-    per_direction = (lambda v: f32(v[0])) if dirs == 1 else (
-        lambda v: np.array(v, f32).reshape(dirs, 1, 1))
-    r_scales = r_scale.reshape(dirs, -1)[:, 0].tolist() if r_scale.size == dirs else None
-    for s in range(len(projected)):
-        flat = h.reshape(dirs, -1)
-        quantization = _quantization(np.minimum.reduce(flat, axis=1).tolist(),
-                                       np.maximum.reduce(flat, axis=1).tolist())
-        if quantization is None:
-            return False
-        divisors, tops, scales = quantization
-        # rint(h / scale) + zero, saturated, less the zero point: rint(h / scale) is at
-        # least -zero (h >= min(0, min h), and zero is rint(-min(0, min h) / scale)), so
-        # only the top can saturate
-        np.divide(h, per_direction(divisors), out=quantized)
-        np.rint(quantized, out=quantized)
-        np.minimum(quantized, per_direction(tops), out=centred_h)
-        np.matmul(centred_h, r_floats, out=product)
-        if g is not product:
-            np.copyto(g, product, casting="same_kind")
-        if r_scales is not None:    # h's scale times R's, in float32 as the reference
-            np.multiply(g, per_direction([float(f32(a * b)) for a, b in zip(scales, r_scales)]),
-                        out=g)
-        else:
-            np.multiply(g, per_direction(scales) * r_scale, out=g)
-        np.add(projected[s], g, out=g)
-        np.add(g, r_bias, out=g)
-        np.multiply(sigmoids, 0.5, out=sigmoids)     # sigmoid: 0.5 * (1 + tanh(x / 2))
-        np.tanh(g, out=g)                            # (and the cell gate's tanh)
-        np.add(sigmoids, 1, out=sigmoids)
-        np.multiply(sigmoids, 0.5, out=sigmoids)
-        np.multiply(f, c, out=c)
-        np.multiply(i, cell, out=cell)
-        np.add(c, cell, out=c)
-        h = hs[s]
-        np.tanh(c, out=h)
-        np.multiply(o, h, out=h)
-    return True
-
-
-def _dynamic_quantize_lstm(inputs, attrs, outs):
-    """com.microsoft's DynamicQuantizeLSTM as the reference (graph/reference/recurrent.py)
-    computes it, bit for bit, without its per-step allocations: X quantized once (a
-    direction's reversed steps keep its range) and projected by one GEMM per direction
-    into a step-ordered buffer (the second direction's steps reversed), then a loop over
-    time (`_lstm_steps`) running the directions side by side (or one after the other,
-    where that keeps each R in cache): each direction's hidden state quantized over its
-    own range (DynamicQuantizeLinear's float32 arithmetic) and centred in one buffer,
-    one batched GEMM by the centred R, the gates in place.
-    LSTM's default activations without clip, peepholes, input_forget, layout 1 or
-    sequences shorter than X: the reference."""
-    from palimpsest.dialects.graph.reference._common import i_attr, s_attr
-    from palimpsest.dialects.graph.reference.recurrent import quantized_weights
-
-    if len(inputs) != 12 or not 1 <= len(outs) <= 3:
-        return False
-    x, w, r, b, lengths, h0, c0, peep, w_scale, w_zero, r_scale, r_zero = inputs
-    direction = s_attr(attrs, "direction", "forward")
-    dirs = 2 if direction == "bidirectional" else 1
-    names = [n.decode() if isinstance(n, bytes) else n for n in attrs.get("activations") or []]
-    if any(v is None for v in (x, w, r, w_scale, w_zero, r_scale, r_zero)) \
-            or peep is not None or attrs.get("clip") is not None \
-            or i_attr(attrs, "input_forget", 0) or i_attr(attrs, "layout", 0) \
-            or names not in ([], ["Sigmoid", "Tanh", "Tanh"] * dirs) \
-            or x.dtype != np.float32 or x.ndim != 3 or not x.shape[0] \
-            or w.ndim != 3 or r.ndim != 3 or w.dtype.kind not in "iu" or w.dtype.itemsize != 1 \
-            or r.dtype.kind not in "iu" or r.dtype.itemsize != 1:
-        return False
-    steps, batch, size = x.shape
-    hidden = r.shape[1]
-    gates = 4 * hidden
-    state = (dirs, batch, hidden)
-    if w.shape != (dirs, size, gates) or r.shape != (dirs, hidden, gates) \
-            or i_attr(attrs, "hidden_size", hidden) != hidden \
-            or any(p.size not in (dirs, dirs * gates)
-                   for p in (w_scale, w_zero, r_scale, r_zero)) \
-            or (b is not None and b.shape != (dirs, 2 * gates)) \
-            or (lengths is not None and (lengths.size != batch or np.any(lengths != steps))) \
-            or any(v is not None and v.shape != state for v in (h0, c0)) \
-            or outs[0].shape != (steps, dirs, batch, hidden) \
-            or any(o.shape != state for o in outs[1:]) \
-            or any(o.dtype != np.float32 for o in outs) \
-            or any(_overlaps(o, x, h0, c0) for o in outs):
-        return False
-    f32 = np.float32
-    bias = np.zeros((dirs, 2 * gates), f32) if b is None else b.astype(f32)
-    w_bias, r_bias = bias[:, None, :gates], bias[:, None, gates:]
-    w_scale = w_scale.astype(f32).reshape(dirs, 1, -1)
-    r_scale = r_scale.astype(f32).reshape(dirs, 1, -1)
-
-    # every step's X W^T, in step order: direction d's step s is its time reversed(d)[s]
-    low, high = _extremes(x)
-    quantization = _quantization([low], [high])
-    if quantization is None:
-        return False
-    (divisor,), (top,), (x_scale,) = quantization
-    w_centred = quantized_weights(w, w_zero)
-    xc = np.divide(x.reshape(-1, size), f32(divisor))    # X quantized, centred
-    np.rint(xc, out=xc)
-    np.minimum(xc, f32(top), out=xc)
-    xc = xc.astype(w_centred.float_type(255), copy=False)
-    projected = np.empty((steps, dirs, batch, gates), f32)
-    product = np.empty((len(xc), gates), f32)     # (a float64 product rounded once)
-    w_zeros = w_zero.reshape(dirs, -1)
-    for d in range(dirs):
-        view = projected[::-1, d] if direction == "reverse" or d == 1 else projected[:, d]
-        for columns, block in _weight_columns(w[d], w_zeros[d], w_centred, 255, len(xc), d):
-            np.matmul(xc, block, out=product[:, columns])
-        np.multiply(product.reshape(steps, batch, gates), f32(x_scale) * w_scale[d], out=view)
-        np.add(view, w_bias[d], out=view)
-
-    r_floats = quantized_weights(r, r_zero).floats(255)
-    hs = np.empty((steps,) + state, f32)         # the hidden states, in step order
-    c = np.zeros(state, f32) if c0 is None else c0.astype(f32)
-    h = np.zeros(state, f32) if h0 is None else h0.astype(f32)
-    # both directions in one loop (half the numpy calls), unless one direction's R
-    # fits in a core's L2 cache and both do not: then one after the other, each R
-    # staying cached across its steps
-    one = r_floats[0].nbytes
-    groups = [slice(d, d + 1) for d in range(dirs)] if dirs > 1 and one <= 0.75 * _l2_bytes() \
-        < dirs * one else [slice(0, dirs)]
-    for group in groups:
-        if not _lstm_steps(projected[:, group], r_floats[group], r_scale[group],
-                           r_bias[group], h[group], c[group], hs[:, group]):
-            return False    # a scale not finite: the reference's (nothing written yet)
-    h = hs[-1]
-    for d in range(dirs):
-        np.copyto(outs[0][:, d], hs[::-1, d] if direction == "reverse" or d == 1 else hs[:, d])
-    if len(outs) > 1:
-        np.copyto(outs[1], h)
-    if len(outs) > 2:
-        np.copyto(outs[2], c)
-    return True
-
-
 for _name, _run in (("graph.matmul_integer", _matmul_integer),
                     ("graph.matmul_integer_to_float", _matmul_integer_to_float),
                     ("graph.conv_integer", _conv_integer),
-                    ("graph.dynamic_quantize_linear", _dynamic_quantize_linear),
-                    ("graph.dynamic_quantize_lstm", _dynamic_quantize_lstm)):
+                    ("graph.dynamic_quantize_linear", _dynamic_quantize_linear)):
     FAST[_name] = _run

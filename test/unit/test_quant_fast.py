@@ -41,6 +41,47 @@ def _onnxruntime(model, feeds):
     return dict(zip([o.name for o in model.graph.output], session.run(None, feeds)))
 
 
+class _Route:
+    """Which route a test's 8-bit products take, and oneDNN's GEMM calls it saw."""
+
+    def __init__(self, name):
+        self.name, self.calls = name, []
+
+    def check(self):
+        """oneDNN ran on its route, never on the float one."""
+        assert bool(self.calls) == (self.name == "onednn"), (self.name, len(self.calls))
+
+
+def _take_route(name, monkeypatch) -> _Route:
+    from palimpsest.backends import onednn
+    from palimpsest.backends.numpy import int8_products
+
+    route = _Route(name)
+    if name == "float":
+        monkeypatch.setattr(int8_products, "usable", lambda *args: False)
+    else:
+        if not onednn.available():
+            pytest.skip(f"oneDNN is not usable here ({onednn.summary()})")
+        monkeypatch.setattr(int8_products, "SMALLEST", 0)   # every product, however small
+    gemm = onednn.gemm_u8s8
+    monkeypatch.setattr(onednn, "gemm_u8s8", lambda *args: route.calls.append(
+        args[0].shape) or gemm(*args))
+    return route
+
+
+@pytest.fixture(params=["float", "onednn"])
+def route(request, monkeypatch):
+    """Both routes of the 8-bit products: float BLAS on centred floats, and oneDNN's
+    u8 x s8 GEMM (skipped where it is not usable)."""
+    return _take_route(request.param, monkeypatch)
+
+
+@pytest.fixture
+def float_route(monkeypatch):
+    """The float route, for tests of its blocks and float types."""
+    return _take_route("float", monkeypatch)
+
+
 def test_centred_float32_only_where_exact_and_kept_for_constants():
     """float32 where 255 * (the largest column sum of |w - zero|) < 2**24, else float64
     first (float32 made on demand); one object per read-only pair, a new one for a
@@ -140,18 +181,21 @@ def _dq_lstm(direction, steps, batch, size, hidden, seed, *, per_column=False,
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
 @pytest.mark.parametrize("case", ["plain", "per_column", "no_optional", "float64_r",
                                   "unsigned", "one_by_one"])
-def test_dynamic_quantize_lstm_fast_path(direction, case, monkeypatch):
+def test_dynamic_quantize_lstm_fast_path(direction, case, monkeypatch, route):
     """The fast DynamicQuantizeLSTM against the reference kernel, bit for bit (each
     step's hidden state quantized per direction, both directions in one loop, or one
     after the other where only one R fits the L2 cache; R too wide for exact float32
     sums in float64), and against onnxruntime."""
+    if case == "float64_r" and route.name == "onednn":
+        pytest.skip("float64 is the float route's")
     if case == "one_by_one":   # an L2 cache that holds one direction's R (16 x 64 f32)
-        from palimpsest.backends.numpy import kernels_quant
+        from palimpsest.backends.numpy import kernels_quant_lstm
 
-        monkeypatch.setattr(kernels_quant, "_l2_bytes", lambda: 16 * 64 * 4 * 4 // 3 + 1)
-        groups, steps = [], kernels_quant._lstm_steps
-        monkeypatch.setattr(kernels_quant, "_lstm_steps",
-                            lambda *args: groups.append(args[1].shape[0]) or steps(*args))
+        monkeypatch.setattr(kernels_quant_lstm, "_l2_bytes", lambda: 16 * 64 * 4 * 4 // 3 + 1
+                            if route.name == "float" else 16 * 64 * 4 // 3 + 1)
+        groups, steps = [], kernels_quant_lstm._lstm_steps
+        monkeypatch.setattr(kernels_quant_lstm, "_lstm_steps",
+                            lambda *args: groups.append(args[0].shape[1]) or steps(*args))
     model, feeds = _dq_lstm(direction, 7, 2, 12, 16 if case != "float64_r" else 640, 1,
                             per_column=case == "per_column", optional=case != "no_optional",
                             r_range=(-128, 128) if case != "float64_r" else (100, 128),
@@ -166,6 +210,7 @@ def test_dynamic_quantize_lstm_fast_path(direction, case, monkeypatch):
     assert "graph.dynamic_quantize_lstm" not in stats.temporary_ops   # the fast path ran
     if case == "one_by_one":
         assert groups == ([1, 1] if direction == "bidirectional" else [1])
+    route.check()
     for name in ("y", "y_h", "y_c"):
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
     expected = _onnxruntime(model, feeds)
@@ -174,7 +219,7 @@ def test_dynamic_quantize_lstm_fast_path(direction, case, monkeypatch):
 
 
 @pytest.mark.parametrize("case", ["peephole", "short_sequence", "full_lengths"])
-def test_dynamic_quantize_lstm_declines_to_the_reference(case):
+def test_dynamic_quantize_lstm_declines_to_the_reference(case, route):
     """Peepholes and sequences shorter than X are the reference kernel's (the fast path
     declines); sequence lengths all X's are the fast path's. Either way onnxruntime's
     result."""
@@ -193,7 +238,7 @@ def test_dynamic_quantize_lstm_declines_to_the_reference(case):
     (128, 1000, "float32"),    # 128 * 1000 * 100 < 2**24 from uint8's range
     (128, 2000, "reduced"),    # too wide from uint8's range; A's own range is narrow
     (0, 2000, "float64")])     # A reaches 255: float64
-def test_matmul_integer_float32_where_exact(a_zero, k, expect):
+def test_matmul_integer_float32_where_exact(a_zero, k, expect, float_route):
     """MatMulInteger picks float32 from A's type range, else from A's own range (two
     byte reductions), else float64; every result equals onnxruntime's exactly."""
     rng = np.random.default_rng(7)
@@ -246,7 +291,7 @@ def test_pow_cube_and_square_as_onnxruntime(exponent):
 
 
 @pytest.mark.parametrize("l2", [None, 8192])
-def test_matmul_integer_large_a_by_blocks_of_rows(l2, monkeypatch):
+def test_matmul_integer_large_a_by_blocks_of_rows(l2, monkeypatch, float_route):
     """A large A is centred a cache-sized block of rows at a time (an 8 KiB "L2": blocks
     of 2 rows of 256, the last one short): still onnxruntime's result, bit for bit."""
     from palimpsest.backends.numpy import kernels_quant
@@ -297,7 +342,7 @@ def test_dynamic_quantize_linear_by_blocks(case, monkeypatch):
 
 @pytest.mark.parametrize("weight", ["int8", "uint8_per_tensor", "uint8_per_column"])
 @pytest.mark.parametrize("op", ["MatMulInteger", "MatMulIntegerToFloat"])
-def test_product_weight_converted_by_blocks_of_columns(weight, op, monkeypatch):
+def test_product_weight_converted_by_blocks_of_columns(weight, op, monkeypatch, float_route):
     """A product of at least _CONVERT_ROWS rows reads the 8-bit weight, converted (and
     centred) a block of columns at a time (a 64 KiB "L2": blocks of 64 columns of 64, the
     last one short), each block scaled and biased: the reference's result bit for bit,
@@ -352,16 +397,16 @@ def test_product_weight_converted_by_blocks_of_columns(weight, op, monkeypatch):
 @pytest.mark.parametrize("direction", ["forward", "bidirectional"])
 @pytest.mark.parametrize("case", ["plain", "per_column", "unsigned"])
 def test_dynamic_quantize_lstm_input_weight_by_blocks_of_columns(direction, case,
-                                                                 monkeypatch):
+                                                                 monkeypatch, float_route):
     """At least _CONVERT_ROWS steps: X W^T from W's 8-bit columns, converted a block at a
     time (a 4 KiB "L2": blocks of 16 of W's 64 gates): the reference's result bit for
     bit, and onnxruntime's."""
-    from palimpsest.backends.numpy import kernels_quant
+    from palimpsest.backends.numpy import kernels_quant, kernels_quant_lstm
 
     monkeypatch.setattr(kernels_quant, "_l2_bytes", lambda: 4096)
     blocks = []
     columns = kernels_quant._weight_columns
-    monkeypatch.setattr(kernels_quant, "_weight_columns", lambda *args: (
+    monkeypatch.setattr(kernels_quant_lstm, "_weight_columns", lambda *args: (
         blocks.append(part) or (part, block) for part, block in columns(*args)))
     model, feeds = _dq_lstm(direction, kernels_quant._CONVERT_ROWS + 1, 1, 12, 16, 4,
                             per_column=case == "per_column", unsigned=case == "unsigned")
@@ -390,7 +435,8 @@ def test_extremes_by_blocks_as_min_and_max(monkeypatch):
 
 
 @pytest.mark.parametrize("zero", [None, "per_tensor", "per_column"])
-def test_weight_columns_of_one_width_from_kept_contiguous_blocks(zero, monkeypatch):
+def test_weight_columns_of_one_width_from_kept_contiguous_blocks(zero, monkeypatch,
+                                                                  float_route):
     """_weight_columns splits a weight into blocks of one width (384 columns, at most 256
     a block: 2 x 192, not 256 + 128) converted from contiguous 8-bit copies made once per
     constant weight and kept by its Centred: each block is b less its zero point."""
@@ -426,7 +472,7 @@ def test_weight_columns_of_one_width_from_kept_contiguous_blocks(zero, monkeypat
 
 @pytest.mark.parametrize("a_zero", [None, 131])
 @pytest.mark.parametrize("layout", ["contiguous", "strided_a", "strided_out"])
-def test_matmul_integer_fast_path_on_any_layout(a_zero, layout):
+def test_matmul_integer_fast_path_on_any_layout(a_zero, layout, route):
     """The MatMulInteger fast path on a stacked A (2-D GEMMs over its flattened rows when
     A and the out are contiguous), on a strided A and into a strided out: the reference's
     result, bit for bit."""
@@ -444,10 +490,12 @@ def test_matmul_integer_fast_path_on_any_layout(a_zero, layout):
     view = out[:, :, ::2] if layout == "strided_out" else out
     assert kernels_quant._matmul_integer([a, b] + zeros, {}, [view])
     np.testing.assert_array_equal(view, matmul_integer([a, b] + zeros, {})[0])
+    if layout != "strided_out":     # (oneDNN writes only a contiguous out)
+        route.check()
 
 
 @pytest.mark.parametrize("kernel, pads, strides", [(1, 0, 1), (3, 1, 1), (3, 1, 2)])
-def test_conv_integer_one_image_one_group(kernel, pads, strides):
+def test_conv_integer_one_image_one_group(kernel, pads, strides, route):
     """ConvInteger of one image and one group (one 2-D GEMM; a 1x1 unpadded conv reads
     the centred image as its columns, no copy): the reference's and onnxruntime's result,
     bit for bit."""
@@ -465,5 +513,98 @@ def test_conv_integer_one_image_one_group(kernel, pads, strides):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     want, got, stats = _run_both(model, {"x": x})
     assert "graph.conv_integer" not in stats.temporary_ops
+    route.check()
     np.testing.assert_array_equal(got["y"], want["y"])
     np.testing.assert_array_equal(got["y"], _onnxruntime(model, {"x": x})["y"])
+
+
+@pytest.mark.parametrize("a_type,b_zero", [(np.uint8, "per_column"), (np.int8, "per_tensor"),
+                                           (np.uint8, None)])
+@pytest.mark.parametrize("op", ["MatMulInteger", "MatMulIntegerToFloat"])
+def test_products_at_the_extremes_on_both_routes(op, a_type, b_zero, route):
+    """Both routes, operands at their types' extremes (where an int16 pair sum would
+    saturate) and a stacked A of more rows than one block: the reference's result bit
+    for bit, and onnxruntime's (exactly for MatMulInteger)."""
+    rng = np.random.default_rng(21)
+    info = np.iinfo(a_type)
+    a = rng.choice(np.array([info.min, info.max, 0, 1], a_type), (2, 150, 300))
+    b = rng.choice(np.array([-128, 127, -1], np.int8), (300, 40))
+    zero = {"per_column": rng.integers(-3, 4, 40).astype(np.int8),
+            "per_tensor": np.int8(-2), None: np.int8(0)}[b_zero]
+    a_zero = np.array(info.max if a_type == np.int8 else 3, a_type)
+    consts = [numpy_helper.from_array(b, "b"), numpy_helper.from_array(a_zero, "az"),
+              numpy_helper.from_array(np.asarray(zero), "bz")]
+    if op == "MatMulInteger":
+        node = helper.make_node(op, ["a", "b", "az", "bz"], ["y"])
+        out_type = TensorProto.INT32
+    else:
+        consts += [numpy_helper.from_array(np.float32(0.02), "sa"),
+                   numpy_helper.from_array(rng.uniform(0.01, 0.05, 40).astype(np.float32),
+                                           "sb"),
+                   numpy_helper.from_array(rng.normal(0, 1, 40).astype(np.float32), "c")]
+        node = helper.make_node(op, ["a", "b", "sa", "sb", "az", "bz", "c"], ["y"],
+                                domain="com.microsoft")
+        out_type = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(
+            "a", TensorProto.UINT8 if a_type == np.uint8 else TensorProto.INT8, list(a.shape))],
+        [helper.make_tensor_value_info("y", out_type, None)], consts)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    want, got, stats = _run_both(model, {"a": a})
+    assert not stats.temporary_ops
+    route.check()
+    np.testing.assert_array_equal(got["y"], want["y"])
+    if op == "MatMulInteger" and a_type == np.uint8:    # (onnxruntime's MatMulInteger
+        np.testing.assert_array_equal(got["y"], _onnxruntime(model, {"a": a})["y"])  # is u8)
+    elif op != "MatMulInteger":
+        np.testing.assert_allclose(got["y"], _onnxruntime(model, {"a": a})["y"], rtol=1e-6,
+                                   atol=1e-3)
+
+
+@pytest.mark.parametrize("x_type", [np.uint8, np.int8])
+def test_conv_integer_groups_and_images_on_both_routes(x_type, route):
+    """Two images, two groups, stride 2 and pads (read as the x zero point), on both
+    routes: the reference's result bit for bit; for uint8 x (a per-tensor W zero point)
+    onnxruntime's too; for int8 x a per-output-channel W zero point (onnxruntime's
+    ConvInteger takes neither)."""
+    rng = np.random.default_rng(22)
+    info = np.iinfo(x_type)
+    x = rng.integers(info.min, info.max + 1, (2, 6, 13, 12)).astype(x_type)
+    w = rng.integers(0, 256, (8, 3, 3, 3)).astype(np.uint8)
+    graph = helper.make_graph(
+        [helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], kernel_shape=[3, 3],
+                          pads=[1, 0, 1, 2], strides=[2, 2], group=2)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8 if x_type == np.uint8
+                                       else TensorProto.INT8, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
+        [numpy_helper.from_array(w, "w"),
+         numpy_helper.from_array(np.array(info.max - 5, x_type), "xz"),
+         numpy_helper.from_array(np.uint8(131) if x_type == np.uint8
+                                 else rng.integers(120, 136, 8).astype(np.uint8), "wz")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    want, got, stats = _run_both(model, {"x": x})
+    assert "graph.conv_integer" not in stats.temporary_ops
+    route.check()
+    np.testing.assert_array_equal(got["y"], want["y"])
+    if x_type == np.uint8:
+        np.testing.assert_array_equal(got["y"], _onnxruntime(model, {"x": x})["y"])
+
+
+@pytest.mark.parametrize("rows,columns", [(1, 1), (1, 33), (70, 1), (3, 5)])
+def test_int8_product_of_one_row_or_column(rows, columns, monkeypatch):
+    """oneDNN's product where a matrix has one row or one column (numpy may give such a
+    row any stride; oneDNN takes the width as its leading dimension): exact, with
+    uint8 and per-column zero points."""
+    from palimpsest.backends.numpy import int8_products
+
+    route = _take_route("onednn", monkeypatch)
+    rng = np.random.default_rng(23)
+    a = rng.integers(0, 256, (rows, 77)).astype(np.uint8)
+    b = rng.integers(0, 256, (77, columns)).astype(np.uint8)
+    b_zero = rng.integers(0, 256, columns).astype(np.uint8)
+    out = np.empty((rows, columns), np.int32)
+    int8_products.product(a, 9, int8_products.Int8Weight(b, b_zero), out)
+    route.check()
+    np.testing.assert_array_equal(out, (a.astype(np.int64) - 9) @ (b.astype(np.int64)
+                                                                   - b_zero.astype(np.int64)))

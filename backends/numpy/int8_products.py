@@ -1,0 +1,82 @@
+"""8-bit integer products on oneDNN's u8 x s8 GEMM (backends/onednn.py), exact, for the
+quantized fast paths (kernels_quant.py, kernels_quant_lstm.py).
+
+oneDNN takes the plain product only (its fast kernels have no offsets), so a product
+(a - a0)(b - b0) is made from P = a' b' as
+
+    (a' - a0')(b' - b0') = P - a0' colsum(b') - (rowsum(a') - K a0') (x) b0'
+
+with a' the uint8 left operand (an int8 one flipped by its top bit: a + 128, its zero
+point too) and b' the int8 right one (a uint8 weight likewise less 128). int32 arithmetic
+wraps, so every step is exact where the result fits in int32, which the callers check
+(the centred weight's bound). A weight is prepared once per constant (kept by its
+`Centred`): b' transposed into rows (oneDNN's vector-matrix product reads B^T rows 3x
+faster than B's columns), its column sums and its shifted zero points.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from palimpsest.backends import onednn
+
+# below this many multiply-adds oneDNN's call (~5-8 us) costs more than the float route
+SMALLEST = 1 << 16
+
+
+class Int8Weight:
+    """b' as oneDNN reads it: `rows` (N x K int8, b' transposed), `sums` (N, int32:
+    each column's sum) and `zeros` (b0' as N int32, or None where all are 0)."""
+
+    __slots__ = ("rows", "sums", "zeros")
+
+    def __init__(self, b, b_zero):
+        shift = 128 if b.dtype == np.uint8 else 0
+        rows = np.ascontiguousarray(b.T)
+        if shift:
+            rows = (rows ^ np.uint8(0x80)).view(np.int8)
+        self.rows = rows
+        self.sums = rows.sum(axis=1, dtype=np.int32)
+        zeros = np.zeros(b.shape[1], np.int32) if b_zero is None else \
+            np.broadcast_to(b_zero.astype(np.int32).reshape(-1), (b.shape[1],))
+        zeros = zeros - shift
+        self.zeros = zeros if zeros.any() else None
+
+
+def usable(a_type, b, rows: int) -> bool:
+    """Whether a product of `rows` rows of an `a_type` operand by the 2-D `b` goes to
+    oneDNN: both 8-bit integers, oneDNN installed and usable here, the depth keeping
+    every sum in int32, and the product large enough to pay for the call."""
+    depth, columns = b.shape
+    return (np.dtype(a_type) in (np.uint8, np.int8) and b.dtype in (np.uint8, np.int8)
+            and depth <= onednn.MAX_DEPTH and rows * depth * columns >= SMALLEST
+            and onednn.available())
+
+
+def prepared(b, b_zero, weight, part=()) -> Int8Weight:
+    """b (K x N, 8-bit) less b_zero (None, per tensor or per column) as an Int8Weight,
+    made once and kept by `weight` (b's Centred, or a stack's whose `part` b is)."""
+    return weight.layout(("onednn", part), lambda: Int8Weight(b, b_zero))
+
+
+def unsigned(a, zero: int):
+    """(a as uint8, its zero point): an int8 a flipped by its top bit (a + 128)."""
+    if a.dtype == np.int8:
+        return a.view(np.uint8) ^ np.uint8(0x80), zero + 128
+    return a, zero
+
+
+def product(a, zero: int, weight: Int8Weight, out) -> None:
+    """out (M x N int32, rows contiguous) = (a - zero) @ (b - b_zero), exactly: `a`
+    (M x K uint8, rows contiguous) and `weight` b's Int8Weight; see the module doc."""
+    onednn.gemm_u8s8(a, weight.rows, out)
+    if zero:
+        np.subtract(out, weight.sums * np.int32(zero), out=out)
+    if weight.zeros is not None:
+        row_terms = a.sum(axis=1, dtype=np.int32)
+        if zero:
+            row_terms -= np.int32(a.shape[1] * zero)
+        out -= row_terms[:, None] * weight.zeros
+
+
+__all__ = ["Int8Weight", "SMALLEST", "prepared", "product", "unsigned", "usable"]
