@@ -66,10 +66,19 @@ def unsigned(a, zero: int):
     return a, zero
 
 
-def product(a, zero: int, weight: Int8Weight, out) -> None:
+def product(a, zero: int, weight: Int8Weight, out, gemm=None, into=None) -> None:
     """out (M x N int32, rows contiguous) = (a - zero) @ (b - b_zero), exactly: `a`
-    (M x K uint8, rows contiguous) and `weight` b's Int8Weight; see the module doc."""
-    onednn.gemm_u8s8(a, weight.rows, out)
+    (M x K uint8, rows contiguous) and `weight` b's Int8Weight; see the module doc.
+    `gemm`: onednn.bound_gemm_u8s8(a, weight.rows, out), where the caller bound it.
+    `into`: a float32 array the result is also cast into (saving a pass where the
+    weight's zero points are all 0)."""
+    if gemm is None:
+        onednn.gemm_u8s8(a, weight.rows, out)
+    else:
+        gemm()
+    if weight.zeros is None and into is not None:
+        np.subtract(out, weight.sums * np.int32(zero), out=into, casting="unsafe")
+        return
     if zero:
         np.subtract(out, weight.sums * np.int32(zero), out=out)
     if weight.zeros is not None:
@@ -77,6 +86,8 @@ def product(a, zero: int, weight: Int8Weight, out) -> None:
         if zero:
             row_terms -= np.int32(a.shape[1] * zero)
         out -= row_terms[:, None] * weight.zeros
+    if into is not None:
+        np.copyto(into, out, casting="unsafe")
 
 
 __all__ = ["Int8Weight", "SMALLEST", "prepared", "product", "unsigned", "usable"]

@@ -42,16 +42,21 @@ def _float_recurrence(r_floats, shape):
 def _onednn_recurrence(weights, shape):
     """recur of `_lstm_steps` on oneDNN: h quantized to uint8 (the centred h plus its
     direction's zero point) and one vector-matrix product a direction by its R
-    (`weights`: Int8Weight each) into int32, cast into g."""
+    (`weights`: Int8Weight each) into int32, cast into g; each direction's GEMM bound
+    once to its buffers."""
+    from palimpsest.backends import onednn
+
     dirs = shape[0]
     unsigned = np.empty(shape, np.uint8)
     product = np.empty(shape[:-1] + (len(weights[0].rows),), np.int32)
+    gemms = [onednn.bound_gemm_u8s8(unsigned[d], weights[d].rows, product[d])
+             for d in range(dirs)]
 
     def recur(quantized, zeros, g):
         for d in range(dirs):
             np.add(quantized[d], zeros[d], out=unsigned[d], casting="unsafe")
-            int8_products.product(unsigned[d], int(zeros[d]), weights[d], product[d])
-        np.copyto(g, product, casting="unsafe")
+            int8_products.product(unsigned[d], int(zeros[d]), weights[d], product[d],
+                                  gemms[d], g[d])
     return recur
 
 
