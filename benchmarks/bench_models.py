@@ -24,7 +24,7 @@ alike, and each engine's median is over its own runs; the ratio is numpy ms / or
 `--profile N` (default 3) profiles N more numpy runs (at least 0.5 s of them; up to 200)
 (backends/profile.py) and names the top three op kinds by share of the run time. Last lines: the geometric mean of the ratios
 (numpy; with `--opencl` also OpenCL and the faster of the two per model), the BLAS and
-its kernel set (`blas_summary()`), the threads and the load average during the run.
+its kernel set (`blas_summary()`), the 8-bit GEMM (`onednn.summary()`), the threads and the load average during the run.
 
     python benchmarks/bench_models.py [--runs 5] [--threads 1] [--opencl] [--no-rss] [--models a,b]
                                       [--profile N] [--json FILE]
@@ -390,6 +390,7 @@ def summary(rows: list, opencl: bool, loads: list) -> str:
     """The geometric means of the ratios to onnxruntime (numpy; OpenCL and the faster of
     the two with `opencl`), the worst model, the BLAS, threads and load."""
     from palimpsest.backends.numpy.blas import blas_summary
+    from palimpsest.backends.onednn import summary as onednn_summary
 
     lines = []
     engines = ["numpy"] + (["opencl"] if opencl else [])
@@ -406,6 +407,7 @@ def summary(rows: list, opencl: bool, loads: list) -> str:
                          f"{by_model[worst]:.2f}x; above 2x: {sum(v > 2 for v in by_model.values())}"
                          f", above 2.5x: {sum(v > 2.5 for v in by_model.values())}")
     lines.append(blas_summary())
+    lines.append(onednn_summary())
     lines.append(f"threads: BLAS {os.environ.get('OPENBLAS_NUM_THREADS')}, onnxruntime "
                  f"{THREADS} intra-op, Palimpsest {THREADS} (PoCL's workers too); load average (1 min) during the run: {min(loads):.1f}-"
                  f"{max(loads):.1f} on {os.cpu_count()} CPUs")
