@@ -66,6 +66,11 @@ def _gemm():
     path = _library_path()
     if path is None:
         return None
+    # OpenMP's workers spin ~20k rounds after a product, then sleep (libgomp reads this
+    # when it loads, with oneDNN). Its default 300k held the cores that numpy's BLAS
+    # threads wanted next (tashkeel at two threads: 36.7 ms a run, 15.5 with 20k); no
+    # spin (OMP_WAIT_POLICY=PASSIVE) woke them for every product (t5: 19.8 ms, 13.0)
+    os.environ.setdefault("GOMP_SPINCOUNT", "20000")
     try:
         library = ctypes.CDLL(path)
         gemm = library.dnnl_gemm_u8s8s32
@@ -96,6 +101,7 @@ def gemm_u8s8(a, b_rows, out) -> None:
     where oneDNN reports a failure (nothing the caller's checks let through)."""
     rows, depth = a.shape
     columns = b_rows.shape[0]
+    _threads_for(rows * depth * columns)
     status = _gemm()(b"N", b"T", b"F", rows, columns, depth, 1.0,
                      a.ctypes.data, _leading(a), 0, b_rows.ctypes.data, _leading(b_rows),
                      0, 0.0, out.ctypes.data, _leading(out), _no_offset().ctypes.data)
@@ -127,7 +133,10 @@ def bound_gemm_u8s8(a, b_rows, out):
         ctypes.c_void_p(out.ctypes.data), ctypes.c_int64(_leading(out)),
         ctypes.c_void_p(_no_offset().ctypes.data)]
 
+    work = rows * depth * b_rows.shape[0]
+
     def call():
+        _threads_for(work)
         status = gemm(*arguments)
         if status != 0:
             raise RuntimeError(f"oneDNN's u8 x s8 GEMM failed (status {status}) on "
@@ -145,15 +154,41 @@ def _omp_set_num_threads():
     return setter
 
 
+# Products of fewer multiply-adds than this run on one thread: an OpenMP region per
+# small product (an LSTM step's h R^T) costs more than it gains, and OpenMP's workers
+# spin after it on cores that numpy's BLAS threads want (tashkeel's 256-unit steps at
+# two threads: 36.7 ms a run against 17.5 at one thread a step)
+PARALLEL_MIN = 1 << 22
+_THREADS = {"configured": None, "current": None}
+
+
+def _threads_for(work: int) -> None:
+    """One thread for a small product, else the count `set_threads` configured (else
+    OMP_NUM_THREADS, else the physical cores); set only when it changes."""
+    if work < PARALLEL_MIN:
+        want = 1
+    else:
+        want = _THREADS["configured"]
+        if want is None:
+            from palimpsest.backends.threads import physical_cores
+
+            env = os.environ.get("OMP_NUM_THREADS", "")
+            want = _THREADS["configured"] = int(env) if env.isdigit() and int(env) > 0 \
+                else physical_cores()
+    if want != _THREADS["current"]:
+        setter = _omp_set_num_threads()
+        if setter is not None:
+            setter(want)
+        _THREADS["current"] = want
+
+
 def set_threads(count: int) -> int | None:
-    """oneDNN's thread count (its OpenMP's, for this thread's later calls); None when
-    oneDNN is not in use here."""
-    if not available():
+    """oneDNN's thread count for products of PARALLEL_MIN multiply-adds or more (its
+    OpenMP's, for this thread's later calls); None when oneDNN is not in use here."""
+    if not available() or _omp_set_num_threads() is None:
         return None
-    setter = _omp_set_num_threads()
-    if setter is None:
-        return None
-    setter(count)
+    _THREADS["configured"] = count
+    _THREADS["current"] = None
     return count
 
 

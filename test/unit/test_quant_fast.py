@@ -608,3 +608,20 @@ def test_int8_product_of_one_row_or_column(rows, columns, monkeypatch):
     route.check()
     np.testing.assert_array_equal(out, (a.astype(np.int64) - 9) @ (b.astype(np.int64)
                                                                    - b_zero.astype(np.int64)))
+
+
+def test_onednn_threads_one_for_small_products_configured_for_large(monkeypatch):
+    """A product below PARALLEL_MIN multiply-adds runs on one OpenMP thread, a larger
+    one on the count set_threads configured; the count is set only when it changes."""
+    from palimpsest.backends import onednn
+
+    if not onednn.available():
+        pytest.skip(f"oneDNN is not usable here ({onednn.summary()})")
+    counts = []
+    monkeypatch.setattr(onednn, "_omp_set_num_threads", lambda: counts.append)
+    monkeypatch.setitem(onednn._THREADS, "configured", None)
+    monkeypatch.setitem(onednn._THREADS, "current", None)
+    assert onednn.set_threads(2) == 2
+    for work in (10, 20, onednn.PARALLEL_MIN, 2 * onednn.PARALLEL_MIN, 30):
+        onednn._threads_for(work)
+    assert counts == [1, 2, 1]
