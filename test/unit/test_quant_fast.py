@@ -340,6 +340,31 @@ def test_dynamic_quantize_linear_by_blocks(case, monkeypatch):
         np.testing.assert_array_equal(got[name], expected[name])
 
 
+def _product_model(op, a, b, a_zero, b_zero, rng):
+    """A one-node MatMulInteger or com.microsoft MatMulIntegerToFloat (random per-column
+    B scales and bias) of an input `a` like the given one by the constant `b`."""
+    width = b.shape[1]
+    consts = [numpy_helper.from_array(b, "b"), numpy_helper.from_array(a_zero, "az"),
+              numpy_helper.from_array(np.asarray(b_zero), "bz")]
+    if op == "MatMulInteger":
+        node = helper.make_node(op, ["a", "b", "az", "bz"], ["y"])
+        out_type = TensorProto.INT32
+    else:
+        consts += [numpy_helper.from_array(np.float32(0.02), "sa"),
+                   numpy_helper.from_array(rng.uniform(0.01, 0.05, width).astype(np.float32),
+                                           "sb"),
+                   numpy_helper.from_array(rng.normal(0, 1, width).astype(np.float32), "c")]
+        node = helper.make_node(op, ["a", "b", "sa", "sb", "az", "bz", "c"], ["y"],
+                                domain="com.microsoft")
+        out_type = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(
+            "a", TensorProto.UINT8 if a.dtype == np.uint8 else TensorProto.INT8, list(a.shape))],
+        [helper.make_tensor_value_info("y", out_type, None)], consts)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("com.microsoft", 1)])
+
+
 @pytest.mark.parametrize("weight", ["int8", "uint8_per_tensor", "uint8_per_column"])
 @pytest.mark.parametrize("op", ["MatMulInteger", "MatMulIntegerToFloat"])
 def test_product_weight_converted_by_blocks_of_columns(weight, op, monkeypatch, float_route):
@@ -364,24 +389,7 @@ def test_product_weight_converted_by_blocks_of_columns(weight, op, monkeypatch, 
         b = rng.integers(0, 256, (depth, width)).astype(np.uint8)
         b_zero = rng.integers(100, 156, width if weight == "uint8_per_column" else ()
                               ).astype(np.uint8)
-    consts = [numpy_helper.from_array(b, "b"), numpy_helper.from_array(np.uint8(131), "az"),
-              numpy_helper.from_array(np.asarray(b_zero), "bz")]
-    if op == "MatMulInteger":
-        node = helper.make_node(op, ["a", "b", "az", "bz"], ["y"])
-        out_type = TensorProto.INT32
-    else:
-        consts += [numpy_helper.from_array(np.float32(0.02), "sa"),
-                   numpy_helper.from_array(rng.uniform(0.01, 0.05, width).astype(np.float32),
-                                           "sb"),
-                   numpy_helper.from_array(rng.normal(0, 1, width).astype(np.float32), "c")]
-        node = helper.make_node(op, ["a", "b", "sa", "sb", "az", "bz", "c"], ["y"],
-                                domain="com.microsoft")
-        out_type = TensorProto.FLOAT
-    graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info("a", TensorProto.UINT8, list(a.shape))],
-        [helper.make_tensor_value_info("y", out_type, None)], consts)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                    helper.make_opsetid("com.microsoft", 1)])
+    model = _product_model(op, a, b, np.uint8(131), b_zero, rng)
     want, got, stats = _run_both(model, {"a": a})
     assert not stats.temporary_ops
     assert [(p.start, p.stop) for p, _, _ in blocks] == [(0, 64), (64, 128), (128, 150)]
@@ -532,25 +540,7 @@ def test_products_at_the_extremes_on_both_routes(op, a_type, b_zero, route):
     zero = {"per_column": rng.integers(-3, 4, 40).astype(np.int8),
             "per_tensor": np.int8(-2), None: np.int8(0)}[b_zero]
     a_zero = np.array(info.max if a_type == np.int8 else 3, a_type)
-    consts = [numpy_helper.from_array(b, "b"), numpy_helper.from_array(a_zero, "az"),
-              numpy_helper.from_array(np.asarray(zero), "bz")]
-    if op == "MatMulInteger":
-        node = helper.make_node(op, ["a", "b", "az", "bz"], ["y"])
-        out_type = TensorProto.INT32
-    else:
-        consts += [numpy_helper.from_array(np.float32(0.02), "sa"),
-                   numpy_helper.from_array(rng.uniform(0.01, 0.05, 40).astype(np.float32),
-                                           "sb"),
-                   numpy_helper.from_array(rng.normal(0, 1, 40).astype(np.float32), "c")]
-        node = helper.make_node(op, ["a", "b", "sa", "sb", "az", "bz", "c"], ["y"],
-                                domain="com.microsoft")
-        out_type = TensorProto.FLOAT
-    graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info(
-            "a", TensorProto.UINT8 if a_type == np.uint8 else TensorProto.INT8, list(a.shape))],
-        [helper.make_tensor_value_info("y", out_type, None)], consts)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                    helper.make_opsetid("com.microsoft", 1)])
+    model = _product_model(op, a, b, a_zero, zero, rng)
     want, got, stats = _run_both(model, {"a": a})
     assert not stats.temporary_ops
     route.check()
