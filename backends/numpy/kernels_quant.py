@@ -39,6 +39,13 @@ def _largest(a, zero: float, weight) -> float:
     return largest
 
 
+def _fits_int32(a_type, zero: float, weight) -> bool:
+    """Whether every product of an `a_type` operand less `zero` by the centred `weight`
+    fits in int32 (from the type's range and the weight's bound)."""
+    info = np.iinfo(a_type)
+    return weight.bound * max(zero - info.min, info.max - zero) < 2.0 ** 31
+
+
 def _exact_floats(a, zero: float, weight):
     """The float type in which `a` - `zero` times the centred `weight` is exact (float32
     when every product sum stays below 2**24, else float64), and the weight in it."""
@@ -79,8 +86,7 @@ def _centred_matmul(out, a, b, a_zero, b_zero, epilogue=None) -> bool:
     weight = centred(b, b_zero, (1, -1) if b_zero is not None and b_zero.size > 1 else (),
                      (0,))
     zero = 0.0 if a_zero is None else float(a_zero.reshape(-1)[0])
-    info = np.iinfo(a.dtype)
-    if weight.bound * max(zero - info.min, info.max - zero) >= 2.0 ** 31:
+    if not _fits_int32(a.dtype, zero, weight):
         return False
     depth = a.shape[-1]
     if out.flags.c_contiguous and int8_products.usable(a.dtype, b, a.size // max(depth, 1)):
@@ -134,8 +140,7 @@ def _onednn_matmul(out, a, b, b_zero, zero: int, weight, epilogue) -> None:
     for start in range(0, len(a), chunk):
         rows = out[start:start + chunk]
         part = block[:len(rows)]
-        int8_products.product(a[start:start + chunk], zero, prepared, part)
-        np.copyto(rows, part, casting="unsafe")
+        int8_products.product(a[start:start + chunk], zero, prepared, part, into=rows)
         if epilogue is not None:
             epilogue(rows)
 
@@ -253,10 +258,9 @@ def _conv_integer(inputs, attrs, outs):
                      else (), (1, 2, 3))
     zero = 0.0 if x_zero is None else float(x_zero.reshape(-1)[0])
     depth, pixels = cg * kh * kw, size[0] * size[1]
-    info = np.iinfo(x.dtype)
     on_onednn = out.flags.c_contiguous and int8_products.usable(
-        x.dtype, np.empty((depth, m // group), w.dtype), n * pixels) \
-        and weight.bound * max(zero - info.min, info.max - zero) < 2.0 ** 31
+        x.dtype, w.reshape(m, depth)[:m // group].T, n * pixels) \
+        and _fits_int32(x.dtype, zero, weight)
     if on_onednn:   # 8-bit windows; pads read as the zero point
         x, zero = int8_products.unsigned(x, int(zero))
         dtype, pad = np.uint8, zero

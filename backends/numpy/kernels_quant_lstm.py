@@ -196,22 +196,22 @@ def _dynamic_quantize_lstm(inputs, attrs, outs):
 
     r_centred = quantized_weights(r, r_zero)
     r_zeros = r_zero.reshape(dirs, -1)
-    onednn = int8_products.usable(np.uint8, r[0], batch)
+    r_on_onednn = int8_products.usable(np.uint8, r[0], batch)
     r_weights = [int8_products.prepared(r[d], r_zeros[d], r_centred, d)
-                 for d in range(dirs)] if onednn else None
-    r_floats = None if onednn else r_centred.floats(255)
+                 for d in range(dirs)] if r_on_onednn else None
+    r_floats = None if r_on_onednn else r_centred.floats(255)
     hs = np.empty((steps,) + state, f32)         # the hidden states, in step order
     c = np.zeros(state, f32) if c0 is None else c0.astype(f32)
     h = np.zeros(state, f32) if h0 is None else h0.astype(f32)
     # both directions in one loop (half the numpy calls), unless one direction's R
     # fits in a core's L2 cache and both do not: then one after the other, each R
     # staying cached across its steps
-    one = r[0].nbytes if onednn else r_floats[0].nbytes
+    one = r[0].nbytes if r_on_onednn else r_floats[0].nbytes
     groups = [slice(d, d + 1) for d in range(dirs)] if dirs > 1 and one <= 0.75 * _l2_bytes() \
         < dirs * one else [slice(0, dirs)]
     for group in groups:
         shape = (group.stop - group.start, batch, hidden)
-        recur = _onednn_recurrence(r_weights[group], shape) if onednn else \
+        recur = _onednn_recurrence(r_weights[group], shape) if r_on_onednn else \
             _float_recurrence(r_floats[group], shape)
         if not _lstm_steps(projected[:, group], recur, r_scale[group],
                            r_bias[group], h[group], c[group], hs[:, group]):
