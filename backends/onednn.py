@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import os
 
 # the largest depth whose u8 x s8 sums (at most 255 * 128 a term) stay in int32
@@ -58,10 +59,10 @@ def _library_path() -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
-def _gemm():
-    """The bound `dnnl_gemm_u8s8s32`, or None (no library, no VNNI, or it would not
-    load); looked up once. PALIMPSEST_ONEDNN=0 turns it off (the float route)."""
-    if os.environ.get("PALIMPSEST_ONEDNN", "1") == "0" or not _cpu_has_vnni():
+def _library():
+    """The loaded libdnnl, or None (not installed, or it would not load); looked up once.
+    PALIMPSEST_ONEDNN=0 turns it off (every product on numpy's BLAS)."""
+    if os.environ.get("PALIMPSEST_ONEDNN", "1") == "0":
         return None
     path = _library_path()
     if path is None:
@@ -72,9 +73,19 @@ def _gemm():
     # spin (OMP_WAIT_POLICY=PASSIVE) woke them for every product (t5: 19.8 ms, 13.0)
     os.environ.setdefault("GOMP_SPINCOUNT", "20000")
     try:
-        library = ctypes.CDLL(path)
-        gemm = library.dnnl_gemm_u8s8s32
-    except (OSError, AttributeError):
+        return ctypes.CDLL(path)
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def _gemm():
+    """The bound `dnnl_gemm_u8s8s32`, or None (no library, or no VNNI)."""
+    library = _library()
+    if library is None or not _cpu_has_vnni():
+        return None
+    gemm = getattr(library, "dnnl_gemm_u8s8s32", None)
+    if gemm is None:
         return None
     dim, pointer = ctypes.c_int64, ctypes.c_void_p
     gemm.argtypes = [ctypes.c_char, ctypes.c_char, ctypes.c_char, dim, dim, dim,
@@ -82,6 +93,21 @@ def _gemm():
                      ctypes.c_int8, ctypes.c_float, pointer, dim, pointer]
     gemm.restype = ctypes.c_int
     return gemm
+
+
+@functools.lru_cache(maxsize=None)
+def _sgemm():
+    """The bound `dnnl_sgemm` (row-major float32 C = alpha op(A) op(B) + beta C), or
+    None."""
+    library = _library()
+    sgemm = getattr(library, "dnnl_sgemm", None) if library is not None else None
+    if sgemm is None:
+        return None
+    dim, pointer = ctypes.c_int64, ctypes.c_void_p
+    sgemm.argtypes = [ctypes.c_char, ctypes.c_char, dim, dim, dim, ctypes.c_float,
+                      pointer, dim, pointer, dim, ctypes.c_float, pointer, dim]
+    sgemm.restype = ctypes.c_int
+    return sgemm
 
 
 def available() -> bool:
@@ -144,6 +170,89 @@ def bound_gemm_u8s8(a, b_rows, out):
     return call
 
 
+# oneDNN's float32 GEMM against OpenBLAS 0.3.31 (SkylakeX kernels), one thread, here:
+# 10-45% faster from ~64 x 64 x 256 up (an im2col conv's 16 x 144 x 1600: 44 against 75
+# us; 128 x 1152 x 1600: 3.1 against 3.6 ms), slower below (32 x 32 x 256: 5.5 against 4.4
+# us, the call costs more) and no faster for a vector-matrix product
+SGEMM_FROM = 1 << 19
+SGEMM_EDGE = 8
+# a batch of products (a grouped conv's groups, a conv's output rows) goes to oneDNN one
+# call each where each is this large; numpy's matmul loops over smaller ones in C, and
+# gains as much (a conv's 32 x 144 x 160 rows: 12 us each on either)
+SGEMM_ITEM_FROM = 1 << 20
+
+
+def _operand(matrix):
+    """(trans, leading dimension) of a float32 matrix view as BLAS reads it, row-major:
+    b"N" with unit column stride, b"T" with unit row stride; None for other strides."""
+    rows, columns = matrix.shape[-2:]
+    if matrix.strides[-2] % 4 or matrix.strides[-1] % 4 or _address(matrix) % 4:
+        return None
+    row_stride, column_stride = (stride // 4 for stride in matrix.strides[-2:])
+    if (column_stride == 1 or columns == 1) and (rows == 1 or row_stride >= columns):
+        return b"N", row_stride if rows > 1 else max(1, columns)
+    if (row_stride == 1 or rows == 1) and (columns == 1 or column_stride >= rows):
+        return b"T", column_stride if columns > 1 else max(1, rows)
+    return None
+
+
+def _address(array) -> int:
+    return array.__array_interface__["data"][0]
+
+
+def bound_sgemm(a, b, out):
+    """`np.matmul(a, b, out=out)` as a call of no arguments on oneDNN's float32 GEMM, its
+    operands' addresses read once (a kernel's recorded calls replay it); None where oneDNN is
+    not in use, the operands are not float32 matrices (batched alike or broadcast) that
+    BLAS reads as they lie, `out` overlaps them, or the products are too small to gain
+    (SGEMM_FROM multiply-adds, SGEMM_EDGE rows and columns)."""
+    sgemm = _sgemm()
+    if sgemm is None or a.ndim < 2 or b.ndim < 2 or out.ndim < 2:
+        return None
+    import numpy as np
+
+    if not (a.dtype == b.dtype == out.dtype == np.float32):
+        return None
+    rows, depth = a.shape[-2:]
+    columns = b.shape[-1]
+    if (b.shape[-2] != depth or out.shape[-2:] != (rows, columns)
+            or min(rows, columns) < SGEMM_EDGE or rows * depth * columns < SGEMM_FROM
+            or np.may_share_memory(out, a) or np.may_share_memory(out, b)):
+        return None
+    forms = _operand(a), _operand(b), _operand(out)
+    if None in forms or forms[2][0] != b"N":
+        return None
+    batch = out.shape[:-2]
+    count = math.prod(batch)
+    if count > 1 and rows * depth * columns < SGEMM_ITEM_FROM:
+        return None
+    try:
+        if np.broadcast_shapes(a.shape[:-2], b.shape[:-2], batch) != batch:
+            return None
+    except ValueError:
+        return None
+    (trans_a, lda), (trans_b, ldb), (_, ldc) = forms
+    shared = (trans_a, trans_b, rows, columns, depth, 1.0)
+    # each item's address: the operand's own plus the batch index times its strides
+    # (0 along a broadcast axis)
+    index = np.indices(batch).reshape(len(batch), count)
+    at = [(_address(x) + np.broadcast_to(x, batch + x.shape[-2:]).strides[:-2] @ index)
+          .tolist() if batch else [_address(x)] for x in (a, b, out)]
+    calls = [shared + (a_at, lda, b_at, ldb, 0.0, out_at, ldc)
+             for a_at, b_at, out_at in zip(*at)]
+    work = rows * depth * columns
+    kept = (a, b, out)   # the memory the pointers address, alive while the call is
+
+    def call(_kept=kept):
+        _threads_for(work)
+        for arguments in calls:
+            status = sgemm(*arguments)
+            if status != 0:
+                raise RuntimeError(f"oneDNN's float GEMM failed (status {status}) on "
+                                   f"{rows} x {depth} x {columns}")
+    return call
+
+
 @functools.lru_cache(maxsize=None)
 def _omp_set_num_threads():
     try:
@@ -185,7 +294,7 @@ def _threads_for(work: int) -> None:
 def set_threads(count: int) -> int | None:
     """oneDNN's thread count for products of PARALLEL_MIN multiply-adds or more (its
     OpenMP's, for this thread's later calls); None when oneDNN is not in use here."""
-    if not available() or _omp_set_num_threads() is None:
+    if _library() is None or _omp_set_num_threads() is None:
         return None
     _THREADS["configured"] = count
     _THREADS["current"] = None
@@ -193,14 +302,17 @@ def set_threads(count: int) -> int | None:
 
 
 def summary() -> str:
-    """One line for benchmark headers: whether 8-bit products run on oneDNN."""
-    if available():
-        return f"8-bit GEMM: oneDNN ({_library_path()})"
-    reason = "turned off (PALIMPSEST_ONEDNN=0)" \
-        if os.environ.get("PALIMPSEST_ONEDNN", "1") == "0" else \
-        "no VNNI on this CPU" if not _cpu_has_vnni() else "onednn-cpu-gomp not installed"
-    return f"8-bit GEMM: float BLAS ({reason})"
+    """One line for benchmark headers: which products run on oneDNN."""
+    if _sgemm() is None:
+        reason = "turned off (PALIMPSEST_ONEDNN=0)" \
+            if os.environ.get("PALIMPSEST_ONEDNN", "1") == "0" else \
+            "onednn-cpu-gomp not installed"
+        return f"oneDNN: not in use ({reason}); every GEMM on numpy's BLAS"
+    eight = "and 8-bit products" if available() else \
+        "products (8-bit ones on float BLAS: no VNNI on this CPU)"
+    return (f"oneDNN: float32 products of {SGEMM_FROM} multiply-adds and more {eight} "
+            f"({_library_path()})")
 
 
-__all__ = ["MAX_DEPTH", "available", "bound_gemm_u8s8", "gemm_u8s8", "set_threads",
+__all__ = ["MAX_DEPTH", "available", "bound_gemm_u8s8", "bound_sgemm", "gemm_u8s8", "set_threads",
            "summary"]

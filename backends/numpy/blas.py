@@ -1,15 +1,40 @@
-"""Which BLAS numpy runs on, and with which kernel set.
+"""The GEMM the numpy backend's products run on, and which BLAS numpy runs on.
 
-The numpy backend's GEMM-bound kernels (im2col convs, matmul, gemm) are exactly as fast as
-numpy's BLAS, and OpenBLAS picks its kernel set once, when it loads: from the CPU, or from
-OPENBLAS_CORETYPE. A pinned kernel set older than the CPU (Haswell's AVX2 kernels on an
-AVX-512 CPU) halves GEMM throughput, so benchmarks report it next to their figures.
+The GEMM-bound kernels (im2col convs, conv_transpose, matmul, gemm, a recurrence's
+input projection) call `matmul_call`/`matmul`: oneDNN's float32 GEMM where it is in use
+and the product large enough to gain (backends/onednn.bound_sgemm; 10-45% faster than
+OpenBLAS there), else `np.matmul` on numpy's BLAS. OpenBLAS picks its kernel set once,
+when it loads: from the CPU, or from OPENBLAS_CORETYPE. A pinned kernel set older than the
+CPU (Haswell's AVX2 kernels on an AVX-512 CPU) halves GEMM throughput, so benchmarks
+report it next to their figures.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+
+import numpy as np
+
+from palimpsest.backends import onednn
+
+
+def matmul_call(a, b, out) -> tuple:
+    """`np.matmul(a, b, out=out)` as a call (fn, args, kwargs) for a kernel's recorded
+    calls: oneDNN's GEMM bound to these arrays where it takes them, else numpy's."""
+    bound = onednn.bound_sgemm(a, b, out)
+    if bound is None:
+        return np.matmul, (a, b), {"out": out}
+    return bound, (), {}
+
+
+def matmul(a, b, out) -> None:
+    """`np.matmul(a, b, out=out)`, on oneDNN's GEMM where it takes the operands."""
+    bound = onednn.bound_sgemm(a, b, out)
+    if bound is None:
+        np.matmul(a, b, out=out)
+    else:
+        bound()
 
 
 def _loaded_openblas() -> str | None:
@@ -39,8 +64,6 @@ def _call_string(library, names) -> str | None:
 
 def blas_summary() -> str:
     """One line: the BLAS library, its version and build, and the kernel set in use."""
-    import numpy  # noqa: F401  (loads the BLAS)
-
     path = _loaded_openblas()
     if path is None:
         return "BLAS: not OpenBLAS (numpy.show_config() names it)"

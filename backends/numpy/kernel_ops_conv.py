@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from palimpsest.backends.numpy.blas import matmul, matmul_call
 from palimpsest.backends.numpy.kernel_ops import (
     _Calls, _view_as, config_of, impl, record, recorded, replay, workspaces_by_role)
 from palimpsest.backends.numpy.kernel_ops_elementwise import (
@@ -104,6 +105,11 @@ def conv2d(op, inputs, outputs, workspaces):
     mg = m // group
     weights = w.reshape(group, mg, cg * kh * kw)
     padded, cols = ws.get("padded"), ws.get("im2col")
+    calls = channels_last.calls(op, config, inputs, x, w, bias, y, ws)
+    if calls is not None:
+        record(op, arrays, calls)
+        replay(calls)
+        return
     if K.Conv2dOp.is_depthwise(w.shape, config):
         calls = depthwise._depthwise(x, w, bias, y, padded, cols, (top, left), (sh, sw),
                                      (dh, dw))
@@ -142,8 +148,8 @@ def conv2d(op, inputs, outputs, workspaces):
         bias = None  # added band by band, in cache
     elif cols is None:  # 1x1, stride 1, no pads: the image is the matrix
         for image in range(n):
-            np.matmul(weights, x[image].reshape(group, cg, h * wd),
-                      out=_view_as(y[image], (group, mg, ho * wo)))
+            matmul(weights, x[image].reshape(group, cg, h * wd),
+                   _view_as(y[image], (group, mg, ho * wo)))
     else:
         flat = _view_as(cols, (cols.size,))
         row_size = max(1, c * kh * kw * wo)   # one output row's im2col columns
@@ -183,7 +189,7 @@ def conv2d(op, inputs, outputs, workspaces):
                               _im2col_view(src, kh, kw, dh, dw, sh, sw, ho, wo)
                               [:, :, :, r0:r0 + rows])
                 out = target[:, :, r0 * wo:(r0 + rows) * wo]
-                np.matmul(weights, _view_as(part, (group, cg * kh * kw, rows * wo)), out=out)
+                matmul(weights, _view_as(part, (group, cg * kh * kw, rows * wo)), out)
                 if bias is not None and band < ho:  # while the band is in cache
                     np.add(out, _view_as(bias, (group, mg, 1)), out=out)
         if band < ho:
@@ -216,8 +222,8 @@ def _one_gemm(config, inputs, x, w, bias, y, ws, kernel, strides, dilations, pad
         return None
     if cols is None:
         for image in range(n):
-            calls.insert(image, (np.matmul, (weights, images[image]),
-                                 {"out": _view_as(y[image], (group, mg, ho * wo))}))
+            calls.insert(image, matmul_call(weights, images[image],
+                                            _view_as(y[image], (group, mg, ho * wo))))
     else:
         size = c * kh * kw * ho * wo
         if size > cols.size or size * cols.itemsize > _CHUNK_FROM or _phase_layout(
@@ -236,8 +242,8 @@ def _one_gemm(config, inputs, x, w, bias, y, ws, kernel, strides, dilations, pad
                 src = padded
             steps.append((np.copyto, (_view_as(part, (c, kh, kw, ho, wo)),
                                       _im2col_view(src, kh, kw, dh, dw, sh, sw, ho, wo)), {}))
-            steps.append((np.matmul, (weights, _view_as(part, (group, cg * kh * kw, ho * wo))),
-                          {"out": _view_as(y[image], (group, mg, ho * wo))}))
+            steps.append(matmul_call(weights, _view_as(part, (group, cg * kh * kw, ho * wo)),
+                                     _view_as(y[image], (group, mg, ho * wo))))
         calls = steps + calls   # (the bias after the GEMMs)
     if config.get("epilogue"):
         calls.append((run_epilogue, (config, inputs, y, epilogue_scratch(ws)), {}))
@@ -297,7 +303,7 @@ def _conv_kernel_rows(image, w, bias, out, cols, band, pads, sw, dilations):
         product = _view_as(scratch[:m * size], (m, size))
         for p in range(kh):
             b_rows = _as_strided(flat[p * dh * wo:], (c * kw, size), (hq * wo * item, item))
-            np.matmul(by_row[p], b_rows, out=part if p == 0 else product)
+            matmul(by_row[p], b_rows, part if p == 0 else product)
             if p:
                 np.add(part, product, out=part)
         if bias is not None:
@@ -525,9 +531,9 @@ def _conv_output_rows(x, w, bias, y, cols, pads, strides, dw):
                     :, i:i + a1 - a0, first:first + (j1 - j0 - 1) * sw + 1:sw
                 ].transpose(1, 0, 2)), {}))
             out = y[image][:, i0:i0 + rows]
-            calls.append((np.matmul, (weights, _strided(
-                flat, 0, (rows, k, wo), (sh * row * item, wo * item, item))),
-                {"out": out.transpose(1, 0, 2)}))
+            calls.append(matmul_call(weights, _strided(
+                flat, 0, (rows, k, wo), (sh * row * item, wo * item, item)),
+                out.transpose(1, 0, 2)))
             if bias3 is not None:
                 calls.append((np.add, (out, bias3), {"out": out}))
     return calls
@@ -535,4 +541,5 @@ def _conv_output_rows(x, w, bias, y, cols, pads, strides, dw):
 
 # (last: the depthwise paths read the window helpers above; called through the module,
 # whichever of the two is imported first)
+from palimpsest.backends.numpy import kernel_ops_channels_last as channels_last  # noqa: E402
 from palimpsest.backends.numpy import kernel_ops_depthwise as depthwise  # noqa: E402

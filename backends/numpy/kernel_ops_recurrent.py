@@ -38,6 +38,7 @@ import weakref
 
 import numpy as np
 
+from palimpsest.backends.numpy.blas import matmul_call
 from palimpsest.backends.numpy.kernel_ops import (
     _Calls, _scalar, _view_as, config_of, impl, record, recorded, recording, replay,
     workspaces_by_role)
@@ -315,8 +316,8 @@ def _recurrent(op, inputs, outputs, workspaces):
         if layout:  # a GEMM per step and gate (X is batch-major)
             steps.append((np.matmul, (x[None], w_t[:, None]), {"out": projected}))
         else:       # a GEMM per gate over every step
-            steps.append((np.matmul, (_view_as(x, (seq * batch, x.shape[2])), w_t),
-                          {"out": _view_as(projected, (gate_count, seq * batch, size))}))
+            steps.append(matmul_call(_view_as(x, (seq * batch, x.shape[2])), w_t,
+                                     _view_as(projected, (gate_count, seq * batch, size))))
         steps.append((_fold_biases, (config, given.get("B"), d, rows.get("bias"), projected),
                       {}))
         if "peepholes" in rows:

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from palimpsest.backends.numpy.blas import matmul_call
 from palimpsest.backends.numpy.kernel_ops import (
     _scalar, _view_as, config_of, impl, replay, replayed, workspaces_by_role)
 from palimpsest.backends.numpy.kernel_ops_elementwise import core_inputs, run_epilogue
@@ -38,7 +39,7 @@ def _product_calls(config, inputs, y) -> list:
         a = np.swapaxes(a, -1, -2)
     if config["transB"]:
         b = np.swapaxes(b, -1, -2)
-    calls = [(np.matmul, (a, b), {"out": y})]
+    calls = [matmul_call(a, b, y)]
     alpha, beta = config["alpha"], config["beta"]
     if c is None or beta == 0.0:
         if alpha != 1.0:

@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from palimpsest.backends.numpy.blas import matmul_call
 from palimpsest.backends.numpy.kernel_ops import (
     _Calls, _view_as, config_of, impl, record, recorded, replay)
 
@@ -90,9 +91,9 @@ def _conv_transpose_calls(config, inputs, outputs, workspaces) -> "_Calls":
         xi = x[image]
         target = y[image]
         if group == 1:
-            calls.append((np.matmul, (wt, _view_as(xi, (c, pixels))), {"out": cols}))
+            calls.append(matmul_call(wt, _view_as(xi, (c, pixels)), cols))
         else:
-            calls.append((np.matmul, (wt, _view_as(xi, (group, cg, pixels))), {"out": cols2}))
+            calls.append(matmul_call(wt, _view_as(xi, (group, cg, pixels)), cols2))
         if not tiled:
             if bias is None:
                 calls.append((target.fill, (0,), {}))

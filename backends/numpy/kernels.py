@@ -43,6 +43,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from palimpsest.backends.numpy.blas import matmul
 from palimpsest.dialects.graph.evaluate import attribute_value
 from palimpsest.ir.opdef import OPTIONAL, lookup_op, segment_sizes
 
@@ -321,7 +322,7 @@ def _matmul(attrs, out, a, b):
         return False
     if a.shape[-1] != b.shape[-2] or batch + (a.shape[-2], b.shape[-1]) != out.shape:
         return False
-    np.matmul(a, b, out=out)
+    matmul(a, b, out)
     return True
 
 
@@ -340,7 +341,7 @@ def _gemm(attrs, out, a, b, c=None):
         return False
     alpha = float(attrs.get("alpha", 1.0))
     beta = float(attrs.get("beta", 1.0))
-    np.matmul(a, b, out=out)
+    matmul(a, b, out)
     if alpha != 1.0:
         np.multiply(out, np.asarray(alpha, dtype=out.dtype), out=out)
     if c is not None:

@@ -1,5 +1,5 @@
 """The numpy conv2d's faster paths (backends/numpy/kernel_ops_conv.py, the depthwise ones
-in kernel_ops_depthwise.py), each against the graph level's reference on shapes that
+in kernel_ops_depthwise.py; oneDNN's channels-last route turned off), each against the graph level's reference on shapes that
 take it: lowered to kernels, printed and parsed back, run with poisoning on
 (test_kernels.check), and the path itself must have run.
 
@@ -34,9 +34,17 @@ import pytest
 np = pytest.importorskip("numpy")
 pytest.importorskip("onnx")
 
+import palimpsest.backends.numpy.kernel_ops_channels_last as channels_last  # noqa: E402
 import palimpsest.backends.numpy.kernel_ops_conv as conv  # noqa: E402
 import palimpsest.backends.numpy.kernel_ops_depthwise as depthwise  # noqa: E402
 from test_kernels import check, model_of, node, rand  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def numpy_paths(monkeypatch):
+    """These are the numpy paths' tests: convs that oneDNN would take stay on them
+    (test_channels_last.py tests that route)."""
+    monkeypatch.setattr(channels_last, "wanted", lambda *args: False)
 
 
 def _counting(monkeypatch, name) -> list:
