@@ -1,5 +1,5 @@
 """conv2d on oneDNN's direct convolutions through channels-last copies
-(backends/onednn_conv.py), for the convs where that beats the numpy paths
+(backends/onednn_primitives.py), for the convs where that beats the numpy paths
 (kernel_ops_conv.py, kernel_ops_depthwise.py) with both reorders counted: depthwise
 convs (no GEMM to run on) and dense ones with a kernel larger than 1x1 and enough input
 channels (whose im2col copies the image kh*kw times). 1x1 convs are GEMMs as they lie and
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from palimpsest.backends import onednn_conv
+from palimpsest.backends import onednn_primitives
 from palimpsest.backends.numpy.kernel_ops import _view_as, prepared
 from palimpsest.backends.numpy.kernel_ops_elementwise import epilogue_scratch, run_epilogue
 
@@ -30,7 +30,7 @@ OUTPUTS_FROM = 4096
 
 def wanted(x, w, y, config) -> bool:
     """Whether this conv goes to oneDNN (before its workspaces are looked at)."""
-    if x.dtype != np.float32 or not onednn_conv.available():
+    if x.dtype != np.float32 or not onednn_primitives.available():
         return False
     m, cg, kh, kw = w.shape
     if kh * kw == 1 or y[0].size < OUTPUTS_FROM:
@@ -78,10 +78,10 @@ def _conv_for(op, config, x, w, y, has_bias):
             x_strides = [x_strides[0], x_strides[2], x_strides[1]]
             y_strides = [y_strides[0], y_strides[2], y_strides[1]]
         try:
-            made[key] = [onednn_conv.ChannelsLastConv(
+            made[key] = [onednn_primitives.ChannelsLastConv(
                 image, out, kernel, config["group"], strides, dilations, pads, has_bias,
                 x_strides, y_strides), None, None]
-        except onednn_conv.OneDnnError:
+        except onednn_primitives.OneDnnError:
             made[key] = None
     return made[key]
 

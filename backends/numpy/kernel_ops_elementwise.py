@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from palimpsest.backends import onednn_primitives
 from palimpsest.backends.numpy.kernel_ops import (
     CLIP, STEP_IMPLS, impl, prepared, record, recorded, replay, step)
 from palimpsest.backends.numpy.kernels import _same_view
@@ -185,13 +186,29 @@ def _hard_swish(name, args, out, props, scratch):
     np.multiply(x, scratch, out=out)
 
 
+# From this many float32 elements a GELU runs on oneDNN's JIT (one pass; its erf within
+# 1.1e-6 of float64's): 76800 elements 35 us against numpy's 200 (the erf's 16 passes)
+_GELU_ONEDNN_FROM = 4096
+_GELU_ONEDNN_RANGE = 1e30
+
+
 @step("graph.gelu")
 def _gelu(name, args, out, props, scratch):
     # none: 0.5 * x * (1 + erf(x / sqrt(2))); tanh: 0.5 * x * (1 + tanh(sqrt(2 / pi) *
     # (x + 0.044715 * x^3))); the factor in scratch, x read before out is written
     x = args[0]
     dtype = out.dtype
-    if props.get("approximate", "none") == "tanh":
+    tanh = props.get("approximate", "none") == "tanh"
+    if dtype == np.float32 and out.size >= _GELU_ONEDNN_FROM and x.dtype == dtype \
+            and x.shape == out.shape and x.flags.c_contiguous and out.flags.c_contiguous:
+        function = onednn_primitives.eltwise("gelu_tanh" if tanh else "gelu_erf", out.size)
+        # (oneDNN's GELU of an infinity is NaN and of 3e38 inf: such x, and NaNs, which
+        # fail both comparisons, take the passes below)
+        if function is not None and -_GELU_ONEDNN_RANGE < x.min() \
+                and x.max() < _GELU_ONEDNN_RANGE:
+            function(x, out)
+            return
+    if tanh:
         np.multiply(x, x, out=scratch)
         np.multiply(scratch, _const(0.044715, dtype), out=scratch)
         np.add(scratch, _const(1, dtype), out=scratch)

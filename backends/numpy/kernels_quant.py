@@ -281,7 +281,7 @@ def _conv_integer(inputs, attrs, outs):
                          (sn, sc, sh * dilations[0], sw * dilations[1],
                           sh * strides[0], sw * strides[1]))
     if on_onednn:
-        _onednn_conv(out, windows, zero, w, w_zero, weight, group)
+        _onednn_primitives(out, windows, zero, w, w_zero, weight, group)
         return True
     if n == 1 and group == 1:   # 2-D: numpy's stacked matmul costs more (as products)
         product = np.matmul(weights.reshape(m, depth), windows.reshape(depth, pixels))
@@ -292,7 +292,7 @@ def _conv_integer(inputs, attrs, outs):
     return True
 
 
-def _onednn_conv(out, windows, zero: int, w, w_zero, weight, group) -> None:
+def _onednn_primitives(out, windows, zero: int, w, w_zero, weight, group) -> None:
     """ConvInteger's grouped product on oneDNN: per group, its uint8 windows copied as
     rows (pixels x depth) times its filters (as rows already: m/g x depth), into an int32
     pixels x m/g block, transposed into the out."""

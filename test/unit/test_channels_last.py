@@ -1,5 +1,5 @@
 """conv2d on oneDNN's direct convolutions through channels-last copies
-(backends/numpy/kernel_ops_channels_last.py, backends/onednn_conv.py), against the graph
+(backends/numpy/kernel_ops_channels_last.py, backends/onednn_primitives.py), against the graph
 level's reference: lowered to kernels, printed and parsed back, run with poisoning on
 (test_kernels.check); the route itself must have run (or, where it must not take the
 conv, must not have). Depthwise (strided, dilated, a multiplier, asymmetric pads, a
@@ -15,24 +15,24 @@ import pytest
 np = pytest.importorskip("numpy")
 pytest.importorskip("onnx")
 
-from palimpsest.backends import onednn_conv  # noqa: E402
+from palimpsest.backends import onednn_primitives  # noqa: E402
 import palimpsest.backends.numpy.kernel_ops_channels_last as channels_last  # noqa: E402
 from test_kernels import check, model_of, node, rand  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not onednn_conv.available(),
+pytestmark = pytest.mark.skipif(not onednn_primitives.available(),
                                 reason="oneDNN (onednn-cpu-gomp) not installed")
 
 
 def _binds(monkeypatch) -> list:
     """The ChannelsLastConv calls bound, as they are: (image shape, out shape) each."""
     binds = []
-    original = onednn_conv.ChannelsLastConv.bind
+    original = onednn_primitives.ChannelsLastConv.bind
 
     def counted(self, x, x_last, packed, bias, y_last, y):
         binds.append((x.shape, y.shape))
         return original(self, x, x_last, packed, bias, y_last, y)
 
-    monkeypatch.setattr(onednn_conv.ChannelsLastConv, "bind", counted)
+    monkeypatch.setattr(onednn_primitives.ChannelsLastConv, "bind", counted)
     return binds
 
 
@@ -96,13 +96,13 @@ def test_column_image_runs_as_a_row(monkeypatch):
                      {"pads": [2, 0, 2, 0]})
     assert len(binds) == 1
     made = []
-    original = onednn_conv.ChannelsLastConv.__init__
+    original = onednn_primitives.ChannelsLastConv.__init__
 
     def spy(self, image, out, kernel, *args):
         made.append((image, out, kernel))
         original(self, image, out, kernel, *args)
 
-    monkeypatch.setattr(onednn_conv.ChannelsLastConv, "__init__", spy)
+    monkeypatch.setattr(onednn_primitives.ChannelsLastConv, "__init__", spy)
     _checked(monkeypatch, 4, (1, 32, 300, 1), (16, 32, 3, 1), {"pads": [1, 0, 1, 0]})
     assert made == [((32, 1, 300), (16, 1, 300), (1, 3))]
 
@@ -110,8 +110,8 @@ def test_column_image_runs_as_a_row(monkeypatch):
 def test_weights_computed_in_the_run(monkeypatch):
     """A W that is a buffer of the run (not a constant) is packed at every call."""
     packs = []
-    original = onednn_conv.ChannelsLastConv.pack_weights
-    monkeypatch.setattr(onednn_conv.ChannelsLastConv, "pack_weights",
+    original = onednn_primitives.ChannelsLastConv.pack_weights
+    monkeypatch.setattr(onednn_primitives.ChannelsLastConv, "pack_weights",
                         lambda self, w, packed: (packs.append(w.shape),
                                                  original(self, w, packed)))
     binds = _checked(monkeypatch, 5, (1, 32, 20, 20), (32, 1, 3, 3),

@@ -126,5 +126,7 @@ def test_gelu_and_erf_match_onnxruntime():
     session = Session(import_onnx(model), poison=True)
     for _ in range(3):   # recorded, then replayed calls
         got = session.run({"x": x})
-        np.testing.assert_allclose(got["y"], want[0], rtol=1e-5, atol=1e-6)
+        # (GELU of this many elements runs on oneDNN: within 1.1e-6 of float64's GELU
+        # where it is near 0 from below, an ulp of 8 in float32)
+        np.testing.assert_allclose(got["y"], want[0], rtol=1e-5, atol=1.5e-6)
         np.testing.assert_allclose(got["z"], want[1], rtol=1e-5, atol=5e-7)

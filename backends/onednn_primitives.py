@@ -1,5 +1,7 @@
-"""oneDNN's convolution primitive in channels-last layout, for the numpy backend's convs
-that gain from it (kernel_ops_conv.py says which): one image's conv as three primitives,
+"""oneDNN's primitives that the numpy backend runs where they beat numpy: the direct
+convolution in channels-last layout and two elementwise functions (GELU).
+
+Convolutions (for the convs kernel_ops_channels_last.py picks): one image's conv as three primitives,
 the image reordered from the caller's NCHW into NHWC, the conv (bias included) NHWC to
 NHWC, the result reordered back into the caller's NCHW out.
 
@@ -86,7 +88,46 @@ def _desc(dims, tag=None, strides=None):
     return desc
 
 
-class ChannelsLastConv:
+class _Primitives:
+    """oneDNN primitives with the memory objects their arguments name (addresses set at
+    each call), destroyed with their owner."""
+
+    def _primitive(self, desc, args) -> None:
+        library, engine, _ = _runtime()
+        primitive = _handle()
+        _check(library.dnnl_primitive_create(ctypes.byref(primitive), desc), "primitive")
+        library.dnnl_primitive_desc_destroy(desc)
+        packed = (_Arg * len(args))()
+        for slot, (arg, name, memory_desc) in enumerate(args):
+            memory = self._memories.get(name)
+            if memory is None:
+                memory = _handle()
+                _check(library.dnnl_memory_create(ctypes.byref(memory), memory_desc, engine,
+                                                  None), "memory")
+                self._memories[name] = memory
+            packed[slot] = _Arg(arg, memory)
+        self._primitives.append((primitive, len(args), packed))
+
+    def __del__(self):
+        try:
+            runtime = _runtime()
+            for primitive, _, _ in getattr(self, "_primitives", ()):
+                runtime[0].dnnl_primitive_destroy(primitive)
+            for memory in getattr(self, "_memories", {}).values():
+                runtime[0].dnnl_memory_destroy(memory)
+        except (TypeError, AttributeError):   # (at exit: the library already unloaded)
+            pass
+
+    def _run(self, step: int, handles: dict) -> None:
+        library, _, stream = _runtime()
+        primitive, count, args = self._primitives[step]
+        for name, address in handles.items():
+            library.dnnl_memory_set_data_handle(self._memories[name], address)
+        _check(library.dnnl_primitive_execute(primitive, stream, count, args), "execute")
+        library.dnnl_stream_wait(stream)
+
+
+class ChannelsLastConv(_Primitives):
     """One image's conv (C x H x W in, M x Ho x Wo out, float32) on oneDNN through NHWC.
     `x_strides`/`y_strides`: the caller's image and out strides in elements. `bias`:
     whether it has one. Raises OneDnnError where oneDNN has no such conv."""
@@ -117,8 +158,7 @@ class ChannelsLastConv:
         self.impl = (info.value or b"?").decode()
         packed_w = _handle(library.dnnl_primitive_desc_query_md(conv, _QUERY_WEIGHTS_MD, 0))
         self.weight_elements = -(-library.dnnl_memory_desc_get_size(packed_w) // 4)
-        self._primitives = []
-        self._memories = {}
+        self._primitives, self._memories = [], {}
         steps = (("x_in", plain_x, "x_last", last_x), ("y_last", last_y, "y_out", plain_y),
                  ("w_plain", plain_w, "w_packed", packed_w))
         for source, source_desc, dest, dest_desc in steps:
@@ -136,39 +176,6 @@ class ChannelsLastConv:
         for desc in (plain_x, plain_y, last_x, last_y, plain_w, any_w, bias_desc):
             if desc is not None:
                 library.dnnl_memory_desc_destroy(desc)
-
-    def _primitive(self, desc, args) -> None:
-        library, engine, _ = _runtime()
-        primitive = _handle()
-        _check(library.dnnl_primitive_create(ctypes.byref(primitive), desc), "primitive")
-        library.dnnl_primitive_desc_destroy(desc)
-        packed = (_Arg * len(args))()
-        for slot, (arg, name, memory_desc) in enumerate(args):
-            memory = self._memories.get(name)
-            if memory is None:
-                memory = _handle()
-                _check(library.dnnl_memory_create(ctypes.byref(memory), memory_desc, engine,
-                                                  None), "memory")
-                self._memories[name] = memory
-            packed[slot] = _Arg(arg, memory)
-        self._primitives.append((primitive, len(args), packed))
-
-    def __del__(self):
-        runtime = _runtime()
-        if runtime is None:
-            return
-        for primitive, _, _ in getattr(self, "_primitives", ()):
-            runtime[0].dnnl_primitive_destroy(primitive)
-        for memory in getattr(self, "_memories", {}).values():
-            runtime[0].dnnl_memory_destroy(memory)
-
-    def _run(self, step: int, handles: dict) -> None:
-        library, _, stream = _runtime()
-        primitive, count, args = self._primitives[step]
-        for name, address in handles.items():
-            library.dnnl_memory_set_data_handle(self._memories[name], address)
-        _check(library.dnnl_primitive_execute(primitive, stream, count, args), "execute")
-        library.dnnl_stream_wait(stream)
 
     def pack_weights(self, w, packed) -> None:
         """The weights (M x C/group x kh x kw, contiguous) into `packed` (at least
@@ -207,4 +214,43 @@ class ChannelsLastConv:
         return call
 
 
-__all__ = ["ChannelsLastConv", "OneDnnError", "available"]
+# -- elementwise -------------------------------------------------------------------------------
+
+_ELTWISE = {"gelu_erf": 49, "gelu_tanh": 43}
+
+
+class Eltwise(_Primitives):
+    """A float32 elementwise function of `size` contiguous elements on oneDNN
+    (`_ELTWISE` names the ones taken: where numpy needs many passes, oneDNN's JIT one).
+    Raises OneDnnError where oneDNN has no such primitive."""
+
+    def __init__(self, function: str, size: int):
+        library, engine, _ = _runtime()
+        desc = _desc((size,), _TAG_A)
+        made = _handle()
+        try:
+            _check(library.dnnl_eltwise_forward_primitive_desc_create(
+                ctypes.byref(made), engine, _FORWARD_INFERENCE, _ELTWISE[function], desc,
+                desc, ctypes.c_float(0.0), ctypes.c_float(0.0), None), function)
+            self._primitives, self._memories = [], {}
+            self._primitive(made, [(_ARG_SRC, "src", desc), (_ARG_DST, "dst", desc)])
+        finally:
+            library.dnnl_memory_desc_destroy(desc)
+
+    def __call__(self, x, out) -> None:
+        """out = f(x), both contiguous float32 of `size` elements (may be one array)."""
+        self._run(0, {"src": x.ctypes.data, "dst": out.ctypes.data})
+
+
+@functools.lru_cache(maxsize=64)
+def eltwise(function: str, size: int) -> Eltwise | None:
+    """The Eltwise of `function` over `size` elements (made once), or None."""
+    if not available():
+        return None
+    try:
+        return Eltwise(function, size)
+    except OneDnnError:
+        return None
+
+
+__all__ = ["ChannelsLastConv", "Eltwise", "OneDnnError", "available", "eltwise"]
