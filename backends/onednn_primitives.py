@@ -33,6 +33,12 @@ _FORWARD_INFERENCE, _CONVOLUTION_DIRECT = 96, 1
 _QUERY_IMPL_INFO, _QUERY_WEIGHTS_MD = 8, 131
 _ARG_SRC, _ARG_DST, _ARG_WEIGHTS, _ARG_BIAS = 1, 17, 33, 41
 _Dims = ctypes.c_int64 * 12
+# oneDNN's elementwise functions (dnnl_alg_kind_t), for Eltwise and a conv's post-op;
+# alpha and beta as oneDNN defines them for each (relu: the slope below 0; swish:
+# x * sigmoid(alpha x); hardswish: x * clip(alpha x + beta, 0, 1); hardsigmoid:
+# clip(alpha x + beta, 0, 1); elu: alpha (e^x - 1) below 0)
+ELTWISE = {"relu": 32, "tanh": 33, "elu": 34, "hardsigmoid": 40, "logistic": 41,
+           "gelu_tanh": 43, "swish": 44, "gelu_erf": 49, "hardswish": 52}
 _handle = ctypes.c_void_p
 
 
@@ -92,7 +98,7 @@ class _Primitives:
     """oneDNN primitives with the memory objects their arguments name (addresses set at
     each call), destroyed with their owner."""
 
-    def _primitive(self, desc, args) -> None:
+    def _primitive(self, step, desc, args) -> None:
         library, engine, _ = _runtime()
         primitive = _handle()
         _check(library.dnnl_primitive_create(ctypes.byref(primitive), desc), "primitive")
@@ -106,19 +112,19 @@ class _Primitives:
                                                   None), "memory")
                 self._memories[name] = memory
             packed[slot] = _Arg(arg, memory)
-        self._primitives.append((primitive, len(args), packed))
+        self._primitives[step] = (primitive, len(args), packed)
 
     def __del__(self):
         try:
             runtime = _runtime()
-            for primitive, _, _ in getattr(self, "_primitives", ()):
+            for primitive, _, _ in getattr(self, "_primitives", {}).values():
                 runtime[0].dnnl_primitive_destroy(primitive)
             for memory in getattr(self, "_memories", {}).values():
                 runtime[0].dnnl_memory_destroy(memory)
         except (TypeError, AttributeError):   # (at exit: the library already unloaded)
             pass
 
-    def _run(self, step: int, handles: dict) -> None:
+    def _run(self, step: str, handles: dict) -> None:
         library, _, stream = _runtime()
         primitive, count, args = self._primitives[step]
         for name, address in handles.items():
@@ -130,10 +136,13 @@ class _Primitives:
 class ChannelsLastConv(_Primitives):
     """One image's conv (C x H x W in, M x Ho x Wo out, float32) on oneDNN through NHWC.
     `x_strides`/`y_strides`: the caller's image and out strides in elements. `bias`:
-    whether it has one. Raises OneDnnError where oneDNN has no such conv."""
+    whether it has one. `post_op`: (ELTWISE name, alpha, beta) applied to the result as
+    oneDNN writes it, or None. `reads_last`/`writes_last`: the image is already NHWC /
+    the result stays NHWC (no reorder on that side: a conv next to another one).
+    Raises OneDnnError where oneDNN has no such conv."""
 
     def __init__(self, image, out, kernel, group, strides, dilations, pads, bias,
-                 x_strides, y_strides):
+                 x_strides, y_strides, post_op=None, reads_last=False, writes_last=False):
         library, engine, _ = _runtime()
         (c, h, w), (m, ho, wo), (kh, kw) = image, out, kernel
         top, left, bottom, right = pads
@@ -148,31 +157,51 @@ class ChannelsLastConv(_Primitives):
         plain_w = _desc(w_dims, 6 if grouped else 5)   # goihw / oihw
         any_w = _desc(w_dims, _TAG_ANY)
         bias_desc = _desc((m,), _TAG_A) if bias else None
+        attr = None
+        if post_op is not None:
+            function, alpha, beta = post_op
+            attr, post_ops = _handle(), _handle()
+            _check(library.dnnl_primitive_attr_create(ctypes.byref(attr)), "attributes")
+            _check(library.dnnl_post_ops_create(ctypes.byref(post_ops)), "post-ops")
+            _check(library.dnnl_post_ops_append_eltwise(
+                post_ops, ELTWISE[function], ctypes.c_float(alpha), ctypes.c_float(beta)),
+                function)
+            _check(library.dnnl_primitive_attr_set_post_ops(attr, post_ops), "post-ops")
+            library.dnnl_post_ops_destroy(post_ops)
         conv = _handle()
-        _check(library.dnnl_convolution_forward_primitive_desc_create(
-            ctypes.byref(conv), engine, _FORWARD_INFERENCE, _CONVOLUTION_DIRECT, last_x,
-            any_w, bias_desc, last_y, _Dims(*strides), _Dims(*(d - 1 for d in dilations)),
-            _Dims(top, left), _Dims(bottom, right), None), "convolution")
+        try:
+            _check(library.dnnl_convolution_forward_primitive_desc_create(
+                ctypes.byref(conv), engine, _FORWARD_INFERENCE, _CONVOLUTION_DIRECT,
+                last_x, any_w, bias_desc, last_y, _Dims(*strides),
+                _Dims(*(d - 1 for d in dilations)), _Dims(top, left), _Dims(bottom, right),
+                attr), "convolution")
+        finally:
+            if attr is not None:
+                library.dnnl_primitive_attr_destroy(attr)
         info = ctypes.c_char_p()
         library.dnnl_primitive_desc_query(conv, _QUERY_IMPL_INFO, 0, ctypes.byref(info))
         self.impl = (info.value or b"?").decode()
         packed_w = _handle(library.dnnl_primitive_desc_query_md(conv, _QUERY_WEIGHTS_MD, 0))
         self.weight_elements = -(-library.dnnl_memory_desc_get_size(packed_w) // 4)
-        self._primitives, self._memories = [], {}
-        steps = (("x_in", plain_x, "x_last", last_x), ("y_last", last_y, "y_out", plain_y),
-                 ("w_plain", plain_w, "w_packed", packed_w))
+        self._primitives, self._memories = {}, {}
+        self.reads_last, self.writes_last = reads_last, writes_last
+        steps = [("w_plain", plain_w, "w_packed", packed_w)]
+        if not reads_last:
+            steps.append(("x_in", plain_x, "x_last", last_x))
+        if not writes_last:
+            steps.append(("y_last", last_y, "y_out", plain_y))
         for source, source_desc, dest, dest_desc in steps:
             reorder = _handle()
             _check(library.dnnl_reorder_primitive_desc_create(
                 ctypes.byref(reorder), source_desc, engine, dest_desc, engine, None),
                 "reorder")
-            self._primitive(reorder, [(_ARG_SRC, source, source_desc),
-                                      (_ARG_DST, dest, dest_desc)])
+            self._primitive(source, reorder, [(_ARG_SRC, source, source_desc),
+                                              (_ARG_DST, dest, dest_desc)])
         conv_args = [(_ARG_SRC, "x_last", last_x), (_ARG_WEIGHTS, "w_packed", packed_w),
                      (_ARG_DST, "y_last", last_y)]
         if bias:
             conv_args.append((_ARG_BIAS, "bias", bias_desc))
-        self._primitive(conv, conv_args)
+        self._primitive("conv", conv, conv_args)
         for desc in (plain_x, plain_y, last_x, last_y, plain_w, any_w, bias_desc):
             if desc is not None:
                 library.dnnl_memory_desc_destroy(desc)
@@ -180,18 +209,25 @@ class ChannelsLastConv(_Primitives):
     def pack_weights(self, w, packed) -> None:
         """The weights (M x C/group x kh x kw, contiguous) into `packed` (at least
         weight_elements float32), in the primitive's layout."""
-        self._run(2, {"w_plain": w.ctypes.data, "w_packed": packed.ctypes.data})
+        self._run("w_plain", {"w_plain": w.ctypes.data, "w_packed": packed.ctypes.data})
 
     def bind(self, x, x_last, packed, bias, y_last, y):
-        """y (one image's out, NCHW) = conv(x) through x_last and y_last (flat float32
-        scratch of x_elements and y_elements), with `packed` weights, as a call of no
-        arguments, the addresses read once (the caller keeps the arrays alive)."""
+        """y (one image's out, NCHW, or NHWC where it `writes_last`) = conv(x) (NCHW, or
+        NHWC where it `reads_last`) through x_last and y_last (flat float32 scratch of
+        x_elements and y_elements, None on a side without a reorder), with `packed`
+        weights, as a call of no arguments, the addresses read once (the caller keeps
+        the arrays alive)."""
+        if self.reads_last:
+            x, x_last = None, x
+        if self.writes_last:
+            y, y_last = None, y
         address = {"x_in": x, "x_last": x_last, "w_packed": packed, "y_last": y_last,
                    "y_out": y, "bias": bias}
         address = {name: array.ctypes.data for name, array in address.items()
                    if array is not None}
-        steps = [(0, ("x_in", "x_last")), (3, ("x_last", "w_packed", "y_last", "bias")),
-                 (1, ("y_last", "y_out"))]
+        steps = [("x_in", ("x_in", "x_last")), ("conv", ("x_last", "w_packed", "y_last", "bias")),
+                 ("y_last", ("y_last", "y_out"))]
+        steps = [(step, names) for step, names in steps if step in self._primitives]
         library, _, stream = _runtime()
         set_handle, execute = library.dnnl_memory_set_data_handle, library.dnnl_primitive_execute
         wait = library.dnnl_stream_wait
@@ -216,12 +252,10 @@ class ChannelsLastConv(_Primitives):
 
 # -- elementwise -------------------------------------------------------------------------------
 
-_ELTWISE = {"gelu_erf": 49, "gelu_tanh": 43}
-
 
 class Eltwise(_Primitives):
-    """A float32 elementwise function of `size` contiguous elements on oneDNN
-    (`_ELTWISE` names the ones taken: where numpy needs many passes, oneDNN's JIT one).
+    """A float32 elementwise function (ELTWISE's) of `size` contiguous elements on oneDNN
+    (the backend takes it where numpy needs many passes and oneDNN's JIT one).
     Raises OneDnnError where oneDNN has no such primitive."""
 
     def __init__(self, function: str, size: int):
@@ -230,16 +264,16 @@ class Eltwise(_Primitives):
         made = _handle()
         try:
             _check(library.dnnl_eltwise_forward_primitive_desc_create(
-                ctypes.byref(made), engine, _FORWARD_INFERENCE, _ELTWISE[function], desc,
+                ctypes.byref(made), engine, _FORWARD_INFERENCE, ELTWISE[function], desc,
                 desc, ctypes.c_float(0.0), ctypes.c_float(0.0), None), function)
-            self._primitives, self._memories = [], {}
-            self._primitive(made, [(_ARG_SRC, "src", desc), (_ARG_DST, "dst", desc)])
+            self._primitives, self._memories = {}, {}
+            self._primitive("eltwise", made, [(_ARG_SRC, "src", desc), (_ARG_DST, "dst", desc)])
         finally:
             library.dnnl_memory_desc_destroy(desc)
 
     def __call__(self, x, out) -> None:
         """out = f(x), both contiguous float32 of `size` elements (may be one array)."""
-        self._run(0, {"src": x.ctypes.data, "dst": out.ctypes.data})
+        self._run("eltwise", {"src": x.ctypes.data, "dst": out.ctypes.data})
 
 
 @functools.lru_cache(maxsize=64)
@@ -253,4 +287,4 @@ def eltwise(function: str, size: int) -> Eltwise | None:
         return None
 
 
-__all__ = ["ChannelsLastConv", "Eltwise", "OneDnnError", "available", "eltwise"]
+__all__ = ["ELTWISE", "ChannelsLastConv", "Eltwise", "OneDnnError", "available", "eltwise"]

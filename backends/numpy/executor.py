@@ -52,6 +52,9 @@ class Executor(ExecutorLoop):
     backends/loop.py; these are the numpy backend's hooks)."""
 
     NAME = "numpy"
+    # convs next to each other may pass their data in channels-last layout
+    # (kernel_ops_channels_last.py); not in the OpenCL backend's host executor
+    CHANNELS_LAST_CHAINS = True
     LEVELS = "buffer-level IR: the buffer, memory and func dialects"
     ARRAY = np.ndarray
 

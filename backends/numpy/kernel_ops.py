@@ -97,11 +97,11 @@ class _Info:
             self.split = (len(ins), len(ins) + len(outs))
 
 
-# (op, info, _Bound) of the kernel `execute_kernel` is running, validated on entry: the
-# implementation's own `config_of` / `workspaces_by_role` calls skip the check (a few us
-# per kernel), and `recorded` / `record` find the op's calls there. One tuple, read
-# once: another thread's kernel can only miss it.
-_RUNNING: tuple = (None, None, None)
+# (op, info, _Bound, executor) of the kernel `execute_kernel` is running, validated on
+# entry: the implementation's own `config_of` / `workspaces_by_role` calls skip the check
+# (a few us per kernel), and `recorded` / `record` find the op's calls there. One tuple,
+# read once: another thread's kernel can only miss it.
+_RUNNING: tuple = (None, None, None, None)
 
 
 def _info(op) -> _Info:
@@ -166,6 +166,12 @@ def recording(op) -> bool:
     """False once `record` gave up on `op` (its calls are then best made as they come)."""
     running = _RUNNING
     return running[0] is not op or running[2].memo is not False
+
+
+def running_executor(op):
+    """The executor running kernel op `op` now (in its implementation), else None."""
+    running = _RUNNING
+    return running[3] if running[0] is op else None
 
 
 def replay(calls: list) -> None:
@@ -268,7 +274,7 @@ def execute_kernel(executor, op, values: dict) -> None:
         if bound.dynamic:
             inputs, outputs, workspaces = _materialize(executor, op, info, values, inputs,
                                                        outputs, workspaces, bound)
-        _RUNNING = (op, info, bound)
+        _RUNNING = (op, info, bound, executor)
         try:
             if executor.errors_ignored:
                 bound.fn(op, inputs, outputs, workspaces)
@@ -276,7 +282,7 @@ def execute_kernel(executor, op, values: dict) -> None:
                 with np.errstate(all="ignore"):
                     bound.fn(op, inputs, outputs, workspaces)
         finally:
-            _RUNNING = (None, None, None)
+            _RUNNING = (None, None, None, None)
     except (ValueError, TypeError, IndexError, KeyError, AttributeError) as error:
         raise op.error(f"failed at run time: {error}") from None
 

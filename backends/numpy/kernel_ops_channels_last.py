@@ -17,8 +17,12 @@ from __future__ import annotations
 import numpy as np
 
 from palimpsest.backends import onednn_primitives
+from palimpsest.backends.numpy import kernel_ops
+from palimpsest.backends.numpy.arena import dtype_of
+from palimpsest.backends.numpy.blas import matmul_call
 from palimpsest.backends.numpy.kernel_ops import _view_as, prepared
-from palimpsest.backends.numpy.kernel_ops_elementwise import epilogue_scratch, run_epilogue
+from palimpsest.backends.numpy.kernel_ops_elementwise import (
+    core_inputs, epilogue_scratch, run_epilogue)
 
 # Dense convs: input channels per group from which the channels-last conv gains (a 3x3
 # 128 -> 128 on 40 x 40: 3.1 ms with the reorders against 4.5; 16 -> 32 on 320 x 320
@@ -39,66 +43,159 @@ def wanted(x, w, y, config) -> bool:
     return depthwise or cg >= DENSE_CHANNELS_FROM
 
 
-def _scratch(workspaces, x_elements, y_elements):
-    """(x_last, y_last): flat float32 views in the conv's workspaces holding an image's
-    and a result's NHWC copies, or None."""
-    flats = [_view_as(a, (a.size,)) for a in workspaces
-             if a is not None and a.dtype == np.float32 and a.flags.c_contiguous]
-    flats.sort(key=lambda a: a.size)
-    for flat in flats:
-        if flat.size >= x_elements + y_elements:
-            return flat[:x_elements], flat[x_elements:x_elements + y_elements]
-    for first in flats:
-        for second in flats:
-            if first is not second and first.size >= x_elements \
-                    and second.size >= y_elements:
-                return first[:x_elements], second[:y_elements]
+# A fused epilogue of one of these activations, on the conv's result alone, runs as the
+# conv's oneDNN post-op (applied as the result is written: no pass over it): step ->
+# its props -> (onednn_primitives.ELTWISE name, alpha, beta)
+_POST_OPS = {
+    "graph.relu": lambda props: ("relu", 0.0, 0.0),
+    "graph.leaky_relu": lambda props: ("relu", props.get("alpha", 0.01), 0.0),
+    "graph.sigmoid": lambda props: ("logistic", 0.0, 0.0),
+    "graph.tanh": lambda props: ("tanh", 0.0, 0.0),
+    "graph.swish": lambda props: ("swish", props.get("alpha", 1.0), 0.0),
+    "graph.hard_swish": lambda props: ("hardswish", 1 / 6, 0.5),
+    "graph.hard_sigmoid": lambda props: ("hardsigmoid", props.get("alpha", 0.2),
+                                         props.get("beta", 0.5)),
+    "graph.elu": lambda props: ("elu", props.get("alpha", 1.0), 0.0),
+    "graph.gelu": lambda props: ("gelu_tanh" if props.get("approximate") == "tanh"
+                                 else "gelu_erf", 0.0, 0.0),
+}
+
+
+def post_op(config, inputs: list):
+    """The epilogue as a oneDNN post-op (see _POST_OPS), or None: one step of those,
+    reading the conv's result only."""
+    names = config.get("epilogue")
+    if not names or len(names) != 1 or names[0] not in _POST_OPS \
+            or list(config["epilogue_wiring"][0]) != [len(inputs)]:
+        return None
+    props = (config.get("epilogue_props") or [None])[0] or {}
+    return _POST_OPS[names[0]](props)
+
+
+def _room(sizes, x_elements, y_elements):
+    """Where the NHWC copies go among workspaces of `sizes` elements: (i, j) (the
+    image's copy at the start of workspace i, the result's in workspace j, after the
+    image's where i == j; either None when not needed), or None where they do not fit."""
+    order = sorted(range(len(sizes)), key=lambda i: sizes[i])
+    if not x_elements and not y_elements:
+        return None, None
+    if not x_elements or not y_elements:
+        need = x_elements or y_elements
+        for i in order:
+            if sizes[i] >= need:
+                return (i, None) if x_elements else (None, i)
+        return None
+    for i in order:
+        if sizes[i] >= x_elements + y_elements:
+            return i, i
+    for i in order:
+        for j in order:
+            if i != j and sizes[i] >= x_elements and sizes[j] >= y_elements:
+                return i, j
     return None
 
 
-def _conv_for(op, config, x, w, y, has_bias):
-    """The op's cache entry for these shapes and strides (made once): [ChannelsLastConv,
-    the constant weight last packed, its packing], or None where oneDNN has no such
-    conv."""
+def _scratch(workspaces, x_elements, y_elements):
+    """(x_last, y_last): flat float32 views in the conv's workspaces (its padded image,
+    its im2col) holding an image's and a result's NHWC copies (a 0 size: None), or
+    None where they do not fit."""
+    flats = [_view_as(a, (a.size,)) if a is not None and a.dtype == np.float32
+             and a.flags.c_contiguous else None for a in workspaces]
+    room = _room([0 if a is None else a.size for a in flats], x_elements, y_elements)
+    if room is None:
+        return None
+    i, j = room
+    x_last = None if i is None else flats[i][:x_elements]
+    offset = x_elements if i == j else 0
+    y_last = None if j is None else flats[j][offset:offset + y_elements]
+    return x_last, y_last
+
+
+def _conv_for(op, config, shapes, strides, has_bias, fused, mode=(False, False)):
+    """The op's cache entry for these shapes ((x, y, w)) and byte strides ((x, y)),
+    made once: [ChannelsLastConv, the constant weight last packed, its packing], or None
+    where oneDNN has no such conv. `fused`: the post-op, or None; `mode`: (reads_last,
+    writes_last)."""
     made = prepared(op, lambda op, config: {})
-    key = (x.shape, x.strides, y.shape, y.strides, w.shape, has_bias)
+    key = (shapes, strides, has_bias, fused, mode)
     if key not in made:
-        image, out, kernel = x.shape[1:], y.shape[1:], w.shape[2:]
-        strides, dilations = tuple(config["strides"]), tuple(config["dilations"])
+        (x_shape, y_shape, w_shape), (x_bytes, y_bytes) = shapes, strides
+        image, out, kernel = x_shape[1:], y_shape[1:], w_shape[2:]
+        conv_strides, dilations = tuple(config["strides"]), tuple(config["dilations"])
         pads = tuple(config["pads"])
-        x_strides = [s // 4 for s in x.strides[1:]]
-        y_strides = [s // 4 for s in y.strides[1:]]
+        x_strides = [s // 4 for s in x_bytes[1:]]
+        y_strides = [s // 4 for s in y_bytes[1:]]
         if image[2] == kernel[1] == out[2] == 1 and out[1] > 1:
-            # a column (H x 1) as the row it is in memory: oneDNN's brgconv runs a
-            # 256 -> 512 5x1 conv over 512 x 1 at 39 GFLOP/s, over 1 x 512 at 153
+            # a column (H x 1) as the row it is in memory (in NCHW and in NHWC alike):
+            # oneDNN's brgconv runs a 256 -> 512 5x1 conv over 512 x 1 at 39 GFLOP/s,
+            # over 1 x 512 at 153
             image, out = (image[0], 1, image[1]), (out[0], 1, out[1])
             kernel = (1, kernel[0])
-            strides, dilations = strides[::-1], dilations[::-1]
+            conv_strides, dilations = conv_strides[::-1], dilations[::-1]
             pads = (pads[1], pads[0], pads[3], pads[2])
             x_strides = [x_strides[0], x_strides[2], x_strides[1]]
             y_strides = [y_strides[0], y_strides[2], y_strides[1]]
         try:
             made[key] = [onednn_primitives.ChannelsLastConv(
-                image, out, kernel, config["group"], strides, dilations, pads, has_bias,
-                x_strides, y_strides), None, None]
+                image, out, kernel, config["group"], conv_strides, dilations, pads,
+                has_bias, x_strides, y_strides, fused, *mode), None, None]
         except onednn_primitives.OneDnnError:
             made[key] = None
     return made[key]
 
 
+def _pointwise(w_shape, config) -> bool:
+    """A 1x1 conv of one group, stride 1, no pads: a GEMM in either layout."""
+    return tuple(w_shape[2:]) == (1, 1) and config["group"] == 1 \
+        and tuple(config["strides"]) == (1, 1) and not any(config["pads"])
+
+
+def _pointwise_calls(config, inputs, x, w, bias, y, ws, reads_last):
+    """A 1x1 conv at a chain's end as one GEMM an image, reading its image in NHWC
+    (reads_last) or writing its result so: W (M x C) times the image's pixels, whichever
+    way they lie (oneDNN's conv of one NCHW and one NHWC side is its slow reference)."""
+    n, c = x.shape[:2]
+    m, pixels = w.shape[0], y.shape[2] * y.shape[3]
+    weights = _view_as(w, (m, c))
+    steps = []
+    for image in range(n):
+        if reads_last:   # Y (M x HW) = W X^T, X: HW x C
+            out = _view_as(y[image], (m, pixels))
+            steps.append(matmul_call(weights, _view_as(x[image], (pixels, c)).T, out))
+            along = (m, 1)
+        else:            # Y^T (HW x M) = X^T W^T, X: C x HW
+            out = _view_as(y[image], (pixels, m))
+            steps.append(matmul_call(_view_as(x[image], (c, pixels)).T, weights.T, out))
+            along = (1, m)
+        if bias is not None:
+            steps.append((np.add, (out, _view_as(bias, along)), {"out": out}))
+    if config.get("epilogue"):   # (writing NHWC: a post-op's step, elementwise)
+        steps.append((run_epilogue, (config, inputs, y, epilogue_scratch(ws)), {}))
+    return steps
+
+
 def calls(op, config, inputs, x, w, bias, y, ws: dict):
     """The conv's calls on oneDNN, or None (the numpy paths run it)."""
-    if not wanted(x, w, y, config) or not w.flags.c_contiguous \
-            or any(s % 4 for s in x.strides + y.strides) \
-            or (bias is not None and not bias.flags.c_contiguous):
+    mode = layout(op)
+    chained = mode != (False, False)
+    if not chained and not wanted(x, w, y, config):
         return None
-    entry = _conv_for(op, config, x, w, y, bias is not None)
-    if entry is None:
-        return None
-    conv = entry[0]
-    scratch = _scratch([ws.get("padded"), ws.get("im2col")], conv.x_elements,
-                       conv.y_elements)
+    if mode[0] != mode[1] and _pointwise(w.shape, config):
+        return _pointwise_calls(config, inputs, x, w, bias, y, ws, mode[0])
+    usable = w.flags.c_contiguous and not any(s % 4 for s in x.strides + y.strides) \
+        and (bias is None or bias.flags.c_contiguous)
+    fused = post_op(config, inputs)
+    entry = _conv_for(op, config, (x.shape, y.shape, w.shape), (x.strides, y.strides),
+                      bias is not None, fused, mode) if usable else None
+    scratch = None
+    if entry is not None:
+        conv = entry[0]
+        scratch = _scratch([ws.get("padded"), ws.get("im2col")],
+                           0 if conv.reads_last else conv.x_elements,
+                           0 if conv.writes_last else conv.y_elements)
     if scratch is None:
+        if chained:   # (the chain analysis made this conv and found its room)
+            raise ValueError("a conv chained in channels-last layout cannot run on oneDNN")
         return None
     x_last, y_last = scratch
     steps = []
@@ -113,6 +210,106 @@ def calls(op, config, inputs, x, w, bias, y, ws: dict):
         packed = entry[2]
     for image in range(x.shape[0]):
         steps.append((conv.bind(x[image], x_last, packed, bias, y_last, y[image]), (), {}))
-    if config.get("epilogue"):
+    if config.get("epilogue") and fused is None:
         steps.append((run_epilogue, (config, inputs, y, epilogue_scratch(ws)), {}))
     return steps
+
+
+# -- chains: convs that hand each other channels-last data ----------------------------------
+
+# A chained conv's input channels a group, at least, unless depthwise (oneDNN's
+# channels-last conv of a 3-channel image ran 4x slower than the im2col)
+CHAIN_CHANNELS_FROM = 8
+
+
+def layout(op) -> tuple:
+    """(reads_last, writes_last) of conv `op` as the numpy executor runs it: a conv
+    whose result only the next conv reads (as its image) writes it in NHWC, and that
+    conv reads it so, with no reorder between them; (False, False) for the others."""
+    executor = kernel_ops.running_executor(op)
+    if executor is None or not getattr(executor, "CHANNELS_LAST_CHAINS", False) \
+            or not onednn_primitives.available():
+        return False, False
+    chains = executor.__dict__.setdefault("channels_last_chains", {})
+    block = op.parent
+    found = chains.get(id(block))
+    if found is None or found[0] is not block:
+        found = chains[id(block)] = (block, _chains(block))
+    return found[1].get(op, (False, False))
+
+
+def _facts(op):
+    """What the chain analysis needs of conv `op` from its types: (config, shapes (x, y,
+    w), whether it has a bias, its workspaces' sizes), or None where it cannot chain."""
+    config = kernel_ops.config_of(op)
+    ins = core_inputs(config, list(op.ins))
+    values = (ins[0], op.outs[0], ins[1])
+    types = [v.type for v in values]
+    if any(not t.has_static_shape or dtype_of(t.element_type) != np.float32
+           for t in types):
+        return None
+    shapes = tuple(tuple(t.shape) for t in types)
+    (n, c, _, _), (_, m, ho, wo), (_, cg, _, _) = shapes
+    depthwise = cg == 1 and config["group"] > 1
+    if m * ho * wo < OUTPUTS_FROM or (cg < CHAIN_CHANNELS_FROM and not depthwise):
+        return None
+    roles = kernel_ops.kernel_info(op).roles
+    sizes = []
+    for role in ("padded", "im2col"):
+        value = op.workspaces[roles.index(role)] if role in roles else None
+        sizes.append(0 if value is None or dtype_of(value.type.element_type) != np.float32
+                     else value.type.num_elements() or 0)
+    return config, shapes, len(ins) > 2, sizes
+
+
+def _contiguous(shape) -> tuple:
+    strides, step = [], 4
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
+
+
+def _chains(block) -> dict:
+    """conv op -> (reads_last, writes_last) for the convs of `block` that hand their
+    result to the next conv: its only reader, reading it as its image, in this block,
+    and an epilogue that is none or a post-op. A conv that cannot take its side's
+    reorder copies in its workspaces (or that oneDNN declines) leaves its chain."""
+    facts = {op: f for op in block.ops if op.name == "kernel.conv2d"
+             for f in [_facts(op)] if f is not None}
+    edges = {}
+    for a, (config, _, _, _) in facts.items():
+        y = a.outs[0]
+        readers = [user for user in y.users()
+                   if user is not a and user.name != "buffer.dealloc"]
+        if len(readers) != 1 or readers[0] not in facts:
+            continue
+        b = readers[0]
+        if b.ins[0] is not y or sum(v is y for v in b.operands) != 1:
+            continue
+        if config.get("epilogue") and post_op(config, list(a.ins)) is None:
+            continue
+        edges[a] = b
+    while True:
+        readers = {b: a for a, b in edges.items()}
+        dropped = None
+        for op in list(edges) + list(readers):
+            config, shapes, has_bias, sizes = facts[op]
+            mode = (op in readers, op in edges)
+            if mode[0] != mode[1] and _pointwise(shapes[2], config):
+                continue   # (one GEMM: no copies, no oneDNN conv)
+            x_shape, y_shape = shapes[0], shapes[1]
+            entry = _conv_for(op, config, shapes, (_contiguous(x_shape), _contiguous(y_shape)),
+                              has_bias, post_op(config, list(op.ins)), mode)
+            x_need = 0 if mode[0] else int(np.prod(x_shape[1:]))
+            y_need = 0 if mode[1] else int(np.prod(y_shape[1:]))
+            if entry is None or _room(sizes, x_need, y_need) is None:
+                dropped = op
+                break
+        if dropped is None:
+            break
+        edges.pop(dropped, None)
+        if dropped in readers:
+            edges.pop(readers[dropped], None)
+    readers = {b: a for a, b in edges.items()}
+    return {op: (op in readers, op in edges) for op in list(edges) + list(readers)}

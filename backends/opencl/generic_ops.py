@@ -155,6 +155,8 @@ class GenericOps:
             start = time.perf_counter()
         if self._host is None:
             self._host = Executor()
+            # (a host op's neighbours run on the device: no layout shared with them)
+            self._host.CHANNELS_LAST_CHAINS = False
         host_executor = self._host
         host_executor.begin_run(RunStats())
         outs = list(op.outs) if hasattr(op, "outs") else []

@@ -135,3 +135,127 @@ def test_no_room_in_the_workspaces(monkeypatch):
     monkeypatch.setattr(channels_last, "wanted", lambda *args: True)
     assert _checked(monkeypatch, 7, (1, 32, 20, 20), (64, 32, 1, 1),
                     {"strides": [2, 2]}) == []
+
+
+@pytest.mark.parametrize("activation, attrs, expected", [
+    ("Relu", {}, ("relu", 0.0, 0.0)),
+    ("LeakyRelu", {"alpha": 0.1}, ("relu", 0.1, 0.0)),
+    ("Sigmoid", {}, ("logistic", 0.0, 0.0)),
+    ("Tanh", {}, ("tanh", 0.0, 0.0)),
+    ("HardSwish", {}, ("hardswish", 1 / 6, 0.5)),
+    ("HardSigmoid", {"alpha": 0.25, "beta": 0.4}, ("hardsigmoid", 0.25, 0.4)),
+    ("Elu", {"alpha": 0.7}, ("elu", 0.7, 0.0)),
+    ("Gelu", {}, ("gelu_erf", 0.0, 0.0)),
+    ("Gelu", {"approximate": "tanh"}, ("gelu_tanh", 0.0, 0.0)),
+    ("Swish", {}, ("swish", 1.0, 0.0)),      # x * sigmoid(x), as YOLO exports it
+    ("AddRelu", {}, None),                   # a residual add first: not a post-op
+])
+def test_activation_as_post_op(monkeypatch, activation, attrs, expected):
+    """A conv's fused activation is oneDNN's post-op (no pass of its own); an epilogue
+    that reads more than the conv's result runs after it, on numpy."""
+    made = []
+    original = onednn_primitives.ChannelsLastConv.__init__
+
+    def spy(self, *args):
+        made.append(args[10])   # post_op
+        original(self, *args)
+
+    monkeypatch.setattr(onednn_primitives.ChannelsLastConv, "__init__", spy)
+    binds = _binds(monkeypatch)
+    rng = np.random.default_rng(8)
+    x = rand(rng, (1, 32, 24, 24))
+    consts = {"w": rand(rng, (32, 1, 3, 3)) * 0.5, "b": rand(rng, (32,))}
+    conv = node("Conv", ["x", "w", "b"], {"group": 32, "pads": [1, 1, 1, 1]}, outs=["c"])
+    if activation == "Swish":
+        nodes = [conv, node("Sigmoid", ["c"], outs=["s"]), node("Mul", ["c", "s"])]
+    elif activation == "AddRelu":
+        consts["r"] = rand(rng, (1, 32, 24, 24))
+        nodes = [conv, node("Add", ["c", "r"], outs=["a"]), node("Relu", ["a"])]
+    else:
+        nodes = [conv, node(activation, ["c"], attrs)]
+    check(model_of(nodes, {"x": x}, consts, opset=20), {"x": x}, "kernel.conv2d",
+          count=1, atol=2e-6)
+    assert len(binds) == 1
+    assert len(made) == 1
+    if expected is None:
+        assert made[0] is None
+    else:
+        function, alpha, beta = made[0]
+        assert function == expected[0]
+        assert alpha == pytest.approx(expected[1]) and beta == pytest.approx(expected[2])
+
+
+def _modes(monkeypatch) -> list:
+    """(reads_last, writes_last) of each ChannelsLastConv made, in order."""
+    made = []
+    original = onednn_primitives.ChannelsLastConv.__init__
+
+    def spy(self, *args):
+        original(self, *args)
+        made.append((self.reads_last, self.writes_last))
+
+    monkeypatch.setattr(onednn_primitives.ChannelsLastConv, "__init__", spy)
+    return made
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_chain_hands_channels_last_data_on(monkeypatch, n):
+    """depthwise -> 1x1 -> depthwise (strided) -> 1x1, each result read only by the next
+    conv: the inner results stay NHWC (no reorder between the convs); the first conv
+    reads the input as it is, the last writes the output in NCHW."""
+    made = _modes(monkeypatch)
+    rng = np.random.default_rng(9)
+    x = rand(rng, (n, 32, 20, 20))
+    consts = {"w0": rand(rng, (32, 1, 3, 3)), "w1": rand(rng, (48, 32, 1, 1)) * 0.3,
+              "b1": rand(rng, (48,)), "w2": rand(rng, (48, 1, 5, 5)) * 0.3,
+              "w3": rand(rng, (64, 48, 1, 1)) * 0.3}
+    nodes = [node("Conv", ["x", "w0"], {"group": 32, "pads": [1, 1, 1, 1]}, outs=["c0"]),
+             node("Relu", ["c0"], outs=["r0"]),
+             node("Conv", ["r0", "w1", "b1"], {}, outs=["c1"]),
+             node("HardSwish", ["c1"], outs=["r1"]),
+             node("Conv", ["r1", "w2"], {"group": 48, "pads": [2, 2, 2, 2],
+                                         "strides": [2, 2]}, outs=["c2"]),
+             node("Conv", ["c2", "w3"], {})]
+    check(model_of(nodes, {"x": x}, consts), {"x": x}, "kernel.conv2d", count=4,
+          atol=1e-4)
+    # (the last, a 1x1 conv reading NHWC, is one GEMM: no oneDNN conv)
+    assert made == [(False, True), (True, True), (True, True)]
+
+
+def test_chain_stops_where_a_result_has_other_readers(monkeypatch):
+    """A conv result that a residual Add reads too, and one whose epilogue reads
+    another operand, are written in NCHW."""
+    made = _modes(monkeypatch)
+    rng = np.random.default_rng(10)
+    x = rand(rng, (1, 32, 20, 20))
+    consts = {"w0": rand(rng, (32, 32, 3, 3)) * 0.2, "w1": rand(rng, (32, 32, 3, 3)) * 0.2,
+              "w2": rand(rng, (32, 1, 3, 3))}
+    nodes = [node("Conv", ["x", "w0"], {"pads": [1, 1, 1, 1]}, outs=["c0"]),
+             node("Conv", ["c0", "w1"], {"pads": [1, 1, 1, 1]}, outs=["c1"]),
+             node("Add", ["c1", "c0"], outs=["s"]),
+             node("Conv", ["s", "w2"], {"group": 32, "pads": [1, 1, 1, 1]})]
+    check(model_of(nodes, {"x": x}, consts), {"x": x}, "kernel.conv2d", count=3,
+          atol=1e-4)
+    assert made == [(False, False)] * 3
+
+
+def test_chain_of_an_inverted_residual_block(monkeypatch):
+    """MobileNetV2's block: 1x1 expand (+ReLU) -> depthwise -> 1x1 project, + the input.
+    The 1x1 convs at the chain's ends are GEMMs writing / reading NHWC; the depthwise one
+    reads and writes NHWC on oneDNN."""
+    made = _modes(monkeypatch)
+    rng = np.random.default_rng(11)
+    x = rand(rng, (1, 32, 24, 24))
+    consts = {"we": rand(rng, (96, 32, 1, 1)) * 0.2, "be": rand(rng, (96,)),
+              "wd": rand(rng, (96, 1, 3, 3)), "bd": rand(rng, (96,)),
+              "wp": rand(rng, (32, 96, 1, 1)) * 0.1, "bp": rand(rng, (32,))}
+    nodes = [node("Conv", ["x", "we", "be"], {}, outs=["e"]),
+             node("Relu", ["e"], outs=["er"]),
+             node("Conv", ["er", "wd", "bd"], {"group": 96, "pads": [1, 1, 1, 1]},
+                  outs=["d"]),
+             node("Relu", ["d"], outs=["dr"]),
+             node("Conv", ["dr", "wp", "bp"], {}, outs=["p"]),
+             node("Add", ["p", "x"])]
+    check(model_of(nodes, {"x": x}, consts), {"x": x}, "kernel.conv2d", count=3,
+          atol=1e-4)
+    assert made == [(True, True)]
