@@ -43,6 +43,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from palimpsest.backends import onednn_primitives
 from palimpsest.backends.numpy.blas import matmul
 from palimpsest.dialects.graph.evaluate import attribute_value
 from palimpsest.ir.opdef import OPTIONAL, lookup_op, segment_sizes
@@ -279,8 +280,24 @@ def _cast(attrs, out, x):
         return False   # ml_dtypes' small types: saturation and rounding, the reference's
     if out.dtype == np.bool_:
         np.not_equal(x, 0, out=out)
+    elif x.size >= _CONVERT_FROM and x.dtype != out.dtype and x.flags.c_contiguous \
+            and out.flags.c_contiguous and not _overlaps(out, x) and _converted(x, out):
+        pass
     else:
         np.copyto(out, x, casting="unsafe")
+    return True
+
+
+# float16 <-> float32 casts of this many elements or more on oneDNN (numpy converts
+# float32 to float16 element by element: 4M elements 11.5 ms, oneDNN 1.0)
+_CONVERT_FROM = 4096
+
+
+def _converted(x, out) -> bool:
+    conversion = onednn_primitives.convert(x.dtype.name, out.dtype.name, x.size)
+    if conversion is None:
+        return False
+    conversion(x, out)
     return True
 
 

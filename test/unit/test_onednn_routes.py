@@ -132,3 +132,27 @@ def test_gelu_special_values_take_numpy(special):
         elementwise._gelu("graph.gelu", [x], out, {}, np.empty_like(x))
         want = _gelu(x)
     np.testing.assert_allclose(out, want.astype(np.float32), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("source, dest", [(np.float32, np.float16), (np.float16, np.float32)])
+def test_float16_casts_on_onednn_match_numpy(monkeypatch, source, dest):
+    """A float16 <-> float32 Cast of 4096 elements or more converts on oneDNN, value for
+    value as numpy does: round to nearest even, overflow to inf, subnormals, NaN, -0."""
+    from palimpsest.backends.numpy import kernels
+
+    made = []
+    original = onednn_primitives.convert
+    monkeypatch.setattr(onednn_primitives, "convert",
+                        lambda *args: made.append(args) or original(*args))
+    rng = np.random.default_rng(6)
+    wide = (rng.standard_normal(6000) * 1000).astype(np.float32)
+    wide[:12] = [np.inf, -np.inf, np.nan, -0.0, 70000.0, -70000.0, 65504.0, 65520.0,
+                 6e-8, 3e-8, 1e-5, 1.00048828125]   # (the last: a tie, to even)
+    with np.errstate(over="ignore"):   # (70000 -> inf)
+        x = wide.astype(source)
+        want = x.astype(dest)
+    out = np.empty(x.shape, dest)
+    assert kernels._cast({}, out, x)
+    assert made == [(np.dtype(source).name, np.dtype(dest).name, 6000)]
+    np.testing.assert_array_equal(out, want)
+    assert np.signbit(out[3])
