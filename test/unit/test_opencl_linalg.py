@@ -221,6 +221,32 @@ def test_generated_programs_are_reused_per_shape():
         assert len({launch.source for launch in launches}) == half
 
 
+def test_weight_heavy_float_products_run_on_the_host_of_a_cpu_device(monkeypatch):
+    """On a CPU device (PoCL) a float matmul whose B has HOST_WEIGHTS elements or more is
+    the host's (oneDNN's GEMM streams them faster: captcha_ocr's 40 x 1024 x 8210); a GPU
+    runs it, and a CPU device runs smaller ones and batched ones."""
+    from palimpsest.backends.opencl.kernels import linalg
+    from palimpsest.backends.opencl.kernels.base import Arg, DeviceLimits, KernelCall, Unsupported
+
+    monkeypatch.setattr(linalg, "_host_gemm", lambda: True)
+    f32 = np.dtype(np.float32)
+    config = {"transA": 0, "transB": 1, "alpha": 1.0, "beta": 1.0}
+
+    def call(host_cpu, columns=8210, batch=()):
+        ins = [Arg(batch + (40, 1024), f32), Arg(batch + (columns, 1024), f32)]
+        return linalg.matmul(KernelCall("kernel.matmul", config, ins,
+                                        [Arg(batch + (40, columns), f32)], {},
+                                        DeviceLimits(host_cpu=host_cpu)))
+
+    assert call(False)
+    with pytest.raises(Unsupported, match="CPU device"):
+        call(True)
+    assert call(True, columns=2048)           # 2 M weights
+    assert call(True, batch=(2,))             # batched: the device's
+    monkeypatch.setattr(linalg, "_host_gemm", lambda: False)   # no oneDNN
+    assert call(True)
+
+
 # -- ONNX node cases ------------------------------------------------------------------------------
 
 def _node_cases():

@@ -374,6 +374,18 @@ def _batch_offset(out_batch, in_batch, matrix_size: int) -> str:
     return f"({broadcast_index(out_batch, in_batch, 'z')}) * {matrix_size}"
 
 
+# Where the device is the host's CPU (PoCL), a float product whose B has this many
+# elements or more (past L2: it streams from memory) runs on the host's oneDNN GEMM:
+# captcha_ocr's 40 x 1024 x 8210 (33 MB of weights) 7.9 ms against this kernel's 10.8
+HOST_WEIGHTS = 1 << 22
+
+
+def _host_gemm() -> bool:
+    from palimpsest.backends import onednn
+
+    return onednn._sgemm() is not None
+
+
 @generator("kernel.matmul")
 def matmul(call) -> list:
     config = call.config
@@ -389,6 +401,10 @@ def matmul(call) -> list:
     n = b_shape[-2] if config["transB"] else b_shape[-1]
     batch_shape = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
     batch = int(np.prod(batch_shape, dtype=np.int64))
+    if call.device.host_cpu and t == "float" and k * n >= HOST_WEIGHTS and batch == 1 \
+            and _host_gemm():
+        raise Unsupported(f"{m} x {k} x {n} on a CPU device, {k * n} weights (the host's "
+                          f"oneDNN GEMM streams them faster)")
     # element strides of op(A) as (m, k) and of op(B) as (k, n) in their buffers
     a_s = (1, m) if config["transA"] else (k, 1)
     b_s = (1, k) if config["transB"] else (n, 1)
