@@ -102,12 +102,18 @@ def _gelu(x, tanh=False):
     return 0.5 * x * (1 + erf(x / math.sqrt(2)))
 
 
+def _spied(monkeypatch, name) -> list:
+    """The arguments of each call of onednn_primitives' factory `name`, as they come."""
+    made = []
+    original = getattr(onednn_primitives, name)
+    monkeypatch.setattr(onednn_primitives, name,
+                        lambda *args: made.append(args) or original(*args))
+    return made
+
+
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
 def test_gelu_on_onednn(monkeypatch, approximate):
-    made = []
-    original = onednn_primitives.eltwise
-    monkeypatch.setattr(onednn_primitives, "eltwise",
-                        lambda *args: made.append(args) or original(*args))
+    made = _spied(monkeypatch, "eltwise")
     rng = np.random.default_rng(4)
     x = (rng.standard_normal(5000) * 4).astype(np.float32)
     x[:4] = [1e20, -1e20, 0.0, -0.0]
@@ -140,10 +146,7 @@ def test_float16_casts_on_onednn_match_numpy(monkeypatch, source, dest):
     value as numpy does: round to nearest even, overflow to inf, subnormals, NaN, -0."""
     from palimpsest.backends.numpy import kernels
 
-    made = []
-    original = onednn_primitives.convert
-    monkeypatch.setattr(onednn_primitives, "convert",
-                        lambda *args: made.append(args) or original(*args))
+    made = _spied(monkeypatch, "convert")
     rng = np.random.default_rng(6)
     wide = (rng.standard_normal(6000) * 1000).astype(np.float32)
     wide[:12] = [np.inf, -np.inf, np.nan, -0.0, 70000.0, -70000.0, 65504.0, 65520.0,
