@@ -173,22 +173,25 @@ def bound_gemm_u8s8(a, b_rows, out):
 # oneDNN's float32 GEMM against OpenBLAS 0.3.31 (SkylakeX kernels), one thread, here:
 # 10-45% faster from ~64 x 64 x 256 up (an im2col conv's 16 x 144 x 1600: 44 against 75
 # us; 128 x 1152 x 1600: 3.1 against 3.6 ms), slower below (32 x 32 x 256: 5.5 against 4.4
-# us, the call costs more) and no faster for a vector-matrix product
+# us, the call costs more), no faster for a vector-matrix product nor with 8 columns
+# (257 x 512 x 8: 43 against 41 us; with 16, 38 against 52)
 SGEMM_FROM = 1 << 19
-SGEMM_EDGE = 8
+SGEMM_EDGE = 16
 # a batch of products (a grouped conv's groups, a conv's output rows) goes to oneDNN one
 # call each where each is this large; numpy's matmul loops over smaller ones in C, and
 # gains as much (a conv's 32 x 144 x 160 rows: 12 us each on either)
 SGEMM_ITEM_FROM = 1 << 20
 
 
-def _operand(matrix):
-    """(trans, leading dimension) of a float32 matrix view as BLAS reads it, row-major:
-    b"N" with unit column stride, b"T" with unit row stride; None for other strides."""
+def _operand(matrix, address: int):
+    """(trans, leading dimension) of a float32 matrix view at `address` as BLAS reads it,
+    row-major: b"N" with unit column stride, b"T" with unit row stride; None for other
+    strides."""
     rows, columns = matrix.shape[-2:]
-    if matrix.strides[-2] % 4 or matrix.strides[-1] % 4 or _address(matrix) % 4:
+    row_bytes, column_bytes = matrix.strides[-2:]
+    if row_bytes % 4 or column_bytes % 4 or address % 4:
         return None
-    row_stride, column_stride = (stride // 4 for stride in matrix.strides[-2:])
+    row_stride, column_stride = row_bytes // 4, column_bytes // 4
     if (column_stride == 1 or columns == 1) and (rows == 1 or row_stride >= columns):
         return b"N", row_stride if rows > 1 else max(1, columns)
     if (row_stride == 1 or rows == 1) and (columns == 1 or column_stride >= rows):
@@ -205,7 +208,8 @@ def bound_sgemm(a, b, out):
     operands' addresses read once (a kernel's recorded calls replay it); None where oneDNN is
     not in use, the operands are not float32 matrices (batched alike or broadcast) that
     BLAS reads as they lie, `out` overlaps them, or the products are too small to gain
-    (SGEMM_FROM multiply-adds, SGEMM_EDGE rows and columns)."""
+    (SGEMM_FROM multiply-adds, SGEMM_EDGE rows and columns). A conv reading a run's input
+    binds anew each run: the checks come cheapest first (~3 us for a plain product)."""
     sgemm = _sgemm()
     if sgemm is None or a.ndim < 2 or b.ndim < 2 or out.ndim < 2:
         return None
@@ -216,30 +220,39 @@ def bound_sgemm(a, b, out):
     rows, depth = a.shape[-2:]
     columns = b.shape[-1]
     if (b.shape[-2] != depth or out.shape[-2:] != (rows, columns)
-            or min(rows, columns) < SGEMM_EDGE or rows * depth * columns < SGEMM_FROM
-            or np.may_share_memory(out, a) or np.may_share_memory(out, b)):
-        return None
-    forms = _operand(a), _operand(b), _operand(out)
-    if None in forms or forms[2][0] != b"N":
+            or min(rows, columns) < SGEMM_EDGE or rows * depth * columns < SGEMM_FROM):
         return None
     batch = out.shape[:-2]
     count = math.prod(batch)
     if count > 1 and rows * depth * columns < SGEMM_ITEM_FROM:
         return None
-    try:
-        if np.broadcast_shapes(a.shape[:-2], b.shape[:-2], batch) != batch:
+    if count == 1:   # (batch dims of 1 only: one product)
+        if math.prod(a.shape[:-2]) != 1 or math.prod(b.shape[:-2]) != 1:
             return None
-    except ValueError:
+    else:
+        try:
+            if np.broadcast_shapes(a.shape[:-2], b.shape[:-2], batch) != batch:
+                return None
+        except ValueError:
+            return None
+    if np.may_share_memory(out, a) or np.may_share_memory(out, b):
+        return None
+    bases = [_address(x) for x in (a, b, out)]
+    forms = [_operand(x, at) for x, at in zip((a, b, out), bases)]
+    if None in forms or forms[2][0] != b"N":
         return None
     (trans_a, lda), (trans_b, ldb), (_, ldc) = forms
     shared = (trans_a, trans_b, rows, columns, depth, 1.0)
-    # each item's address: the operand's own plus the batch index times its strides
-    # (0 along a broadcast axis)
-    index = np.indices(batch).reshape(len(batch), count)
-    at = [(_address(x) + np.broadcast_to(x, batch + x.shape[-2:]).strides[:-2] @ index)
-          .tolist() if batch else [_address(x)] for x in (a, b, out)]
-    calls = [shared + (a_at, lda, b_at, ldb, 0.0, out_at, ldc)
-             for a_at, b_at, out_at in zip(*at)]
+    if count == 1:
+        calls = [shared + (bases[0], lda, bases[1], ldb, 0.0, bases[2], ldc)]
+    else:
+        # each item's address: the operand's own plus the batch index times its strides
+        # (0 along a broadcast axis)
+        index = np.indices(batch).reshape(len(batch), count)
+        at = [(base + np.broadcast_to(x, batch + x.shape[-2:]).strides[:-2] @ index)
+              .tolist() for x, base in zip((a, b, out), bases)]
+        calls = [shared + (a_at, lda, b_at, ldb, 0.0, out_at, ldc)
+                 for a_at, b_at, out_at in zip(*at)]
     work = rows * depth * columns
     kept = (a, b, out)   # the memory the pointers address, alive while the call is
 

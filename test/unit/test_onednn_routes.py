@@ -90,6 +90,7 @@ def test_sgemm_sizes():
     assert bound(128, 128, 128)
     assert not bound(32, 32, 256)           # under SGEMM_FROM
     assert not bound(4, 4096, 4096)         # 4 rows
+    assert not bound(257, 512, 8)           # 8 columns
     assert not bound(32, 144, 160, (12,))   # a batch of small ones
     assert bound(64, 256, 128, (3,))
 
