@@ -111,7 +111,13 @@ def _sgemm():
 
 
 def available() -> bool:
+    """Whether the 8-bit products run on oneDNN here."""
     return _gemm() is not None
+
+
+def float_gemm_available() -> bool:
+    """Whether the float32 products (bound_sgemm) run on oneDNN here."""
+    return _sgemm() is not None
 
 
 @functools.lru_cache(maxsize=None)
@@ -327,5 +333,5 @@ def summary() -> str:
             f"({_library_path()})")
 
 
-__all__ = ["MAX_DEPTH", "available", "bound_gemm_u8s8", "bound_sgemm", "gemm_u8s8", "set_threads",
+__all__ = ["MAX_DEPTH", "available", "bound_gemm_u8s8", "bound_sgemm", "float_gemm_available", "gemm_u8s8", "set_threads",
            "summary"]

@@ -4,8 +4,14 @@ device (the OpenCL backend). `Session(threads=N)` and `palimpsest-run --threads 
 intra-op pool does (hyper-threads share a core's FMA units: a GEMM gains nothing from
 them and loses to their contention).
 
-BLAS. oneDNN's 8-bit GEMM (backends/onednn.py), where in use, takes the same count
-through its OpenMP. OpenBLAS (numpy's wheels ship it) is set and read back through its own
+BLAS. Where oneDNN runs the float products (backends/onednn.py: its GEMMs and convs),
+it takes the count too, through its OpenMP. Two pools' idle workers, each spinning after
+its own calls, take each other's cores: OpenBLAS's spin 2^28 cycles by default
+(ppocr_v4_det at two threads: 70 ms a run, onnxruntime 22). The package shortens that
+to 2^16 (`OPENBLAS_THREAD_TIMEOUT`, read when numpy loads OpenBLAS; palimpsest/__init__.py)
+when it is imported before numpy (25 ms); where numpy came first, numpy's BLAS keeps one
+thread beside oneDNN (27 ms; its vector-matrix products, an LSTM's steps, lose their
+second thread: captcha_crnn 26 ms against 20). OpenBLAS (numpy's wheels ship it) is set and read back through its own
 `openblas_set_num_threads` / `openblas_get_num_threads` (the scipy-openblas builds spell
 them `scipy_openblas_..._64_`), in the library numpy loaded; takes effect at once, for the
 whole process. Another BLAS (MKL, BLIS, Accelerate) is set through threadpoolctl when it is
@@ -130,6 +136,7 @@ class ThreadSettings:
 
     requested: int
     blas: int | None = None          # read back from the BLAS; None: not settable here
+    onednn: int | None = None        # oneDNN's (its OpenMP's); None: oneDNN not in use
     opencl: int | None = None        # POCL_MAX_PTHREAD_COUNT in effect for this process
     opencl_note: str = ""            # why the OpenCL count is not the one asked for
 
@@ -138,7 +145,17 @@ class ThreadSettings:
             else str(self.blas)
         opencl = "PoCL default" if self.opencl is None else str(self.opencl)
         note = f" ({self.opencl_note})" if self.opencl_note else ""
-        return f"threads: BLAS {blas}, OpenCL (PoCL CPU) {opencl}{note}"
+        onednn = "" if self.onednn is None else f"oneDNN {self.onednn}, "
+        return f"threads: {onednn}BLAS {blas}, OpenCL (PoCL CPU) {opencl}{note}"
+
+
+def blas_count(count: int) -> int:
+    """numpy's BLAS threads for a session of `count`: one beside oneDNN's when OpenBLAS's
+    workers spin long after their calls (see the module doc), else `count`."""
+    from palimpsest import BLAS_TIMEOUT_SET
+    from palimpsest.backends import onednn
+
+    return count if BLAS_TIMEOUT_SET or not onednn.float_gemm_available() else 1
 
 
 def set_threads(count: int | None = None) -> ThreadSettings:
@@ -151,10 +168,11 @@ def set_threads(count: int | None = None) -> ThreadSettings:
         raise ValueError(f"threads must be at least 1, got {count}")
     settings = ThreadSettings(count)
     if explicit or not any(os.environ.get(name) for name in BLAS_ENV):
-        settings.blas = set_blas_threads(count)
         from palimpsest.backends import onednn
 
-        onednn.set_threads(count)
+        settings.onednn = onednn.set_threads(count) if onednn.float_gemm_available() \
+            else None
+        settings.blas = set_blas_threads(blas_count(count))
     else:
         settings.blas = blas_threads()
     current = os.environ.get(POCL_ENV)
@@ -172,5 +190,5 @@ def set_threads(count: int | None = None) -> ThreadSettings:
     return settings
 
 
-__all__ = ["ThreadSettings", "blas_threads", "physical_cores", "set_blas_threads",
+__all__ = ["ThreadSettings", "blas_count", "blas_threads", "physical_cores", "set_blas_threads",
            "set_threads"]

@@ -62,6 +62,7 @@ from pathlib import Path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import palimpsest  # noqa: E402,F401  (before numpy: its OpenBLAS thread timeout)
 import numpy as np  # noqa: E402
 
 import fetch_models  # noqa: E402
