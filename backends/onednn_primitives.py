@@ -36,9 +36,9 @@ _Dims = ctypes.c_int64 * 12
 # oneDNN's elementwise functions (dnnl_alg_kind_t), for Eltwise and a conv's post-op;
 # alpha and beta as oneDNN defines them for each (relu: the slope below 0; swish:
 # x * sigmoid(alpha x); hardswish: x * clip(alpha x + beta, 0, 1); hardsigmoid:
-# clip(alpha x + beta, 0, 1); elu: alpha (e^x - 1) below 0)
-ELTWISE = {"relu": 32, "tanh": 33, "elu": 34, "hardsigmoid": 40, "logistic": 41,
-           "gelu_tanh": 43, "swish": 44, "gelu_erf": 49, "hardswish": 52}
+# clip(alpha x + beta, 0, 1); elu: alpha (e^x - 1) below 0; linear: alpha x + beta)
+ELTWISE = {"relu": 32, "tanh": 33, "elu": 34, "linear": 38, "hardsigmoid": 40,
+           "logistic": 41, "gelu_tanh": 43, "swish": 44, "gelu_erf": 49, "hardswish": 52}
 _handle = ctypes.c_void_p
 
 
@@ -136,13 +136,13 @@ class _Primitives:
 class ChannelsLastConv(_Primitives):
     """One image's conv (C x H x W in, M x Ho x Wo out, float32) on oneDNN through NHWC.
     `x_strides`/`y_strides`: the caller's image and out strides in elements. `bias`:
-    whether it has one. `post_op`: (ELTWISE name, alpha, beta) applied to the result as
-    oneDNN writes it, or None. `reads_last`/`writes_last`: the image is already NHWC /
+    whether it has one. `post_ops`: ((ELTWISE name, alpha, beta), ...) applied in order
+    to the result as oneDNN writes it ("linear": alpha x + beta), or None. `reads_last`/`writes_last`: the image is already NHWC /
     the result stays NHWC (no reorder on that side: a conv next to another one).
     Raises OneDnnError where oneDNN has no such conv."""
 
     def __init__(self, image, out, kernel, group, strides, dilations, pads, bias,
-                 x_strides, y_strides, post_op=None, reads_last=False, writes_last=False):
+                 x_strides, y_strides, post_ops=None, reads_last=False, writes_last=False):
         library, engine, _ = _runtime()
         (c, h, w), (m, ho, wo), (kh, kw) = image, out, kernel
         top, left, bottom, right = pads
@@ -158,16 +158,16 @@ class ChannelsLastConv(_Primitives):
         any_w = _desc(w_dims, _TAG_ANY)
         bias_desc = _desc((m,), _TAG_A) if bias else None
         attr = None
-        if post_op is not None:
-            function, alpha, beta = post_op
-            attr, post_ops = _handle(), _handle()
+        if post_ops:
+            attr, chain = _handle(), _handle()
             _check(library.dnnl_primitive_attr_create(ctypes.byref(attr)), "attributes")
-            _check(library.dnnl_post_ops_create(ctypes.byref(post_ops)), "post-ops")
-            _check(library.dnnl_post_ops_append_eltwise(
-                post_ops, ELTWISE[function], ctypes.c_float(alpha), ctypes.c_float(beta)),
-                function)
-            _check(library.dnnl_primitive_attr_set_post_ops(attr, post_ops), "post-ops")
-            library.dnnl_post_ops_destroy(post_ops)
+            _check(library.dnnl_post_ops_create(ctypes.byref(chain)), "post-ops")
+            for function, alpha, beta in post_ops:
+                _check(library.dnnl_post_ops_append_eltwise(
+                    chain, ELTWISE[function], ctypes.c_float(alpha), ctypes.c_float(beta)),
+                    function)
+            _check(library.dnnl_primitive_attr_set_post_ops(attr, chain), "post-ops")
+            library.dnnl_post_ops_destroy(chain)
         conv = _handle()
         try:
             _check(library.dnnl_convolution_forward_primitive_desc_create(

@@ -43,9 +43,13 @@ def wanted(x, w, y, config) -> bool:
     return depthwise or cg >= DENSE_CHANNELS_FROM
 
 
-# A fused epilogue of one of these activations, on the conv's result alone, runs as the
-# conv's oneDNN post-op (applied as the result is written: no pass over it): step ->
-# its props -> (onednn_primitives.ELTWISE name, alpha, beta)
+# A fused epilogue runs as the conv's oneDNN post-ops (applied as the result is written:
+# no pass over it) where each step is one of these activations of the step before
+# (step -> its props -> (onednn_primitives.ELTWISE name, alpha, beta)), or that result
+# times, plus, minus or over a scalar constant (oneDNN's "linear"), or, first and where
+# the conv has no bias, plus a constant per-channel vector (as its bias): the affine
+# steps of Paddle's exports around their activations (ppocr_v4_det: 24 convs of
+# mul, add, hard_swish, mul, add)
 _POST_OPS = {
     "graph.relu": lambda props: ("relu", 0.0, 0.0),
     "graph.leaky_relu": lambda props: ("relu", props.get("alpha", 0.01), 0.0),
@@ -59,17 +63,77 @@ _POST_OPS = {
     "graph.gelu": lambda props: ("gelu_tanh" if props.get("approximate") == "tanh"
                                  else "gelu_erf", 0.0, 0.0),
 }
+_AFFINE = ("graph.mul", "graph.add", "graph.sub", "graph.div")
 
 
-def post_op(config, inputs: list):
-    """The epilogue as a oneDNN post-op (see _POST_OPS), or None: one step of those,
-    reading the conv's result only."""
+def post_ops(config, count: int, has_bias: bool, scalar, channels):
+    """The epilogue as oneDNN post-ops: (steps, bias), `steps` ((ELTWISE name, alpha,
+    beta), ...) in order, `bias` the index of the per-channel vector its first step adds
+    (or None); None where a step is not one of those (see _POST_OPS). `count`: the
+    kernel's ins; `scalar(i)`: in i's value where it is a constant of one element, else
+    None; `channels(i)`: whether in i is a constant per-channel vector."""
     names = config.get("epilogue")
-    if not names or len(names) != 1 or names[0] not in _POST_OPS \
-            or list(config["epilogue_wiring"][0]) != [len(inputs)]:
+    if not names:
         return None
-    props = (config.get("epilogue_props") or [None])[0] or {}
-    return _POST_OPS[names[0]](props)
+    props = config.get("epilogue_props") or [None] * len(names)
+    steps, bias, previous = [], None, count
+    for i, (name, refs, step_props) in enumerate(zip(names, config["epilogue_wiring"],
+                                                     props)):
+        refs = list(refs)
+        if name in _POST_OPS and refs == [previous]:
+            steps.append(_POST_OPS[name](step_props or {}))
+        elif name in _AFFINE and len(refs) == 2 and refs.count(previous) == 1:
+            first = refs[0] == previous
+            other = refs[1] if first else refs[0]
+            if other >= count:
+                return None
+            if name == "graph.add" and i == 0 and not has_bias and channels(other):
+                bias = other
+            else:
+                value = scalar(other)
+                if value is None or (name == "graph.div" and (not first or value == 0)):
+                    return None
+                steps.append(("linear",) + {
+                    "graph.mul": (value, 0.0), "graph.add": (1.0, value),
+                    "graph.sub": (1.0, -value) if first else (-1.0, value),
+                    "graph.div": (1 / value if value else 0.0, 0.0)}[name])
+        else:
+            return None
+        previous = count + 1 + i
+    return tuple(steps), bias
+
+
+def _constant(value) -> bool:
+    """Whether IR value `value` is a constant (`buffer.constant`: the same every run)."""
+    return getattr(getattr(value, "op", None), "name", None) == "buffer.constant" \
+        and value.type.has_static_shape
+
+
+def _array_post_ops(config, op, inputs: list, has_bias: bool, m: int):
+    """post_ops on the kernel's arrays, the constants among its IR ins (a run's input
+    may be read-only too, and another value each run)."""
+    ins = list(op.ins)
+
+    def scalar(i):
+        a = inputs[i]
+        return float(a.reshape(-1)[0]) if a.size == 1 and _constant(ins[i]) else None
+
+    def channels(i):
+        a = inputs[i]
+        return _constant(ins[i]) and a.size == m and a.flags.c_contiguous \
+            and (1,) * (4 - a.ndim) + tuple(a.shape) == (1, m, 1, 1)
+    return post_ops(config, len(inputs), has_bias, scalar, channels)
+
+
+def _value_post_ops(config, ins: list, has_bias: bool, m: int):
+    """post_ops on the kernel's IR values (the chain analysis: whether, not what)."""
+    def scalar(i):
+        return 1.0 if _constant(ins[i]) and ins[i].type.num_elements() == 1 else None
+
+    def channels(i):
+        shape = tuple(ins[i].type.shape)
+        return _constant(ins[i]) and (1,) * (4 - len(shape)) + shape == (1, m, 1, 1)
+    return post_ops(config, len(ins), has_bias, scalar, channels)
 
 
 def _room(sizes, x_elements, y_elements):
@@ -114,8 +178,8 @@ def _scratch(workspaces, x_elements, y_elements):
 def _conv_for(op, config, shapes, strides, has_bias, fused, mode=(False, False)):
     """The op's cache entry for these shapes ((x, y, w)) and byte strides ((x, y)),
     made once: [ChannelsLastConv, the constant weight last packed, its packing], or None
-    where oneDNN has no such conv. `fused`: the post-op, or None; `mode`: (reads_last,
-    writes_last)."""
+    where oneDNN has no such conv. `fused`: the post-ops (a tuple), or None; `mode`:
+    (reads_last, writes_last)."""
     made = prepared(op, lambda op, config: {})
     key = (shapes, strides, has_bias, fused, mode)
     if key not in made:
@@ -182,9 +246,14 @@ def calls(op, config, inputs, x, w, bias, y, ws: dict):
         return None
     if mode[0] != mode[1] and _pointwise(w.shape, config):
         return _pointwise_calls(config, inputs, x, w, bias, y, ws, mode[0])
+    plan = _array_post_ops(config, op, inputs, bias is not None, w.shape[0])
+    fused = None
+    if plan is not None:
+        fused = plan[0]
+        if plan[1] is not None:   # (the epilogue's first add: the conv's bias)
+            bias = _view_as(inputs[plan[1]], (w.shape[0],))
     usable = w.flags.c_contiguous and not any(s % 4 for s in x.strides + y.strides) \
         and (bias is None or bias.flags.c_contiguous)
-    fused = post_op(config, inputs)
     entry = _conv_for(op, config, (x.shape, y.shape, w.shape), (x.strides, y.strides),
                       bias is not None, fused, mode) if usable else None
     scratch = None
@@ -210,7 +279,7 @@ def calls(op, config, inputs, x, w, bias, y, ws: dict):
         packed = entry[2]
     for image in range(x.shape[0]):
         steps.append((conv.bind(x[image], x_last, packed, bias, y_last, y[image]), (), {}))
-    if config.get("epilogue") and fused is None:
+    if config.get("epilogue") and plan is None:
         steps.append((run_epilogue, (config, inputs, y, epilogue_scratch(ws)), {}))
     return steps
 
@@ -285,8 +354,11 @@ def _chains(block) -> dict:
         b = readers[0]
         if b.ins[0] is not y or sum(v is y for v in b.operands) != 1:
             continue
-        if config.get("epilogue") and post_op(config, list(a.ins)) is None:
-            continue
+        if config.get("epilogue"):
+            plan = _value_post_ops(config, list(a.ins), facts[a][2], facts[a][1][2][0])
+            # (a 1x1 conv writing NHWC runs its epilogue on numpy: no per-channel step)
+            if plan is None or (plan[1] is not None and _pointwise(facts[a][1][2], config)):
+                continue
         edges[a] = b
     while True:
         readers = {b: a for a, b in edges.items()}
@@ -297,8 +369,11 @@ def _chains(block) -> dict:
             if mode[0] != mode[1] and _pointwise(shapes[2], config):
                 continue   # (one GEMM: no copies, no oneDNN conv)
             x_shape, y_shape = shapes[0], shapes[1]
+            # (the post-ops' kinds; their values are the run's, read then)
+            plan = _value_post_ops(config, list(op.ins), has_bias, shapes[2][0])
             entry = _conv_for(op, config, shapes, (_contiguous(x_shape), _contiguous(y_shape)),
-                              has_bias, post_op(config, list(op.ins)), mode)
+                              has_bias or (plan is not None and plan[1] is not None),
+                              None if plan is None else plan[0], mode)
             x_need = 0 if mode[0] else int(np.prod(x_shape[1:]))
             y_need = 0 if mode[1] else int(np.prod(y_shape[1:]))
             if entry is None or _room(sizes, x_need, y_need) is None:

@@ -180,9 +180,50 @@ def test_activation_as_post_op(monkeypatch, activation, attrs, expected):
     if expected is None:
         assert made[0] is None
     else:
-        function, alpha, beta = made[0]
+        (function, alpha, beta), = made[0]
         assert function == expected[0]
         assert alpha == pytest.approx(expected[1]) and beta == pytest.approx(expected[2])
+
+
+def test_affine_steps_and_a_channel_bias_as_post_ops(monkeypatch):
+    """Paddle's conv epilogues (ppocr_v5_det: + a per-channel vector, * s, + t,
+    HardSwish, * u, + v; scalars on either side, a subtraction and a division) run as
+    oneDNN's post-ops, the vector as the conv's bias; with a scalar computed in the run
+    the epilogue stays on numpy."""
+    made = []
+    original = onednn_primitives.ChannelsLastConv.__init__
+
+    def spy(self, *args):
+        made.append((args[7], args[10]))   # (has a bias, post_ops)
+        original(self, *args)
+
+    monkeypatch.setattr(onednn_primitives.ChannelsLastConv, "__init__", spy)
+    rng = np.random.default_rng(12)
+    x = rand(rng, (1, 32, 24, 24))
+    consts = {"w": rand(rng, (32, 1, 3, 3)) * 0.5, "v": rand(rng, (1, 32, 1, 1)),
+              "s": np.array(0.8, np.float32), "t": np.array([0.25], np.float32),
+              "u": np.array(1.5, np.float32), "d": np.array(2.0, np.float32)}
+    nodes = [node("Conv", ["x", "w"], {"group": 32, "pads": [1, 1, 1, 1]}, outs=["c"]),
+             node("Add", ["c", "v"], outs=["a0"]), node("Mul", ["s", "a0"], outs=["a1"]),
+             node("Add", ["a1", "t"], outs=["a2"]), node("HardSwish", ["a2"], outs=["a3"]),
+             node("Sub", ["u", "a3"], outs=["a4"]), node("Div", ["a4", "d"])]
+    check(model_of(nodes, {"x": x}, consts), {"x": x}, "kernel.conv2d", count=1,
+          atol=2e-6)
+    assert len(made) == 1
+    has_bias, steps = made[0]
+    assert has_bias
+    assert [name for name, _, _ in steps] == ["linear", "linear", "hardswish", "linear",
+                                              "linear"]
+    assert steps[0][1:] == pytest.approx((0.8, 0.0)) and steps[3][1:] == pytest.approx((-1, 1.5))
+    assert steps[4][1:] == pytest.approx((0.5, 0.0))
+    # a scale computed in the run: not a constant, so the epilogue runs on numpy
+    made.clear()
+    x2 = {"x": x, "k": np.array(0.8, np.float32)}
+    nodes = [node("Conv", ["x", "w"], {"group": 32, "pads": [1, 1, 1, 1]}, outs=["c"]),
+             node("Mul", ["c", "k"], outs=["m"]), node("Relu", ["m"])]
+    check(model_of(nodes, x2, {"w": consts["w"]}), x2, "kernel.conv2d", count=1,
+          atol=2e-6)
+    assert made == [(False, None)]
 
 
 def _modes(monkeypatch) -> list:

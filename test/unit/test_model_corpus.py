@@ -41,12 +41,22 @@ def test_corpus_records_package_path_hash_and_licence():
         assert len(entry["sha256"]) == 64
 
 
-def test_benchmark_plans_bind_feeds_by_name():
+def test_benchmark_plans_bind_feeds_by_name(monkeypatch):
     """bench_models' planned-bytes column binds the feeds to the model's arguments by
     name: the same pools whatever the feeds' order (gtcrn's four inputs differ in
-    shape), and an unknown name is refused, not planned at a wrong shape."""
+    shape), and an unknown name is refused, not planned at a wrong shape. The scheduler
+    and the planner search within a time budget (gtcrn's 394-op schedule takes all of
+    its second: a loaded machine ends it elsewhere), so here both take a deterministic
+    algorithm: the feeds' binding is what is compared."""
     from palimpsest.backends.binding import BindingError
     from palimpsest.dialects.graph.from_onnx import import_onnx
+    from palimpsest.passes import plan_memory, schedule_for_memory
+
+    scheduled, planned_by = schedule_for_memory.schedule, plan_memory.plan_memory
+    monkeypatch.setattr(schedule_for_memory, "schedule",
+                        lambda problem, algorithm, budget: scheduled(problem, "list", budget))
+    monkeypatch.setattr(plan_memory, "plan_memory",
+                        lambda module, *args, **kwargs: planned_by(module, "greedy-by-size"))
 
     bench = benchmark_module("bench_models")
     path, feeds = corpus_model("gtcrn")
