@@ -8,8 +8,12 @@ ran 4x slower than the im2col).
 
 The NHWC copies of an image and of its result live in the conv's own workspaces (its
 padded image and its im2col matrix, which this route does not otherwise use); where they
-do not fit, the conv keeps the numpy paths. Every decision and address is made once
-and the calls recorded (`kernel_ops.record`), as the numpy paths do.
+do not fit, the conv keeps the numpy paths. A fused epilogue of activations and
+scalar-constant affine steps runs as oneDNN's post-ops (`post_ops`). Convs that hand
+their result to the next conv keep it in NHWC between them (`layout`, `_chains`: no
+copies on that side; 1x1 convs at a chain's ends as one GEMM). Every decision and
+address is made once and the calls recorded (`kernel_ops.record`), as the numpy paths
+do.
 """
 
 from __future__ import annotations

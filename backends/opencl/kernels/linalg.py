@@ -383,7 +383,7 @@ HOST_WEIGHTS = 1 << 22
 def _host_gemm() -> bool:
     from palimpsest.backends import onednn
 
-    return onednn._sgemm() is not None
+    return onednn.float_gemm_available()
 
 
 @generator("kernel.matmul")
