@@ -1,7 +1,9 @@
-"""oneDNN's 8-bit GEMM (`dnnl_gemm_u8s8s32`), from the `onednn-cpu-gomp` wheel, for the
-host's integer products: the numpy backend's MatMulInteger, MatMulIntegerToFloat,
-ConvInteger and DynamicQuantizeLSTM (and the OpenCL backend's, which a CPU device runs
-on the host).
+"""oneDNN's GEMMs, from the `onednn-cpu-gomp` wheel: the 8-bit one (`dnnl_gemm_u8s8s32`)
+for the host's integer products (the numpy backend's MatMulInteger, MatMulIntegerToFloat,
+ConvInteger and DynamicQuantizeLSTM, and the OpenCL backend's, which a CPU device runs on
+the host), and the float32 one (`dnnl_sgemm`, `bound_sgemm`) for the numpy backend's
+float products large enough to gain. The library is loaded here once; its other
+primitives (convs, elementwise functions) are bound in onednn_primitives.py.
 
 Why a library: numpy has no integer GEMM, and an 8-bit product through float32 BLAS
 reads four bytes a weight and runs at the float FMA rate; oneDNN's JIT kernels use the
@@ -333,5 +335,5 @@ def summary() -> str:
             f"({_library_path()})")
 
 
-__all__ = ["MAX_DEPTH", "available", "bound_gemm_u8s8", "bound_sgemm", "float_gemm_available", "gemm_u8s8", "set_threads",
-           "summary"]
+__all__ = ["MAX_DEPTH", "available", "bound_gemm_u8s8", "bound_sgemm", "float_gemm_available",
+           "gemm_u8s8", "set_threads", "summary"]

@@ -1,9 +1,11 @@
 """oneDNN's primitives that the numpy backend runs where they beat numpy: the direct
-convolution in channels-last layout and two elementwise functions (GELU).
+convolution in channels-last layout, elementwise functions (GELU) and float16 <-> float32
+conversions.
 
-Convolutions (for the convs kernel_ops_channels_last.py picks): one image's conv as three primitives,
-the image reordered from the caller's NCHW into NHWC, the conv (bias included) NHWC to
-NHWC, the result reordered back into the caller's NCHW out.
+Convolutions (for the convs kernel_ops_channels_last.py picks): one image's conv as three
+primitives, the image reordered from the caller's NCHW into NHWC, the conv (bias and
+post-ops included) NHWC to NHWC, the result reordered back into the caller's NCHW out;
+a conv next to another one skips the reorder on that side.
 
 Why: oneDNN's direct convolutions (brgconv, and brdgmm for depthwise ones) run on
 channels-last data at close to the FMA rate, where an im2col GEMM copies kh*kw times the
@@ -13,10 +15,10 @@ on 256 x 14 x 14 0.05 ms against the numpy kernels' 0.46; a 3x3 128 -> 128 on 40
 route) it is slower than the numpy kernels, hence the reorders, whose NHWC copies live
 in the conv's own planned workspaces (the caller finds room there or keeps its route).
 
-The weights are reordered once into the layout the primitive asks for when they are a
-constant (a read-only array), else at every call. oneDNN keeps a small scratchpad of
-its own per primitive (outside the plan). Bound through ctypes on the same library as
-the GEMMs (backends/onednn.py); the enum values are oneDNN 3.2's (dnnl_types.h).
+The caller packs constant weights once into the layout the primitive asks for, others
+at every call. oneDNN keeps a small scratchpad of its own per primitive (outside the
+plan). Bound through ctypes on the same library as the GEMMs (backends/onednn.py); the
+enum values are oneDNN 3.2's (dnnl_types.h).
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ from __future__ import annotations
 import ctypes
 import functools
 
-
 from palimpsest.backends import onednn
 
-_F32 = 3
+# oneDNN's data types (dnnl_data_type_t) by numpy dtype name
+_DATA_TYPES = {"float16": 1, "float32": 3}
 _TAG_ANY, _TAG_A, _TAG_NHWC = 1, 2, 22
 _FORWARD_INFERENCE, _CONVOLUTION_DIRECT = 96, 1
 _QUERY_IMPL_INFO, _QUERY_WEIGHTS_MD = 8, 131
@@ -81,15 +83,17 @@ def available() -> bool:
     return _runtime() is not None
 
 
-def _desc(dims, tag=None, strides=None):
+def _desc(dims, tag=None, strides=None, dtype="float32"):
+    """A memory descriptor of `dims` laid out by format `tag`, else by element `strides`."""
     library = _runtime()[0]
     desc = _handle()
+    data_type = _DATA_TYPES[dtype]
     if strides is None:
         _check(library.dnnl_memory_desc_create_with_tag(
-            ctypes.byref(desc), len(dims), _Dims(*dims), _F32, tag), "memory desc")
+            ctypes.byref(desc), len(dims), _Dims(*dims), data_type, tag), "memory desc")
     else:
         _check(library.dnnl_memory_desc_create_with_strides(
-            ctypes.byref(desc), len(dims), _Dims(*dims), _F32, _Dims(*strides)),
+            ctypes.byref(desc), len(dims), _Dims(*dims), data_type, _Dims(*strides)),
             "memory desc")
     return desc
 
@@ -97,6 +101,9 @@ def _desc(dims, tag=None, strides=None):
 class _Primitives:
     """oneDNN primitives with the memory objects their arguments name (addresses set at
     each call), destroyed with their owner."""
+
+    def __init__(self):
+        self._primitives, self._memories = {}, {}
 
     def _primitive(self, step, desc, args) -> None:
         library, engine, _ = _runtime()
@@ -137,12 +144,14 @@ class ChannelsLastConv(_Primitives):
     """One image's conv (C x H x W in, M x Ho x Wo out, float32) on oneDNN through NHWC.
     `x_strides`/`y_strides`: the caller's image and out strides in elements. `bias`:
     whether it has one. `post_ops`: ((ELTWISE name, alpha, beta), ...) applied in order
-    to the result as oneDNN writes it ("linear": alpha x + beta), or None. `reads_last`/`writes_last`: the image is already NHWC /
-    the result stays NHWC (no reorder on that side: a conv next to another one).
-    Raises OneDnnError where oneDNN has no such conv."""
+    to the result as oneDNN writes it ("linear": alpha x + beta), or None.
+    `reads_last`/`writes_last`: the image is already NHWC / the result stays NHWC (no
+    reorder on that side: a conv next to another one). Raises OneDnnError where oneDNN
+    has no such conv."""
 
     def __init__(self, image, out, kernel, group, strides, dilations, pads, bias,
                  x_strides, y_strides, post_ops=None, reads_last=False, writes_last=False):
+        super().__init__()
         library, engine, _ = _runtime()
         (c, h, w), (m, ho, wo), (kh, kw) = image, out, kernel
         top, left, bottom, right = pads
@@ -183,7 +192,6 @@ class ChannelsLastConv(_Primitives):
         self.impl = (info.value or b"?").decode()
         packed_w = _handle(library.dnnl_primitive_desc_query_md(conv, _QUERY_WEIGHTS_MD, 0))
         self.weight_elements = -(-library.dnnl_memory_desc_get_size(packed_w) // 4)
-        self._primitives, self._memories = {}, {}
         self.reads_last, self.writes_last = reads_last, writes_last
         steps = [("w_plain", plain_w, "w_packed", packed_w)]
         if not reads_last:
@@ -225,12 +233,13 @@ class ChannelsLastConv(_Primitives):
                    "y_out": y, "bias": bias}
         address = {name: array.ctypes.data for name, array in address.items()
                    if array is not None}
-        steps = [("x_in", ("x_in", "x_last")), ("conv", ("x_last", "w_packed", "y_last", "bias")),
+        steps = [("x_in", ("x_in", "x_last")),
+                 ("conv", ("x_last", "w_packed", "y_last", "bias")),
                  ("y_last", ("y_last", "y_out"))]
         steps = [(step, names) for step, names in steps if step in self._primitives]
         library, _, stream = _runtime()
-        set_handle, execute = library.dnnl_memory_set_data_handle, library.dnnl_primitive_execute
-        wait = library.dnnl_stream_wait
+        set_handle = library.dnnl_memory_set_data_handle
+        execute, wait = library.dnnl_primitive_execute, library.dnnl_stream_wait
         plan = []
         for step, names in steps:
             primitive, count, args = self._primitives[step]
@@ -259,6 +268,7 @@ class Eltwise(_Primitives):
     Raises OneDnnError where oneDNN has no such primitive."""
 
     def __init__(self, function: str, size: int):
+        super().__init__()
         library, engine, _ = _runtime()
         desc = _desc((size,), _TAG_A)
         made = _handle()
@@ -266,8 +276,8 @@ class Eltwise(_Primitives):
             _check(library.dnnl_eltwise_forward_primitive_desc_create(
                 ctypes.byref(made), engine, _FORWARD_INFERENCE, ELTWISE[function], desc,
                 desc, ctypes.c_float(0.0), ctypes.c_float(0.0), None), function)
-            self._primitives, self._memories = {}, {}
-            self._primitive("eltwise", made, [(_ARG_SRC, "src", desc), (_ARG_DST, "dst", desc)])
+            self._primitive("eltwise", made, [(_ARG_SRC, "src", desc),
+                                              (_ARG_DST, "dst", desc)])
         finally:
             library.dnnl_memory_desc_destroy(desc)
 
@@ -289,9 +299,6 @@ def eltwise(function: str, size: int) -> Eltwise | None:
 
 # -- conversions -------------------------------------------------------------------------------
 
-_DATA_TYPES = {"float16": 1, "float32": 3}
-
-
 class Convert(_Primitives):
     """`size` contiguous elements converted from one float type to another (float16 and
     float32: oneDNN's reorder, F16C's instructions: 4M elements f32 -> f16 1.0 ms against
@@ -299,19 +306,13 @@ class Convert(_Primitives):
     oneDNN has no such reorder."""
 
     def __init__(self, source: str, dest: str, size: int):
+        super().__init__()
         library, engine, _ = _runtime()
-        descs = []
-        for name in (source, dest):
-            desc = _handle()
-            _check(library.dnnl_memory_desc_create_with_tag(
-                ctypes.byref(desc), 1, _Dims(size), _DATA_TYPES[name], _TAG_A),
-                "memory desc")
-            descs.append(desc)
+        descs = [_desc((size,), _TAG_A, dtype=name) for name in (source, dest)]
         made = _handle()
         try:
             _check(library.dnnl_reorder_primitive_desc_create(
                 ctypes.byref(made), descs[0], engine, descs[1], engine, None), "conversion")
-            self._primitives, self._memories = {}, {}
             self._primitive("convert", made, [(_ARG_SRC, "src", descs[0]),
                                               (_ARG_DST, "dst", descs[1])])
         finally:
@@ -334,4 +335,5 @@ def convert(source: str, dest: str, size: int) -> Convert | None:
         return None
 
 
-__all__ = ["ELTWISE", "Convert", "convert", "ChannelsLastConv", "Eltwise", "OneDnnError", "available", "eltwise"]
+__all__ = ["ELTWISE", "ChannelsLastConv", "Convert", "Eltwise", "OneDnnError", "available",
+           "convert", "eltwise"]

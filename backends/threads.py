@@ -8,10 +8,11 @@ BLAS. Where oneDNN runs the float products (backends/onednn.py: its GEMMs and co
 it takes the count too, through its OpenMP. Two pools' idle workers, each spinning after
 its own calls, take each other's cores: OpenBLAS's spin 2^28 cycles by default
 (ppocr_v4_det at two threads: 70 ms a run, onnxruntime 22). The package shortens that
-to 2^16 (`OPENBLAS_THREAD_TIMEOUT`, read when numpy loads OpenBLAS; palimpsest/__init__.py)
-when it is imported before numpy (25 ms); where numpy came first, numpy's BLAS keeps one
-thread beside oneDNN (27 ms; its vector-matrix products, an LSTM's steps, lose their
-second thread: captcha_crnn 26 ms against 20). OpenBLAS (numpy's wheels ship it) is set and read back through its own
+to 2^16 (`OPENBLAS_THREAD_TIMEOUT`, read when numpy loads OpenBLAS; palimpsest/
+__init__.py) when it is imported before numpy (25 ms); where numpy came first, numpy's
+BLAS keeps one thread beside oneDNN (27 ms; its vector-matrix products, an LSTM's steps,
+lose their second thread: captcha_crnn 26 ms against 20). OpenBLAS (numpy's wheels ship
+it) is set and read back through its own
 `openblas_set_num_threads` / `openblas_get_num_threads` (the scipy-openblas builds spell
 them `scipy_openblas_..._64_`), in the library numpy loaded; takes effect at once, for the
 whole process. Another BLAS (MKL, BLIS, Accelerate) is set through threadpoolctl when it is

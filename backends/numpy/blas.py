@@ -30,11 +30,8 @@ def matmul_call(a, b, out) -> tuple:
 
 def matmul(a, b, out) -> None:
     """`np.matmul(a, b, out=out)`, on oneDNN's GEMM where it takes the operands."""
-    bound = onednn.bound_sgemm(a, b, out)
-    if bound is None:
-        np.matmul(a, b, out=out)
-    else:
-        bound()
+    fn, args, kwargs = matmul_call(a, b, out)
+    fn(*args, **kwargs)
 
 
 def _loaded_openblas() -> str | None:

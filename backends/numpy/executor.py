@@ -68,6 +68,7 @@ class Executor(ExecutorLoop):
         self.errors_ignored = False   # inside `run`: numpy's floating-point errors ignored
         self.kept: dict = {}          # pool name -> the last run's Arena (see CACHE_VIEWS)
         self.kernel_entries: dict = {}   # kernel op -> kernel_ops._Bound, at its first call
+        self.channels_last_chains: dict = {}   # id(block) -> (block, its convs' layouts)
 
     @property
     def arenas(self) -> dict:

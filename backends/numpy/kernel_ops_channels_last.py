@@ -113,30 +113,24 @@ def _constant(value) -> bool:
         and value.type.has_static_shape
 
 
-def _array_post_ops(config, op, inputs: list, has_bias: bool, m: int):
-    """post_ops on the kernel's arrays, the constants among its IR ins (a run's input
-    may be read-only too, and another value each run)."""
-    ins = list(op.ins)
+def _post_ops_on(config, ins: list, arrays, has_bias: bool, m: int):
+    """post_ops of a conv with IR ins `ins` (its constants: the `buffer.constant` ones),
+    their values read from `arrays(i)` (in i's array, None where not at hand): the
+    kernel's own at run time, the executor's constants in the chain analysis, so both
+    make the same post-ops (and one primitive)."""
+    def constant(i):
+        return _constant(ins[i]) and arrays(i) is not None
 
     def scalar(i):
-        a = inputs[i]
-        return float(a.reshape(-1)[0]) if a.size == 1 and _constant(ins[i]) else None
+        return float(arrays(i).reshape(-1)[0]) if constant(i) and arrays(i).size == 1 \
+            else None
 
     def channels(i):
-        a = inputs[i]
-        return _constant(ins[i]) and a.size == m and a.flags.c_contiguous \
+        if not constant(i):
+            return False
+        a = arrays(i)
+        return a.size == m and a.flags.c_contiguous \
             and (1,) * (4 - a.ndim) + tuple(a.shape) == (1, m, 1, 1)
-    return post_ops(config, len(inputs), has_bias, scalar, channels)
-
-
-def _value_post_ops(config, ins: list, has_bias: bool, m: int):
-    """post_ops on the kernel's IR values (the chain analysis: whether, not what)."""
-    def scalar(i):
-        return 1.0 if _constant(ins[i]) and ins[i].type.num_elements() == 1 else None
-
-    def channels(i):
-        shape = tuple(ins[i].type.shape)
-        return _constant(ins[i]) and (1,) * (4 - len(shape)) + shape == (1, m, 1, 1)
     return post_ops(config, len(ins), has_bias, scalar, channels)
 
 
@@ -250,7 +244,11 @@ def calls(op, config, inputs, x, w, bias, y, ws: dict):
         return None
     if mode[0] != mode[1] and _pointwise(w.shape, config):
         return _pointwise_calls(config, inputs, x, w, bias, y, ws, mode[0])
-    plan = _array_post_ops(config, op, inputs, bias is not None, w.shape[0])
+    plan = _post_ops_on(config, list(op.ins), inputs.__getitem__, bias is not None,
+                        w.shape[0])
+    if chained and mode[1] and config.get("epilogue") and plan is None:
+        # (the chain analysis found these post-ops: an epilogue on numpy would read NHWC)
+        raise ValueError("a conv chained in channels-last layout lost its post-ops")
     fused = None
     if plan is not None:
         fused = plan[0]
@@ -272,10 +270,10 @@ def calls(op, config, inputs, x, w, bias, y, ws: dict):
         return None
     x_last, y_last = scratch
     steps = []
-    if w.flags.writeable:   # an operand computed in the run: packed at every call
+    if not _constant(op.ins[1]):   # (computed in the run, or its input: packed each call)
         packed = np.empty(conv.weight_elements, np.float32)
         steps.append((conv.pack_weights, (w, packed), {}))
-    else:                   # a constant: packed once
+    else:                          # a constant: packed once
         if entry[1] is not w:
             entry[2] = np.empty(conv.weight_elements, np.float32)
             conv.pack_weights(w, entry[2])
@@ -303,11 +301,11 @@ def layout(op) -> tuple:
     if executor is None or not getattr(executor, "CHANNELS_LAST_CHAINS", False) \
             or not onednn_primitives.available():
         return False, False
-    chains = executor.__dict__.setdefault("channels_last_chains", {})
+    chains = executor.channels_last_chains
     block = op.parent
     found = chains.get(id(block))
     if found is None or found[0] is not block:
-        found = chains[id(block)] = (block, _chains(block))
+        found = chains[id(block)] = (block, _chains(block, executor.constants))
     return found[1].get(op, (False, False))
 
 
@@ -341,13 +339,20 @@ def _contiguous(shape) -> tuple:
     return 4 * c * h * w, 4 * h * w, 4 * w, 4
 
 
-def _chains(block) -> dict:
+def _chains(block, constants: dict) -> dict:
     """conv op -> (reads_last, writes_last) for the convs of `block` that hand their
     result to the next conv: its only reader, reading it as its image, in this block,
-    and an epilogue that is none or a post-op. A conv that cannot take its side's
-    reorder copies in its workspaces (or that oneDNN declines) leaves its chain."""
+    and an epilogue that is none or post-ops. A conv that cannot take its side's
+    reorder copies in its workspaces (or that oneDNN declines) leaves its chain.
+    `constants`: the executor's (buffer.constant op -> (attribute, array))."""
     facts = {op: f for op in block.ops if op.name == "kernel.conv2d"
              for f in [_facts(op)] if f is not None}
+
+    def plan_of(op, has_bias, m):
+        ins = list(op.ins)
+        return _post_ops_on(kernel_ops.config_of(op), ins,
+                            lambda i: (constants.get(ins[i].op) or (None, None))[1],
+                            has_bias, m)
     edges = {}
     for a, (config, _, _, _) in facts.items():
         y = a.outs[0]
@@ -359,7 +364,7 @@ def _chains(block) -> dict:
         if b.ins[0] is not y or sum(v is y for v in b.operands) != 1:
             continue
         if config.get("epilogue"):
-            plan = _value_post_ops(config, list(a.ins), facts[a][2], facts[a][1][2][0])
+            plan = plan_of(a, facts[a][2], facts[a][1][2][0])
             # (a 1x1 conv writing NHWC runs its epilogue on numpy: no per-channel step)
             if plan is None or (plan[1] is not None and _pointwise(facts[a][1][2], config)):
                 continue
@@ -373,8 +378,7 @@ def _chains(block) -> dict:
             if mode[0] != mode[1] and _pointwise(shapes[2], config):
                 continue   # (one GEMM: no copies, no oneDNN conv)
             x_shape, y_shape = shapes[0], shapes[1]
-            # (the post-ops' kinds; their values are the run's, read then)
-            plan = _value_post_ops(config, list(op.ins), has_bias, shapes[2][0])
+            plan = plan_of(op, has_bias, shapes[2][0])
             entry = _conv_for(op, config, shapes, (_contiguous(x_shape), _contiguous(y_shape)),
                               has_bias or (plan is not None and plan[1] is not None),
                               None if plan is None else plan[0], mode)

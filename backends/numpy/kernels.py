@@ -280,10 +280,7 @@ def _cast(attrs, out, x):
         return False   # ml_dtypes' small types: saturation and rounding, the reference's
     if out.dtype == np.bool_:
         np.not_equal(x, 0, out=out)
-    elif x.size >= _CONVERT_FROM and x.dtype != out.dtype and x.flags.c_contiguous \
-            and out.flags.c_contiguous and not _overlaps(out, x) and _converted(x, out):
-        pass
-    else:
+    elif not _converted(x, out):
         np.copyto(out, x, casting="unsafe")
     return True
 
@@ -294,6 +291,11 @@ _CONVERT_FROM = 4096
 
 
 def _converted(x, out) -> bool:
+    """out = x converted on oneDNN where it takes the pair of types; False (nothing
+    written) for the others, small ones and ones not contiguous or overlapping."""
+    if x.size < _CONVERT_FROM or x.dtype == out.dtype or not x.flags.c_contiguous \
+            or not out.flags.c_contiguous or _overlaps(out, x):
+        return False
     conversion = onednn_primitives.convert(x.dtype.name, out.dtype.name, x.size)
     if conversion is None:
         return False
