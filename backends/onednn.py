@@ -129,14 +129,16 @@ def _no_offset():
     return np.zeros(1, np.int32)
 
 
-def gemm_u8s8(a, b_rows, out) -> None:
-    """out (M x N int32) = a (M x K uint8) @ b_rows.T (b_rows: N x K int8), exactly: each
-    operand 2-D with unit column stride and K at most MAX_DEPTH. Raises RuntimeError
-    where oneDNN reports a failure (nothing the caller's checks let through)."""
+def gemm_u8s8(a, b_rows, out, b_plain=False) -> None:
+    """out (M x N int32) = a (M x K uint8) @ B (int8), exactly, B given as `b_rows` (its
+    N x K transpose: a weight's prepared rows) or, where `b_plain`, as K x N (a conv's
+    windows as they lie); each operand 2-D with unit column stride, K at most
+    MAX_DEPTH. Raises RuntimeError where oneDNN reports a failure (nothing the caller's
+    checks let through)."""
     rows, depth = a.shape
-    columns = b_rows.shape[0]
+    columns = b_rows.shape[1 if b_plain else 0]
     _threads_for(rows * depth * columns)
-    status = _gemm()(b"N", b"T", b"F", rows, columns, depth, 1.0,
+    status = _gemm()(b"N", b"N" if b_plain else b"T", b"F", rows, columns, depth, 1.0,
                      a.ctypes.data, _leading(a), 0, b_rows.ctypes.data, _leading(b_rows),
                      0, 0.0, out.ctypes.data, _leading(out), _no_offset().ctypes.data)
     if status != 0:

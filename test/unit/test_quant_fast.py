@@ -64,8 +64,8 @@ def _take_route(name, monkeypatch) -> _Route:
             pytest.skip(f"oneDNN is not usable here ({onednn.summary()})")
         monkeypatch.setattr(int8_products, "SMALLEST", 0)   # every product, however small
     gemm = onednn.gemm_u8s8
-    monkeypatch.setattr(onednn, "gemm_u8s8", lambda *args: route.calls.append(
-        args[0].shape) or gemm(*args))
+    monkeypatch.setattr(onednn, "gemm_u8s8", lambda *args, **kwargs: route.calls.append(
+        args[0].shape) or gemm(*args, **kwargs))
     return route
 
 
@@ -552,16 +552,20 @@ def test_products_at_the_extremes_on_both_routes(op, a_type, b_zero, route):
                                    atol=1e-3)
 
 
-@pytest.mark.parametrize("x_type", [np.uint8, np.int8])
-def test_conv_integer_groups_and_images_on_both_routes(x_type, route):
+@pytest.mark.parametrize("x_type, w_type", [(np.uint8, np.uint8), (np.int8, np.uint8),
+                                            (np.uint8, np.int8)])
+def test_conv_integer_groups_and_images_on_both_routes(x_type, w_type, route):
     """Two images, two groups, stride 2 and pads (read as the x zero point), on both
-    routes: the reference's result bit for bit; for uint8 x (a per-tensor W zero point)
-    onnxruntime's too; for int8 x a per-output-channel W zero point (onnxruntime's
-    ConvInteger takes neither)."""
+    routes: the reference's result bit for bit; for uint8 x and W (a per-tensor W zero
+    point) onnxruntime's too; else a per-output-channel W zero point (onnxruntime's
+    ConvInteger takes neither), for int8 W one with both signs."""
     rng = np.random.default_rng(22)
-    info = np.iinfo(x_type)
+    info, w_info = np.iinfo(x_type), np.iinfo(w_type)
     x = rng.integers(info.min, info.max + 1, (2, 6, 13, 12)).astype(x_type)
-    w = rng.integers(0, 256, (8, 3, 3, 3)).astype(np.uint8)
+    w = rng.integers(w_info.min, w_info.max + 1, (8, 3, 3, 3)).astype(w_type)
+    w_zero = np.uint8(131) if x_type == w_type == np.uint8 else \
+        rng.integers(120, 136, 8).astype(np.uint8) if w_type == np.uint8 else \
+        rng.integers(-6, 7, 8).astype(np.int8)
     graph = helper.make_graph(
         [helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], kernel_shape=[3, 3],
                           pads=[1, 0, 1, 2], strides=[2, 2], group=2)], "g",
@@ -570,14 +574,13 @@ def test_conv_integer_groups_and_images_on_both_routes(x_type, route):
         [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
         [numpy_helper.from_array(w, "w"),
          numpy_helper.from_array(np.array(info.max - 5, x_type), "xz"),
-         numpy_helper.from_array(np.uint8(131) if x_type == np.uint8
-                                 else rng.integers(120, 136, 8).astype(np.uint8), "wz")])
+         numpy_helper.from_array(w_zero, "wz")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     want, got, stats = _run_both(model, {"x": x})
     assert "graph.conv_integer" not in stats.temporary_ops
     route.check()
     np.testing.assert_array_equal(got["y"], want["y"])
-    if x_type == np.uint8:
+    if x_type == w_type == np.uint8:
         np.testing.assert_array_equal(got["y"], _onnxruntime(model, {"x": x})["y"])
 
 
