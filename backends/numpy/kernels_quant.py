@@ -380,7 +380,8 @@ def _dynamic_quantize_linear(inputs, attrs, outs):
     quantization = _quantization([low], [high])
     if quantization is None:
         return False
-    _, (top,), (scale,) = quantization
+    (divisor,), (top,), (scale,) = quantization
+    saturates = _saturates([high], [divisor], [top])
     scale, zero = np.float32(scale), np.uint8(255 - top)
     if scale:
         offset, top = np.float32(zero), np.float32(top)
@@ -393,7 +394,8 @@ def _dynamic_quantize_linear(inputs, attrs, outs):
             np.divide(xs[start:start + block] if flat else xs, scale, out=part)
             np.rint(part, out=part)
             # rint(x / scale) >= rint(min(0, min x) / scale) = -zero: only the top saturates
-            np.minimum(part, top, out=part)
+            if saturates:
+                np.minimum(part, top, out=part)
             np.add(part, offset, out=ys[start:start + block] if flat else ys, casting="unsafe")
     else:   # x all zeros
         y.fill(0)
@@ -419,6 +421,15 @@ def _extremes(x) -> tuple[float, float]:
         lows.append(part.min())
         highs.append(part.max())
     return float(np.min(lows)), float(np.max(highs))
+
+
+def _saturates(highs, divisors, tops) -> bool:
+    """Whether rint(x / divisor) can pass its top for an x of at most `high` (a range
+    of `_quantization`'s): only where rint(high / divisor) does (float32 division and
+    rint are monotonic), by one where it rounds up at both ends of the range; else the
+    saturating pass is skipped."""
+    return any(float(np.rint(np.float32(high) / np.float32(divisor))) > top
+               for high, divisor, top in zip(highs, divisors, tops))
 
 
 def _quantization(lows, highs):

@@ -18,7 +18,8 @@ import numpy as np
 from palimpsest.backends.host import l2_bytes as _l2_bytes
 from palimpsest.backends.numpy import int8_products
 from palimpsest.backends.numpy.kernels import FAST, _overlaps
-from palimpsest.backends.numpy.kernels_quant import _extremes, _quantization, _weight_columns
+from palimpsest.backends.numpy.kernels_quant import (_extremes, _quantization, _saturates,
+                                                     _weight_columns)
 
 
 def _float_recurrence(r_floats, shape):
@@ -79,8 +80,8 @@ def _lstm_steps(projected, recur, r_scale, r_bias, h, c, hs) -> bool:
     r_scales = r_scale.reshape(dirs, -1)[:, 0].tolist() if r_scale.size == dirs else None
     for s in range(len(projected)):
         flat = h.reshape(dirs, -1)
-        quantization = _quantization(np.minimum.reduce(flat, axis=1).tolist(),
-                                       np.maximum.reduce(flat, axis=1).tolist())
+        highs = np.maximum.reduce(flat, axis=1).tolist()
+        quantization = _quantization(np.minimum.reduce(flat, axis=1).tolist(), highs)
         if quantization is None:
             return False
         divisors, tops, scales = quantization
@@ -89,7 +90,8 @@ def _lstm_steps(projected, recur, r_scale, r_bias, h, c, hs) -> bool:
         # only the top can saturate
         np.divide(h, per_direction(divisors), out=quantized)
         np.rint(quantized, out=quantized)
-        np.minimum(quantized, per_direction(tops), out=quantized)
+        if _saturates(highs, divisors, tops):
+            np.minimum(quantized, per_direction(tops), out=quantized)
         recur(quantized, [255 - top for top in tops], g)
         if r_scales is not None:    # h's scale times R's, in float32 as the reference
             np.multiply(g, per_direction([float(f32(a * b)) for a, b in zip(scales, r_scales)]),
@@ -170,7 +172,8 @@ def _dynamic_quantize_lstm(inputs, attrs, outs):
     w_centred = quantized_weights(w, w_zero)
     xc = np.divide(x.reshape(-1, size), f32(divisor))    # X quantized, centred
     np.rint(xc, out=xc)
-    np.minimum(xc, f32(top), out=xc)
+    if _saturates([high], [divisor], [top]):
+        np.minimum(xc, f32(top), out=xc)
     projected = np.empty((steps, dirs, batch, gates), f32)
     product = np.empty((len(xc), gates), f32)     # (a float64 product rounded once)
     w_zeros = w_zero.reshape(dirs, -1)
