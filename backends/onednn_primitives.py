@@ -1,6 +1,6 @@
 """oneDNN's primitives that the numpy backend runs where they beat numpy: the direct
-convolution in channels-last layout, elementwise functions (GELU) and float16 <-> float32
-conversions.
+convolution in channels-last layout, the 8-bit matrix product on packed weights,
+elementwise functions (GELU) and float16 <-> float32 conversions.
 
 Convolutions (for the convs kernel_ops_channels_last.py picks): one image's conv as three
 primitives, the image reordered from the caller's NCHW into NHWC, the conv (bias and
@@ -29,11 +29,12 @@ import functools
 from palimpsest.backends import onednn
 
 # oneDNN's data types (dnnl_data_type_t) by numpy dtype name
-_DATA_TYPES = {"float16": 1, "float32": 3}
+_DATA_TYPES = {"float16": 1, "float32": 3, "int32": 4, "int8": 5, "uint8": 6}
 _TAG_ANY, _TAG_A, _TAG_NHWC = 1, 2, 22
 _FORWARD_INFERENCE, _CONVOLUTION_DIRECT = 96, 1
 _QUERY_IMPL_INFO, _QUERY_WEIGHTS_MD = 8, 131
 _ARG_SRC, _ARG_DST, _ARG_WEIGHTS, _ARG_BIAS = 1, 17, 33, 41
+_ARG_SCALES, _ARG_ZERO_POINTS = 4096, 8192     # (or-ed with the argument they qualify)
 _Dims = ctypes.c_int64 * 12
 # oneDNN's elementwise functions (dnnl_alg_kind_t), for Eltwise and a conv's post-op;
 # alpha and beta as oneDNN defines them for each (relu: the slope below 0; swish:
@@ -259,6 +260,83 @@ class ChannelsLastConv(_Primitives):
         return call
 
 
+# -- 8-bit matrix products -----------------------------------------------------------------
+
+
+class Int8MatMul(_Primitives):
+    """(a - zero) @ b on oneDNN's matmul primitive (brgemm: AMX or VNNI), with b's int8
+    weights packed once into the layout the primitive asks for, as onnxruntime prepacks
+    them: oneDNN's plain GEMM packs b again at every call (t5's 64 x 512 x 1024: 40
+    against 90 us). a: rows x depth uint8, rows contiguous; zero: a's zero point (one,
+    given at each call). The out: rows x columns int32, or float32 where `scales`
+    ("common": one, "columns": one per column) multiply the exact product (rounded once)
+    and `bias` (one per column) is added after, each a float32 operation as numpy's:
+    oneDNN's epilogue does not fuse them into one rounding. Raises OneDnnError where
+    oneDNN has no such product."""
+
+    def __init__(self, rows, depth, columns, scales=None, bias=False):
+        super().__init__()
+        library, engine, _ = _runtime()
+        self.work = rows * depth * columns
+        a = _desc((rows, depth), strides=(depth, 1), dtype="uint8")
+        plain_b = _desc((depth, columns), strides=(1, depth), dtype="int8")  # b's rows
+        any_b = _desc((depth, columns), _TAG_ANY, dtype="int8")
+        out = _desc((rows, columns), strides=(columns, 1),
+                    dtype="int32" if scales is None else "float32")
+        bias_desc = _desc((1, columns), strides=(columns, 1)) if bias else None
+        zero_desc = _desc((1,), _TAG_A, dtype="int32")
+        scale_desc = None if scales is None else _desc(
+            (columns if scales == "columns" else 1,), _TAG_A)
+        attr = _handle()
+        _check(library.dnnl_primitive_attr_create(ctypes.byref(attr)), "attributes")
+        made = _handle()
+        try:
+            _check(library.dnnl_primitive_attr_set_zero_points_mask(attr, _ARG_SRC, 0),
+                   "zero point")
+            if scales is not None:
+                _check(library.dnnl_primitive_attr_set_scales_mask(
+                    attr, _ARG_WEIGHTS, 2 if scales == "columns" else 0), "scales")
+            _check(library.dnnl_matmul_primitive_desc_create(
+                ctypes.byref(made), engine, a, any_b, bias_desc, out, attr), "matmul")
+        finally:
+            library.dnnl_primitive_attr_destroy(attr)
+        packed_b = _handle(library.dnnl_primitive_desc_query_md(made, _QUERY_WEIGHTS_MD, 0))
+        self.weight_bytes = library.dnnl_memory_desc_get_size(packed_b)
+        reorder = _handle()
+        _check(library.dnnl_reorder_primitive_desc_create(
+            ctypes.byref(reorder), plain_b, engine, packed_b, engine, None), "reorder")
+        self._primitive("pack", reorder, [(_ARG_SRC, "b_rows", plain_b),
+                                          (_ARG_DST, "b_packed", packed_b)])
+        args = [(_ARG_SRC, "a", a), (_ARG_WEIGHTS, "b_packed", packed_b), (_ARG_DST, "out", out),
+                (_ARG_ZERO_POINTS | _ARG_SRC, "zero", zero_desc)]
+        if scales is not None:
+            args.append((_ARG_SCALES | _ARG_WEIGHTS, "scales", scale_desc))
+        if bias:
+            args.append((_ARG_BIAS, "bias", bias_desc))
+        self._primitive("matmul", made, args)
+        for desc in (a, plain_b, any_b, out, bias_desc, zero_desc, scale_desc):
+            if desc is not None:
+                library.dnnl_memory_desc_destroy(desc)
+        self._zero = None
+
+    def pack(self, b_rows, packed) -> None:
+        """b (given as its rows: columns x depth int8, contiguous) into `packed` (at least
+        weight_bytes, uint8), in the primitive's layout."""
+        self._run("pack", {"b_rows": b_rows.ctypes.data, "b_packed": packed.ctypes.data})
+
+    def __call__(self, a, zero, packed, out, scales=None, bias=None) -> None:
+        """out = ((a - zero) @ b) [* scales] [+ bias] (float32 scales and bias
+        contiguous); `zero` an int32 array of one element."""
+        handles = {"a": a.ctypes.data, "b_packed": packed.ctypes.data,
+                   "out": out.ctypes.data, "zero": zero.ctypes.data}
+        if scales is not None:
+            handles["scales"] = scales.ctypes.data
+        if bias is not None:
+            handles["bias"] = bias.ctypes.data
+        onednn._threads_for(self.work)
+        self._run("matmul", handles)
+
+
 # -- elementwise -------------------------------------------------------------------------------
 
 
@@ -335,5 +413,5 @@ def convert(source: str, dest: str, size: int) -> Convert | None:
         return None
 
 
-__all__ = ["ELTWISE", "ChannelsLastConv", "Convert", "Eltwise", "OneDnnError", "available",
-           "convert", "eltwise"]
+__all__ = ["ELTWISE", "ChannelsLastConv", "Convert", "Eltwise", "Int8MatMul", "OneDnnError",
+           "available", "convert", "eltwise"]

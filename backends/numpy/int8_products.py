@@ -28,7 +28,7 @@ class Int8Weight:
     """b' as oneDNN reads it: `rows` (N x K int8, b' transposed), `sums` (N, int32:
     each column's sum) and `zeros` (b0' as N int32, or None where all are 0)."""
 
-    __slots__ = ("rows", "sums", "zeros")
+    __slots__ = ("rows", "sums", "zeros", "packed")
 
     def __init__(self, b, b_zero):
         shift = 128 if b.dtype == np.uint8 else 0
@@ -41,6 +41,7 @@ class Int8Weight:
             np.broadcast_to(b_zero.astype(np.int32).reshape(-1), (b.shape[1],))
         zeros = zeros - shift
         self.zeros = zeros if zeros.any() else None
+        self.packed = {}
 
 
 def usable(a_type, b, rows: int) -> bool:
@@ -57,6 +58,46 @@ def prepared(b, b_zero, weight, part=()) -> Int8Weight:
     """b (K x N, 8-bit) less b_zero (None, per tensor or per column) as an Int8Weight,
     made once and kept by `weight` (b's Centred, or a stack's whose `part` b is)."""
     return weight.layout(("onednn", part), lambda: Int8Weight(b, b_zero))
+
+
+# packed copies of one weight, one per (rows, epilogue) it is multiplied with: a model
+# whose rows change every run (a sequence length) keeps its first few and then takes the
+# plain GEMM, instead of packing a new copy per length
+PACKED_KINDS = 4
+
+
+def packed_product(a, zero: int, weight: Int8Weight, out, scales=None, bias=None) -> bool:
+    """out = (a - zero) @ b [* scales] [+ bias] on oneDNN's matmul primitive with b packed
+    once (onednn_primitives.Int8MatMul; kept by the Int8Weight: the caller's b is a
+    constant): `a` (M x K uint8) and `out` (M x N: int32, or float32 with `scales`, one
+    or one per column, and `bias`, one per column, float32) contiguous. False (nothing
+    written) where b has zero points of its own, oneDNN has no such product, or the
+    weight already has PACKED_KINDS packed copies."""
+    from palimpsest.backends import onednn_primitives
+
+    if weight.zeros is not None or not onednn_primitives.available():
+        return False
+    rows, (columns, depth) = len(a), weight.rows.shape
+    kind = None if scales is None else "common" if scales.size == 1 else "columns"
+    key = (rows, kind, bias is not None)
+    made = weight.packed.get(key)
+    if made is None:
+        if len(weight.packed) >= PACKED_KINDS:
+            return False
+        try:
+            matmul = onednn_primitives.Int8MatMul(rows, depth, columns, kind, bias is not None)
+        except onednn_primitives.OneDnnError:
+            made = False
+        else:
+            copy = np.empty(matmul.weight_bytes, np.uint8)
+            matmul.pack(weight.rows, copy)
+            made = (matmul, copy)
+        weight.packed[key] = made
+    if not made:
+        return False
+    matmul, copy = made
+    matmul(a, np.array([zero], np.int32), copy, out, scales, bias)
+    return True
 
 
 def unsigned(a, zero: int):
@@ -90,4 +131,5 @@ def product(a, zero: int, weight: Int8Weight, out, gemm=None, into=None) -> None
         np.copyto(into, out, casting="unsafe")
 
 
-__all__ = ["Int8Weight", "SMALLEST", "prepared", "product", "unsigned", "usable"]
+__all__ = ["Int8Weight", "PACKED_KINDS", "SMALLEST", "packed_product", "prepared", "product",
+           "unsigned", "usable"]

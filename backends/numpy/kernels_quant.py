@@ -74,12 +74,14 @@ def _matmul_integer(inputs, attrs, outs):
     return operands is not None and _centred_matmul(*operands)
 
 
-def _centred_matmul(out, a, b, a_zero, b_zero, epilogue=None) -> bool:
+def _centred_matmul(out, a, b, a_zero, b_zero, epilogue=None, scaled=None) -> bool:
     """out = (a - a_zero) @ (b - b_zero) through BLAS on the centred operands (float32
     where exact), into out's type: int32, or float32 (the exact integer rounded once,
     as a cast of the int32 rounds it), then `epilogue(rows)` on each block of rows
-    written. A 2-D b, per-tensor A zero point, per-tensor or per-column B's; False
-    (nothing written) otherwise, or where an int32 could overflow."""
+    written (on oneDNN's packed product, `scaled`: the epilogue as (float32 scales, one or
+    one per column, and None or a bias per column), where it takes it). A 2-D b,
+    per-tensor A zero point, per-tensor or per-column B's; False (nothing written)
+    otherwise, or where an int32 could overflow."""
     if a.ndim < 2 or b.ndim != 2 or (b_zero is not None and b_zero.size not in (1, b.shape[-1])) \
             or a.shape[-1] != b.shape[0] or out.shape != a.shape[:-1] + b.shape[-1:]:
         return False
@@ -90,7 +92,7 @@ def _centred_matmul(out, a, b, a_zero, b_zero, epilogue=None) -> bool:
         return False
     depth = a.shape[-1]
     if out.flags.c_contiguous and int8_products.usable(a.dtype, b, a.size // max(depth, 1)):
-        _onednn_matmul(out, a, b, b_zero, int(zero), weight, epilogue)
+        _onednn_matmul(out, a, b, b_zero, int(zero), weight, epilogue, scaled)
         return True
     largest = _largest(a, zero, weight)
     dtype = weight.float_type(largest)    # (the float copy made only where it is read)
@@ -122,14 +124,20 @@ def _centred_matmul(out, a, b, a_zero, b_zero, epilogue=None) -> bool:
     return True
 
 
-def _onednn_matmul(out, a, b, b_zero, zero: int, weight, epilogue) -> None:
-    """`_centred_matmul` on oneDNN (int8_products): into an int32 out directly, into a
-    float32 one through an int32 block of rows that stays in cache, each block cast
-    (the exact integer rounded once) and its epilogue run while cached."""
+def _onednn_matmul(out, a, b, b_zero, zero: int, weight, epilogue, scaled=None) -> None:
+    """`_centred_matmul` on oneDNN (int8_products): a constant b's product on its packed
+    copy, the float out's scales and bias (`scaled`) in oneDNN's epilogue; else into an
+    int32 out directly, into a float32 one through an int32 block of rows that stays in
+    cache, each block cast (the exact integer rounded once) and its epilogue run while
+    cached."""
     depth, columns = b.shape
     prepared = int8_products.prepared(b, b_zero, weight)
     a, zero = int8_products.unsigned(np.ascontiguousarray(a).reshape(-1, depth), zero)
     out = out.reshape(-1, columns)
+    if not b.flags.writeable and (out.dtype == np.int32 or scaled is not None):
+        scales, bias = (None, None) if out.dtype == np.int32 else scaled
+        if int8_products.packed_product(a, zero, prepared, out, scales, bias):
+            return
     if out.dtype == np.int32:
         int8_products.product(a, zero, prepared, out)
         if epilogue is not None:
@@ -224,7 +232,10 @@ def _matmul_integer_to_float(inputs, attrs, outs):
         if bias is not None:
             np.add(rows, bias, out=rows)
 
-    return _centred_matmul(out, a, b, a_zero, b_zero, epilogue)
+    columns = out.shape[-1]
+    scaled = (np.ascontiguousarray(scale), None if bias is None else np.ascontiguousarray(
+        np.broadcast_to(bias, (columns,))))
+    return _centred_matmul(out, a, b, a_zero, b_zero, epilogue, scaled)
 
 
 def _conv_integer(inputs, attrs, outs):

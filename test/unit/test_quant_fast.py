@@ -42,7 +42,8 @@ def _onnxruntime(model, feeds):
 
 
 class _Route:
-    """Which route a test's 8-bit products take, and oneDNN's GEMM calls it saw."""
+    """Which route a test's 8-bit products take, and oneDNN's GEMM and packed-product
+    calls it saw."""
 
     def __init__(self, name):
         self.name, self.calls = name, []
@@ -63,9 +64,16 @@ def _take_route(name, monkeypatch) -> _Route:
         if not onednn.available():
             pytest.skip(f"oneDNN is not usable here ({onednn.summary()})")
         monkeypatch.setattr(int8_products, "SMALLEST", 0)   # every product, however small
-    gemm = onednn.gemm_u8s8
+    gemm, packed = onednn.gemm_u8s8, int8_products.packed_product
     monkeypatch.setattr(onednn, "gemm_u8s8", lambda *args, **kwargs: route.calls.append(
         args[0].shape) or gemm(*args, **kwargs))
+
+    def packed_product(*args, **kwargs):
+        done = packed(*args, **kwargs)
+        if done:
+            route.calls.append(args[0].shape)
+        return done
+    monkeypatch.setattr(int8_products, "packed_product", packed_product)
     return route
 
 
@@ -601,6 +609,61 @@ def test_int8_product_of_one_row_or_column(rows, columns, monkeypatch):
     route.check()
     np.testing.assert_array_equal(out, (a.astype(np.int64) - 9) @ (b.astype(np.int64)
                                                                    - b_zero.astype(np.int64)))
+
+
+@pytest.mark.parametrize("epilogue", ["int32", "common scale", "column scales",
+                                      "column scales and bias"])
+def test_packed_int8_product_exact(epilogue, monkeypatch):
+    """oneDNN's matmul on a packed weight: the exact product less a's zero point, into
+    int32, or rounded once to float32, times the scales (one, or one per column) and plus
+    the bias as numpy's float32 operations (oneDNN's epilogue keeps them two roundings:
+    values checked bit for bit), on a's extremes."""
+    from palimpsest.backends.numpy import int8_products
+
+    _take_route("onednn", monkeypatch)
+    rng = np.random.default_rng(31)
+    a = rng.choice(np.array([0, 1, 254, 255], np.uint8), (37, 300))
+    b = rng.integers(-128, 128, (300, 50)).astype(np.int8)
+    weight = int8_products.Int8Weight(b, None)
+    exact = ((a.astype(np.int64) - 7) @ b.astype(np.int64)).astype(np.int32)
+    scales = bias = None
+    if epilogue == "int32":
+        out, want = np.empty((37, 50), np.int32), exact
+    else:
+        scales = rng.uniform(1e-4, 1e-2, 1 if epilogue == "common scale" else 50) \
+            .astype(np.float32)
+        want = exact.astype(np.float32) * scales
+        if "bias" in epilogue:
+            bias = rng.standard_normal(50).astype(np.float32)
+            want = want + bias
+        out = np.empty((37, 50), np.float32)
+    assert int8_products.packed_product(a, 7, weight, out, scales, bias)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_packed_int8_product_keeps_a_few_copies_and_leaves_zero_points(monkeypatch):
+    """A weight keeps packed copies for PACKED_KINDS row counts, then leaves other row
+    counts to the plain GEMM (False, nothing written) while its packed ones still run; a
+    weight with zero points of its own is never packed."""
+    from palimpsest.backends.numpy import int8_products
+
+    _take_route("onednn", monkeypatch)
+    rng = np.random.default_rng(32)
+    b = rng.integers(-128, 128, (64, 16)).astype(np.int8)
+    weight = int8_products.Int8Weight(b, None)
+    for rows in range(1, int8_products.PACKED_KINDS + 2):
+        a = rng.integers(0, 256, (rows, 64)).astype(np.uint8)
+        out = np.full((rows, 16), -1, np.int32)
+        done = int8_products.packed_product(a, 3, weight, out)
+        assert done == (rows <= int8_products.PACKED_KINDS)
+        if done:
+            np.testing.assert_array_equal(out, (a.astype(np.int64) - 3) @ b.astype(np.int64))
+        else:
+            assert (out == -1).all()
+    assert len(weight.packed) == int8_products.PACKED_KINDS
+    assert int8_products.packed_product(a[:1], 3, weight, out[:1])
+    zero_points = int8_products.Int8Weight(b, rng.integers(-3, 4, 16).astype(np.int8))
+    assert not int8_products.packed_product(a, 3, zero_points, out)
 
 
 def test_onednn_threads_one_for_small_products_configured_for_large(monkeypatch):
