@@ -64,6 +64,10 @@ def prepared(b, b_zero, weight, part=()) -> Int8Weight:
 # whose rows change every run (a sequence length) keeps its first few and then takes the
 # plain GEMM, instead of packing a new copy per length
 PACKED_KINDS = 4
+# a vector-matrix product stays on the plain GEMM, whose gemv kernel is faster there (1 x
+# 512 x 1024 with its epilogue: 16 against 23 us); from two rows the packed one wins (24
+# against 37 us)
+PACKED_ROWS_FROM = 2
 
 
 def packed_product(a, zero: int, weight: Int8Weight, out, scales=None, bias=None) -> bool:
@@ -71,11 +75,12 @@ def packed_product(a, zero: int, weight: Int8Weight, out, scales=None, bias=None
     once (onednn_primitives.Int8MatMul; kept by the Int8Weight: the caller's b is a
     constant): `a` (M x K uint8) and `out` (M x N: int32, or float32 with `scales`, one
     or one per column, and `bias`, one per column, float32) contiguous. False (nothing
-    written) where b has zero points of its own, oneDNN has no such product, or the
-    weight already has PACKED_KINDS packed copies."""
+    written) where b has zero points of its own, a has fewer than PACKED_ROWS_FROM rows,
+    oneDNN has no such product, or the weight already has PACKED_KINDS packed copies."""
     from palimpsest.backends import onednn_primitives
 
-    if weight.zeros is not None or not onednn_primitives.available():
+    if weight.zeros is not None or len(a) < PACKED_ROWS_FROM \
+            or not onednn_primitives.available():
         return False
     rows, (columns, depth) = len(a), weight.rows.shape
     kind = None if scales is None else "common" if scales.size == 1 else "columns"
@@ -131,5 +136,5 @@ def product(a, zero: int, weight: Int8Weight, out, gemm=None, into=None) -> None
         np.copyto(into, out, casting="unsafe")
 
 
-__all__ = ["Int8Weight", "PACKED_KINDS", "SMALLEST", "packed_product", "prepared", "product",
+__all__ = ["Int8Weight", "PACKED_KINDS", "PACKED_ROWS_FROM", "SMALLEST", "packed_product", "prepared", "product",
            "unsigned", "usable"]

@@ -4,7 +4,7 @@ and DynamicQuantizeLinear's arithmetic of kernels_quant.py.
 
 | graph op | how |
 |---|---|
-| dynamic_quantize_lstm (LSTM's default activations, no clip, peepholes or short sequences) | X projected by one GEMM per direction (per block of W's columns, as matmul_integer's); one loop over time for both directions (or one after the other where that keeps each R in L2), in preallocated buffers |
+| dynamic_quantize_lstm (LSTM's default activations, no clip, peepholes or short sequences) | X projected by one GEMM per direction (on oneDNN: W packed once, the scales and bias in its epilogue; else per block of W's columns, as matmul_integer's); one loop over time for both directions (or one after the other where that keeps each R in L2), in preallocated buffers |
 
 Where oneDNN is usable (int8_products), X W^T and each step's h R^T are its exact 8-bit
 products (h as uint8, a vector-matrix product a direction); else the centred floats
@@ -187,8 +187,14 @@ def _dynamic_quantize_lstm(inputs, attrs, outs):
     for d in range(dirs):
         view = projected[::-1, d] if direction == "reverse" or d == 1 else projected[:, d]
         if on_onednn:
-            int8_products.product(xq, x_zero, int8_products.prepared(
-                w[d], w_zeros[d], w_centred, d), exact)
+            prepared = int8_products.prepared(w[d], w_zeros[d], w_centred, d)
+            scales = np.ascontiguousarray((f32(x_scale) * w_scale[d]).reshape(-1))
+            if not w.flags.writeable and int8_products.packed_product(
+                    xq, x_zero, prepared, product, scales, np.ascontiguousarray(
+                        w_bias[d].reshape(-1))):   # (scaled and biased as below)
+                np.copyto(view, product.reshape(steps, batch, gates))
+                continue
+            int8_products.product(xq, x_zero, prepared, exact)
             np.copyto(product, exact, casting="unsafe")
         else:
             for columns, block in _weight_columns(w[d], w_zeros[d], w_centred, 255,

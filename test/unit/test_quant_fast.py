@@ -643,25 +643,27 @@ def test_packed_int8_product_exact(epilogue, monkeypatch):
 
 def test_packed_int8_product_keeps_a_few_copies_and_leaves_zero_points(monkeypatch):
     """A weight keeps packed copies for PACKED_KINDS row counts, then leaves other row
-    counts to the plain GEMM (False, nothing written) while its packed ones still run; a
-    weight with zero points of its own is never packed."""
+    counts to the plain GEMM (False, nothing written) while its packed ones still run;
+    a single row (a vector-matrix product) and a weight with zero points of its own are
+    never packed."""
     from palimpsest.backends.numpy import int8_products
 
     _take_route("onednn", monkeypatch)
     rng = np.random.default_rng(32)
     b = rng.integers(-128, 128, (64, 16)).astype(np.int8)
     weight = int8_products.Int8Weight(b, None)
-    for rows in range(1, int8_products.PACKED_KINDS + 2):
+    first = int8_products.PACKED_ROWS_FROM
+    for rows in range(first - 1, first + int8_products.PACKED_KINDS + 1):
         a = rng.integers(0, 256, (rows, 64)).astype(np.uint8)
         out = np.full((rows, 16), -1, np.int32)
         done = int8_products.packed_product(a, 3, weight, out)
-        assert done == (rows <= int8_products.PACKED_KINDS)
+        assert done == (first <= rows < first + int8_products.PACKED_KINDS)
         if done:
             np.testing.assert_array_equal(out, (a.astype(np.int64) - 3) @ b.astype(np.int64))
         else:
             assert (out == -1).all()
     assert len(weight.packed) == int8_products.PACKED_KINDS
-    assert int8_products.packed_product(a[:1], 3, weight, out[:1])
+    assert int8_products.packed_product(a[:first], 3, weight, out[:first])
     zero_points = int8_products.Int8Weight(b, rng.integers(-3, 4, 16).astype(np.int8))
     assert not int8_products.packed_product(a, 3, zero_points, out)
 
