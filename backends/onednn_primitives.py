@@ -99,6 +99,15 @@ def _desc(dims, tag=None, strides=None, dtype="float32"):
     return desc
 
 
+def _destroy(*descs) -> None:
+    """Memory descriptors (None among them skipped) destroyed: the primitives and memory
+    objects made from them keep their own copies."""
+    library = _runtime()[0]
+    for desc in descs:
+        if desc is not None:
+            library.dnnl_memory_desc_destroy(desc)
+
+
 class _Primitives:
     """oneDNN primitives with the memory objects their arguments name (addresses set at
     each call), destroyed with their owner."""
@@ -121,6 +130,15 @@ class _Primitives:
                 self._memories[name] = memory
             packed[slot] = _Arg(arg, memory)
         self._primitives[step] = (primitive, len(args), packed)
+
+    def _reorder(self, source, source_desc, dest, dest_desc) -> None:
+        """A step named `source`: its memory reordered (or converted) into `dest`'s."""
+        library, engine, _ = _runtime()
+        reorder = _handle()
+        _check(library.dnnl_reorder_primitive_desc_create(
+            ctypes.byref(reorder), source_desc, engine, dest_desc, engine, None), "reorder")
+        self._primitive(source, reorder, [(_ARG_SRC, source, source_desc),
+                                          (_ARG_DST, dest, dest_desc)])
 
     def __del__(self):
         try:
@@ -199,21 +217,14 @@ class ChannelsLastConv(_Primitives):
             steps.append(("x_in", plain_x, "x_last", last_x))
         if not writes_last:
             steps.append(("y_last", last_y, "y_out", plain_y))
-        for source, source_desc, dest, dest_desc in steps:
-            reorder = _handle()
-            _check(library.dnnl_reorder_primitive_desc_create(
-                ctypes.byref(reorder), source_desc, engine, dest_desc, engine, None),
-                "reorder")
-            self._primitive(source, reorder, [(_ARG_SRC, source, source_desc),
-                                              (_ARG_DST, dest, dest_desc)])
+        for step in steps:
+            self._reorder(*step)
         conv_args = [(_ARG_SRC, "x_last", last_x), (_ARG_WEIGHTS, "w_packed", packed_w),
                      (_ARG_DST, "y_last", last_y)]
         if bias:
             conv_args.append((_ARG_BIAS, "bias", bias_desc))
         self._primitive("conv", conv, conv_args)
-        for desc in (plain_x, plain_y, last_x, last_y, plain_w, any_w, bias_desc):
-            if desc is not None:
-                library.dnnl_memory_desc_destroy(desc)
+        _destroy(plain_x, plain_y, last_x, last_y, plain_w, any_w, bias_desc)
 
     def pack_weights(self, w, packed) -> None:
         """The weights (M x C/group x kh x kw, contiguous) into `packed` (at least
@@ -302,11 +313,7 @@ class Int8MatMul(_Primitives):
             library.dnnl_primitive_attr_destroy(attr)
         packed_b = _handle(library.dnnl_primitive_desc_query_md(made, _QUERY_WEIGHTS_MD, 0))
         self.weight_bytes = library.dnnl_memory_desc_get_size(packed_b)
-        reorder = _handle()
-        _check(library.dnnl_reorder_primitive_desc_create(
-            ctypes.byref(reorder), plain_b, engine, packed_b, engine, None), "reorder")
-        self._primitive("pack", reorder, [(_ARG_SRC, "b_rows", plain_b),
-                                          (_ARG_DST, "b_packed", packed_b)])
+        self._reorder("b_rows", plain_b, "b_packed", packed_b)
         args = [(_ARG_SRC, "a", a), (_ARG_WEIGHTS, "b_packed", packed_b), (_ARG_DST, "out", out),
                 (_ARG_ZERO_POINTS | _ARG_SRC, "zero", zero_desc)]
         if scales is not None:
@@ -314,15 +321,12 @@ class Int8MatMul(_Primitives):
         if bias:
             args.append((_ARG_BIAS, "bias", bias_desc))
         self._primitive("matmul", made, args)
-        for desc in (a, plain_b, any_b, out, bias_desc, zero_desc, scale_desc):
-            if desc is not None:
-                library.dnnl_memory_desc_destroy(desc)
-        self._zero = None
+        _destroy(a, plain_b, any_b, out, bias_desc, zero_desc, scale_desc)
 
     def pack(self, b_rows, packed) -> None:
         """b (given as its rows: columns x depth int8, contiguous) into `packed` (at least
         weight_bytes, uint8), in the primitive's layout."""
-        self._run("pack", {"b_rows": b_rows.ctypes.data, "b_packed": packed.ctypes.data})
+        self._run("b_rows", {"b_rows": b_rows.ctypes.data, "b_packed": packed.ctypes.data})
 
     def __call__(self, a, zero, packed, out, scales=None, bias=None) -> None:
         """out = ((a - zero) @ b) [* scales] [+ bias] (float32 scales and bias
@@ -385,20 +389,14 @@ class Convert(_Primitives):
 
     def __init__(self, source: str, dest: str, size: int):
         super().__init__()
-        library, engine, _ = _runtime()
         descs = [_desc((size,), _TAG_A, dtype=name) for name in (source, dest)]
-        made = _handle()
         try:
-            _check(library.dnnl_reorder_primitive_desc_create(
-                ctypes.byref(made), descs[0], engine, descs[1], engine, None), "conversion")
-            self._primitive("convert", made, [(_ARG_SRC, "src", descs[0]),
-                                              (_ARG_DST, "dst", descs[1])])
+            self._reorder("src", descs[0], "dst", descs[1])
         finally:
-            for desc in descs:
-                library.dnnl_memory_desc_destroy(desc)
+            _destroy(*descs)
 
     def __call__(self, x, out) -> None:
-        self._run("convert", {"src": x.ctypes.data, "dst": out.ctypes.data})
+        self._run("src", {"src": x.ctypes.data, "dst": out.ctypes.data})
 
 
 @functools.lru_cache(maxsize=64)
