@@ -12,6 +12,10 @@ wraps, so every step is exact where the result fits in int32, which the callers 
 (the centred weight's bound). A weight is prepared once per constant (kept by its
 `Centred`): b' transposed into rows (oneDNN's vector-matrix product reads B^T rows 3x
 faster than B's columns), its column sums and its shifted zero points.
+
+A constant weight without zero points of its own, multiplied by two rows or more, goes to
+oneDNN's matmul primitive instead (`packed_product`): b' packed once into its layout, a's
+zero point and a float out's scales and bias applied by the primitive itself.
 """
 
 from __future__ import annotations
@@ -136,5 +140,5 @@ def product(a, zero: int, weight: Int8Weight, out, gemm=None, into=None) -> None
         np.copyto(into, out, casting="unsafe")
 
 
-__all__ = ["Int8Weight", "PACKED_KINDS", "PACKED_ROWS_FROM", "SMALLEST", "packed_product", "prepared", "product",
-           "unsigned", "usable"]
+__all__ = ["Int8Weight", "PACKED_KINDS", "PACKED_ROWS_FROM", "SMALLEST", "packed_product",
+           "prepared", "product", "unsigned", "usable"]

@@ -135,7 +135,12 @@ def _onednn_matmul(out, a, b, b_zero, zero: int, weight, epilogue, scaled=None) 
     a, zero = int8_products.unsigned(np.ascontiguousarray(a).reshape(-1, depth), zero)
     out = out.reshape(-1, columns)
     if not b.flags.writeable and (out.dtype == np.int32 or scaled is not None):
-        scales, bias = (None, None) if out.dtype == np.int32 else scaled
+        scales = bias = None
+        if out.dtype != np.int32:   # (oneDNN reads one bias per column)
+            scales, bias = scaled
+            scales = np.ascontiguousarray(scales)
+            bias = None if bias is None else np.ascontiguousarray(
+                np.broadcast_to(bias, (columns,)))
         if int8_products.packed_product(a, zero, prepared, out, scales, bias):
             return
     if out.dtype == np.int32:
@@ -232,10 +237,7 @@ def _matmul_integer_to_float(inputs, attrs, outs):
         if bias is not None:
             np.add(rows, bias, out=rows)
 
-    columns = out.shape[-1]
-    scaled = (np.ascontiguousarray(scale), None if bias is None else np.ascontiguousarray(
-        np.broadcast_to(bias, (columns,))))
-    return _centred_matmul(out, a, b, a_zero, b_zero, epilogue, scaled)
+    return _centred_matmul(out, a, b, a_zero, b_zero, epilogue, (scale, bias))
 
 
 def _conv_integer(inputs, attrs, outs):
@@ -272,9 +274,9 @@ def _conv_integer(inputs, attrs, outs):
     on_onednn = out.flags.c_contiguous and int8_products.usable(
         x.dtype, w.reshape(m, depth)[:m // group].T, n * pixels) \
         and _fits_int32(x.dtype, zero, weight)
-    if on_onednn:   # int8 windows (x flipped from uint8); pads read as the zero point
-        dtype, (write_signed, zero) = np.int8, _signed(x, int(zero))
-        pad = zero
+    if on_onednn:   # int8 windows (a uint8 x flipped by its top bit, its zero point
+        dtype = np.int8   # too); pads read as the zero point
+        zero = pad = int(zero) - (128 if x.dtype == np.uint8 else 0)
     else:           # centred float windows; pads 0 once centred
         dtype, weights = _exact_floats(x, zero, weight)
         pad = 0
@@ -283,7 +285,7 @@ def _conv_integer(inputs, attrs, outs):
         padded.fill(pad)
     inner = padded[:, :, begin[0]:begin[0] + h, begin[1]:begin[1] + width]
     if on_onednn:
-        write_signed(inner)
+        _copy_signed(x, inner)
     else:
         _centre(x, zero, dtype, inner)
     sn, sc, sh, sw = padded.strides
@@ -303,13 +305,12 @@ def _conv_integer(inputs, attrs, outs):
     return True
 
 
-def _signed(x, zero: int):
-    """(write(into): x as int8 written into `into`, its zero point): a uint8 x flipped by
-    its top bit (x - 128, its zero point too)."""
+def _copy_signed(x, into) -> None:
+    """8-bit x into the int8 `into`: a uint8 x flipped by its top bit (x - 128)."""
     if x.dtype == np.int8:
-        return (lambda into: np.copyto(into, x)), zero
-    return (lambda into: np.bitwise_xor(x, np.uint8(0x80), out=into.view(np.uint8))), \
-        zero - 128
+        np.copyto(into, x)
+    else:
+        np.bitwise_xor(x, np.uint8(0x80), out=into.view(np.uint8))
 
 
 def _filters(w, w_zero, part):
@@ -317,8 +318,7 @@ def _filters(w, w_zero, part):
     operand of oneDNN's GEMM: (the rows as uint8 (int8 ones flipped by the top bit)
     with a row of ones below them, their zero points as int32 (one per row, or one for
     all), each row's sum less depth times its zero point)."""
-    rows = w if w.dtype == np.uint8 else w.view(np.uint8) ^ np.uint8(0x80)
-    shift = 0 if w.dtype == np.uint8 else 128
+    rows, shift = int8_products.unsigned(w, 0)
     zeros = np.int32(shift) if w_zero is None else \
         w_zero.astype(np.int32).reshape(-1) + np.int32(shift)
     zeros = np.int32(zeros.reshape(-1)[0]) if zeros.size == 1 else zeros[part]
