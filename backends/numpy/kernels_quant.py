@@ -439,8 +439,12 @@ def _saturates(highs, divisors, tops) -> bool:
     of `_quantization`'s): only where rint(high / divisor) does (float32 division and
     rint are monotonic), by one where it rounds up at both ends of the range; else the
     saturating pass is skipped."""
-    return any(float(np.rint(np.float32(high) / np.float32(divisor))) > top
-               for high, divisor, top in zip(highs, divisors, tops))
+    for high, divisor, top in zip(highs, divisors, tops):
+        # the float32 quotient (the double one rounded once), rounded half to even
+        quotient = float(np.float32(high / divisor))
+        if (round(quotient) if math.isfinite(quotient) else quotient) > top:
+            return True
+    return False
 
 
 def _quantization(lows, highs):

@@ -23,41 +23,58 @@ from palimpsest.backends.numpy.kernels_quant import (_extremes, _quantization, _
 
 
 def _float_recurrence(r_floats, shape):
-    """recur(centred h, zero points, g) of `_lstm_steps` through float BLAS: g = the
-    centred h times R's centred floats `r_floats` (exact: float32 where that is)."""
+    """recur(quantized, zeros, scales, g) of `_lstm_steps` through float BLAS: g = the
+    centred h times R's centred floats `r_floats` (exact: float32 where that is), rounded
+    once to float32, times `scales`."""
     f32 = np.float32
-    centred_h = np.empty(shape, r_floats.dtype) if r_floats.dtype != f32 else None
     product = np.empty(shape[:-1] + r_floats.shape[-1:], r_floats.dtype) \
         if r_floats.dtype != f32 else None
+    centred_h = np.empty(shape, r_floats.dtype) if product is not None else None
 
-    def recur(quantized, zeros, g):
-        if centred_h is None:
+    def recur(quantized, zeros, scales, g):
+        if product is None:
             np.matmul(quantized, r_floats, out=g)
+            np.multiply(g, scales, out=g)
             return
         np.copyto(centred_h, quantized)
         np.matmul(centred_h, r_floats, out=product)
-        np.copyto(g, product, casting="same_kind")
+        np.multiply(product, scales, out=g, dtype=f32)   # (product rounded once first)
     return recur
 
 
 def _onednn_recurrence(weights, shape):
     """recur of `_lstm_steps` on oneDNN: h quantized to uint8 (the centred h plus its
     direction's zero point) and one vector-matrix product a direction by its R
-    (`weights`: Int8Weight each) into int32, cast into g; each direction's GEMM bound
-    once to its buffers."""
+    (`weights`: Int8Weight each) into int32, each direction's GEMM bound once to its
+    buffers; the zero point's term (for R without zero points of its own, -zero times
+    R's column sums) added to both directions at once, and the product cast and scaled
+    into g in one pass. (oneDNN's own row offset would do the addition, but leaves its
+    fast kernel: 95 against 15 us at 1 x 512 x 2048.)"""
     from palimpsest.backends import onednn
 
     dirs = shape[0]
     unsigned = np.empty(shape, np.uint8)
-    product = np.empty(shape[:-1] + (len(weights[0].rows),), np.int32)
+    columns = len(weights[0].rows)
+    product = np.empty(shape[:-1] + (columns,), np.int32)
     gemms = [onednn.bound_gemm_u8s8(unsigned[d], weights[d].rows, product[d])
              for d in range(dirs)]
+    plain = all(w.zeros is None for w in weights)
+    sums = np.stack([w.sums for w in weights]).reshape(dirs, 1, columns)
+    offsets = np.empty((dirs, 1, columns), np.int32)
+    negated = np.empty((dirs, 1, 1), np.int32)
 
-    def recur(quantized, zeros, g):
-        for d in range(dirs):
-            np.add(quantized[d], zeros[d], out=unsigned[d], casting="unsafe")
-            int8_products.product(unsigned[d], int(zeros[d]), weights[d], product[d],
-                                  gemms[d], g[d])
+    def recur(quantized, zeros, scales, g):
+        negated[:, 0, 0] = [-z for z in zeros]
+        np.subtract(quantized, negated, out=unsigned, casting="unsafe")
+        if plain:
+            for gemm in gemms:
+                gemm()
+            np.multiply(sums, negated, out=offsets)
+            np.add(product, offsets, out=product)
+        else:
+            for d in range(dirs):
+                int8_products.product(unsigned[d], zeros[d], weights[d], product[d], gemms[d])
+        np.multiply(product, scales, out=g, dtype=np.float32)
     return recur
 
 
@@ -65,21 +82,32 @@ def _lstm_steps(projected, recur, r_scale, r_bias, h, c, hs) -> bool:
     """The steps of a group of directions, in place: `projected` (steps x dirs x batch x
     4H: X W^T + Wb, in step order) in, the hidden states into `hs` (in step order), the
     cell state `c` (from its initial value); `h`: the initial hidden state;
-    recur(centred quantized h, its zero points, g): g = the exact h R product, rounded
-    once to float32. False where a step's quantization scale is not finite."""
+    recur(centred quantized h, its zero points, scales, g): g = the exact h R product,
+    rounded once to float32, times `scales` (h's scale times R's, per direction or per
+    direction and column). False where a step's quantization scale is not finite."""
     f32 = np.float32
     dirs, batch, hidden = h.shape
     quantized = np.empty(h.shape, f32)
     g = np.empty((dirs, batch, 4 * hidden), f32)
     sigmoids = g[..., :3 * hidden]
     i, o, f, cell = (g[..., k * hidden:(k + 1) * hidden] for k in range(4))
-    # per-direction scalars as ufunc operands: numpy scalars for one direction, else
-    # dirs x 1 x 1 arrays
-    per_direction = (lambda v: f32(v[0])) if dirs == 1 else (
-        lambda v: np.array(v, f32).reshape(dirs, 1, 1))
-    r_scales = r_scale.reshape(dirs, -1)[:, 0].tolist() if r_scale.size == dirs else None
+    # per-direction values as ufunc operands: a Python float (float32's value) for one
+    # direction, else a dirs x 1 x 1 array filled each step
+    per_tensor = r_scale.size == dirs
+    r_scales = r_scale.reshape(dirs, -1)[:, 0].tolist() if per_tensor else None
+    divisors_of = np.empty((dirs, 1, 1), f32)
+    tops_of = np.empty((dirs, 1, 1), f32)
+    scales_of = np.empty((dirs, 1, 1) if per_tensor else r_scale.shape, f32)
+
+    def per_direction(values, into):
+        if dirs == 1:
+            return values[0]
+        into[:, 0, 0] = values
+        return into
+
+    flats = hs.reshape(len(hs), dirs, -1)
+    flat = h.reshape(dirs, -1)
     for s in range(len(projected)):
-        flat = h.reshape(dirs, -1)
         highs = np.maximum.reduce(flat, axis=1).tolist()
         quantization = _quantization(np.minimum.reduce(flat, axis=1).tolist(), highs)
         if quantization is None:
@@ -88,16 +116,17 @@ def _lstm_steps(projected, recur, r_scale, r_bias, h, c, hs) -> bool:
         # rint(h / scale) + zero, saturated, less the zero point: rint(h / scale) is at
         # least -zero (h >= min(0, min h), and zero is rint(-min(0, min h) / scale)), so
         # only the top can saturate
-        np.divide(h, per_direction(divisors), out=quantized)
+        np.divide(h, per_direction(divisors, divisors_of), out=quantized)
         np.rint(quantized, out=quantized)
         if _saturates(highs, divisors, tops):
-            np.minimum(quantized, per_direction(tops), out=quantized)
-        recur(quantized, [255 - top for top in tops], g)
-        if r_scales is not None:    # h's scale times R's, in float32 as the reference
-            np.multiply(g, per_direction([float(f32(a * b)) for a, b in zip(scales, r_scales)]),
-                        out=g)
+            np.minimum(quantized, per_direction(tops, tops_of), out=quantized)
+        if per_tensor:   # h's scale times R's, in float32 as the reference
+            step_scales = per_direction([float(f32(a * b)) for a, b in zip(scales, r_scales)],
+                                        scales_of)
         else:
-            np.multiply(g, per_direction(scales) * r_scale, out=g)
+            step_scales = np.multiply(per_direction(scales, divisors_of), r_scale,
+                                      out=scales_of)
+        recur(quantized, [int(255 - top) for top in tops], step_scales, g)
         np.add(projected[s], g, out=g)
         np.add(g, r_bias, out=g)
         np.multiply(sigmoids, 0.5, out=sigmoids)     # sigmoid: 0.5 * (1 + tanh(x / 2))
@@ -107,7 +136,7 @@ def _lstm_steps(projected, recur, r_scale, r_bias, h, c, hs) -> bool:
         np.multiply(f, c, out=c)
         np.multiply(i, cell, out=cell)
         np.add(c, cell, out=c)
-        h = hs[s]
+        h, flat = hs[s], flats[s]
         np.tanh(c, out=h)
         np.multiply(o, h, out=h)
     return True
