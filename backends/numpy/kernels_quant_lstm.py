@@ -62,10 +62,15 @@ def _onednn_recurrence(weights, shape):
     sums = np.stack([w.sums for w in weights]).reshape(dirs, 1, columns)
     offsets = np.empty((dirs, 1, columns), np.int32)
     negated = np.empty((dirs, 1, 1), np.int32)
+    shifts = np.empty((dirs, 1, 1), np.float32)
 
     def recur(quantized, zeros, scales, g):
         negated[:, 0, 0] = [-z for z in zeros]
-        np.subtract(quantized, negated, out=unsigned, casting="unsafe")
+        if dirs == 1:   # (a Python number: computed in float32)
+            np.add(quantized, zeros[0], out=unsigned, casting="unsafe")
+        else:
+            shifts[:, 0, 0] = zeros
+            np.add(quantized, shifts, out=unsigned, casting="unsafe")
         if plain:
             for gemm in gemms:
                 gemm()
