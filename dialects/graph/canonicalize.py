@@ -38,6 +38,10 @@ one of exactly the same type, so function signatures and users never see a new t
 | graph.div         | a layer norm written out op by op (mean, sub, pow, mean, add, sqrt, |
 |                   | div, and the mul and add after) → graph.layer_norm                 |
 |                   | (canonicalize_norm.py)                                             |
+| graph.gru         | two independent recurrent layers of one kind and attributes over   |
+| graph.lstm        | the same steps, small (their widths summing to at most 64) → one   |
+| graph.rnn         | layer of both widths, weights block-diagonal, results sliced back  |
+|                   | (canonicalize_recurrent.py)                                        |
 | graph.slice       | a slice of a concat within one operand → that operand or a slice   |
 |                   | of it (canonicalize_concat.py)                                     |
 
@@ -472,3 +476,5 @@ from palimpsest.dialects.graph import canonicalize_scatter  # noqa: E402,F401
 from palimpsest.dialects.graph import canonicalize_norm  # noqa: E402,F401
 # a slice of a concat that reads one of its operands: that operand
 from palimpsest.dialects.graph import canonicalize_concat  # noqa: E402,F401
+# small recurrent layers side by side as one, block-diagonal
+from palimpsest.dialects.graph import canonicalize_recurrent  # noqa: E402,F401
