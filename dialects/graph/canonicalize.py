@@ -38,6 +38,9 @@ one of exactly the same type, so function signatures and users never see a new t
 | graph.div         | a layer norm written out op by op (mean, sub, pow, mean, add, sqrt, |
 |                   | div, and the mul and add after) → graph.layer_norm                 |
 |                   | (canonicalize_norm.py)                                             |
+| graph.conv_transpose | of stride 1 (no output padding or shape, pads at most d (k - 1)) → |
+|                   | conv of the kernel flipped, channels swapped per group, pads        |
+|                   | d (k - 1) - p (canonicalize_conv.py)                               |
 | graph.gru         | two independent recurrent layers of one kind and attributes over   |
 | graph.lstm        | the same steps, small (their widths summing to at most 64) → one   |
 | graph.rnn         | layer of both widths, weights block-diagonal, results sliced back  |
@@ -478,3 +481,5 @@ from palimpsest.dialects.graph import canonicalize_norm  # noqa: E402,F401
 from palimpsest.dialects.graph import canonicalize_concat  # noqa: E402,F401
 # small recurrent layers side by side as one, block-diagonal
 from palimpsest.dialects.graph import canonicalize_recurrent  # noqa: E402,F401
+# a ConvTranspose of stride 1 as a Conv
+from palimpsest.dialects.graph import canonicalize_conv  # noqa: E402,F401

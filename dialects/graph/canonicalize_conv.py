@@ -1,0 +1,93 @@
+"""Canonicalization of a ConvTranspose of stride 1 as a Conv (attached with
+canonicalize.attach; canonicalize.py imports this module).
+
+With stride 1 a transposed convolution is a convolution: y[m, o] = sum over c and
+offset j of x[c, o + p - d j] w[c, m, j] is, with j' = k - 1 - j, the convolution of x
+padded by d (k - 1) - p by the kernel flipped along every spatial axis, its channel axes
+swapped per group. Decoders of speech and segmentation models export their 1 x 1
+projections and same-size dilated layers so (GTCRN: 9 of its 11 ConvTransposes); as a
+Conv each takes the backends' conv paths (1 x 1 as one GEMM, depthwise, fused
+epilogues) rather than a GEMM and a col2im of one add per kernel offset. The products
+and sums are the same; only the order of the sums may differ.
+
+| root | rewrite |
+|---|---|
+| graph.conv_transpose | conv_transpose(x, W, B), strides 1, no output_padding, output_shape or auto_pad, constant W, pads at most d (k - 1) on each side → conv(x, W', B) with pads d (k - 1) - p, W' = W per group as (M/g, C/g, k..), flipped |
+"""
+
+from __future__ import annotations
+
+from palimpsest.dialects.graph.canonicalize import _const, attach
+from palimpsest.dialects.graph.ops_constant import ConstantOp
+from palimpsest.ir import attributes as A
+from palimpsest.ir.opdef import lookup_op
+from palimpsest.ir.patterns import M, V, rules
+from palimpsest.ir.types import TensorType, i64
+
+
+def _ints(op, name, default):
+    attr = op.properties.get(name)
+    return default if attr is None else [int(v) for v in attr.values]
+
+
+def conv_transpose_of_stride_one(rewriter, op, x, w):
+    w_type = w.results[0].type
+    if not isinstance(w_type, TensorType) or not w_type.has_static_shape \
+            or len(w_type.shape) < 3:
+        return None
+    auto_pad = op.properties.get("auto_pad")
+    if (auto_pad is not None and auto_pad.value != "NOTSET") \
+            or op.properties.get("output_shape") is not None:
+        return None
+    kernel = list(w_type.shape[2:])
+    rank = len(kernel)
+    if _ints(op, "kernel_shape", kernel) != kernel \
+            or _ints(op, "strides", [1] * rank) != [1] * rank \
+            or any(_ints(op, "output_padding", [0] * rank)):
+        return None
+    dilations = _ints(op, "dilations", [1] * rank)
+    pads = _ints(op, "pads", [0] * 2 * rank)
+    reach = [d * (k - 1) for d, k in zip(dilations, kernel)]
+    conv_pads = [reach[a % rank] - p for a, p in enumerate(pads)]
+    if len(conv_pads) != 2 * rank or any(p < 0 for p in conv_pads):
+        return None
+    group = int(op.properties["group"].value) if op.properties.get("group") is not None else 1
+    try:
+        weights = w.properties["value"].to_numpy()
+    except (OSError, ValueError, KeyError):
+        return None
+    channels, per_group = weights.shape[:2]
+    if channels % group:
+        return None
+    # (C, M/g, k..) -> per group (M/g, C/g, k..), flipped along every spatial axis
+    import numpy as np
+
+    flipped = weights.reshape((group, channels // group, per_group) + tuple(kernel)) \
+        .swapaxes(1, 2)[(Ellipsis,) + (slice(None, None, -1),) * rank]
+    converted = np.ascontiguousarray(flipped).reshape(
+        (group * per_group, channels // group) + tuple(kernel))
+
+    from palimpsest.dialects.graph.evaluate import dense_attr
+
+    shaped = TensorType(converted.shape, w_type.element_type)
+    hint = w.properties["value"].blob.key if isinstance(w.properties["value"],
+                                                         A.DenseResourceAttr) else "deconv_w"
+    attr = dense_attr(converted, shaped, rewriter.unique_resource_key, f"{hint}_as_conv")
+    name = w.results[0].name_hint
+    w_new = rewriter.insert(ConstantOp([], [shaped], {"value": attr},
+                                       result_names=[f"{name}_as_conv" if name else None]))
+    properties = {"dilations": A.DenseArrayAttr(i64, tuple(dilations)),
+                  "group": A.IntegerAttr(group, i64),
+                  "kernel_shape": A.DenseArrayAttr(i64, tuple(kernel)),
+                  "pads": A.DenseArrayAttr(i64, tuple(conv_pads))}
+    operands = [x, w_new.results[0]] + ([op.b] if op.b is not None else [])
+    conv = lookup_op("graph.conv")(operands, [op.results[0].type], properties,
+                                   dict(op.attributes), location=op.location)
+    conv.source_loc = op.source_loc
+    return conv
+
+
+PATTERNS = rules((M("graph.conv_transpose", V("x"), _const("w"), ...),
+                  conv_transpose_of_stride_one))
+
+attach(PATTERNS)
