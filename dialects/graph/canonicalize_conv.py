@@ -12,7 +12,7 @@ and sums are the same; only the order of the sums may differ.
 
 | root | rewrite |
 |---|---|
-| graph.conv_transpose | conv_transpose(x, W, B), strides 1, no output_padding, output_shape or auto_pad, constant W, pads at most d (k - 1) on each side → conv(x, W', B) with pads d (k - 1) - p, W' = W per group as (M/g, C/g, k..), flipped |
+| graph.conv_transpose | conv_transpose(x, W, B) of 1 or 2 spatial axes, strides 1, no output_padding, output_shape or auto_pad, constant W, pads at most d (k - 1) on each side → conv(x, W', B) with pads d (k - 1) - p, W' = W per group as (M/g, C/g, k..), flipped |
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ def conv_transpose_of_stride_one(rewriter, op, x, w):
         return None
     kernel = list(w_type.shape[2:])
     rank = len(kernel)
+    if rank > 2:    # (the backends' conv kernels are 1-D and 2-D; conv_transpose's any)
+        return None
     if _ints(op, "kernel_shape", kernel) != kernel \
             or _ints(op, "strides", [1] * rank) != [1] * rank \
             or any(_ints(op, "output_padding", [0] * rank)):

@@ -1,6 +1,6 @@
 """canonicalize_conv: a ConvTranspose of stride 1 becomes a Conv of the flipped kernel
 (per group, channels swapped) with pads d (k - 1) - p; against onnxruntime on both
-backends. Strides, output padding, output_shape and pads past the kernel's reach stay
+backends. Strides, output padding, output_shape, pads past the kernel's reach and 3-D kernels stay
 ConvTranspose."""
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ def _model(x_shape, w_shape, bias=True, **attrs):
     return model, {"x": rng.standard_normal(x_shape).astype(np.float32)}
 
 
-def _kinds(model):
+def _kinds(model, pipeline="infer-shapes,canonicalize", prefix="graph.conv"):
     module = import_onnx(model)
-    PassManager(parse_pipeline("infer-shapes,canonicalize")).run(module)
-    return sorted(op.name for op in module.walk() if op.name.startswith("graph.conv"))
+    PassManager(parse_pipeline(pipeline)).run(module)
+    return sorted(op.name for op in module.walk() if op.name.startswith(prefix))
 
 
 def _check(model, feeds, backend="numpy"):
@@ -60,7 +60,6 @@ CONVERTED = {
                                 {"group": 3, "pads": [0, 1, 2, 0]}),
     "full": ((1, 3, 4, 4), (3, 2, 3, 3), {}),
     "one_d_no_bias": ((1, 4, 9), (4, 3, 5), {"pads": [1, 3], "bias": False}),
-    "three_d": ((1, 2, 3, 4, 3), (2, 2, 2, 3, 2), {"pads": [1, 0, 1, 0, 2, 1]}),
 }
 
 
@@ -70,6 +69,7 @@ def test_stride_one_becomes_conv(case):
     attrs = dict(attrs)
     model, feeds = _model(x_shape, w_shape, bias=attrs.pop("bias", True), **attrs)
     assert _kinds(model) == ["graph.conv"]
+    assert _kinds(model, "infer-shapes,default", "kernel.") == ["kernel.conv2d"]
     _check(model, feeds)
 
 
@@ -83,9 +83,12 @@ def test_stride_one_as_conv_on_opencl(case):
 @pytest.mark.parametrize("attrs", [{"strides": [2, 2]},
                                    {"strides": [2, 2], "output_padding": [1, 1]},
                                    {"output_shape": [6, 6]},
-                                   {"pads": [3, 0, 0, 0]}],     # past d (k - 1) = 2: a crop
-                         ids=["stride2", "output_padding", "output_shape", "pads_past_reach"])
+                                   {"pads": [3, 0, 0, 0]},      # past d (k - 1) = 2: a crop
+                                   {"three_d": True}],          # (no 3-D conv kernel)
+                         ids=["stride2", "output_padding", "output_shape", "pads_past_reach",
+                              "three_d"])
 def test_other_conv_transposes_stay(attrs):
-    model, feeds = _model((1, 3, 4, 4), (3, 2, 3, 3), **attrs)
+    model, feeds = _model((1, 2, 3, 4, 3), (2, 2, 2, 3, 2)) if attrs.get("three_d") else \
+        _model((1, 3, 4, 4), (3, 2, 3, 3), **attrs)
     assert _kinds(model) == ["graph.conv_transpose"]
     _check(model, feeds)
