@@ -409,6 +409,9 @@ def _fold_biases(config, bias, d, bias_rows, projected):
 
 
 _BROADCAST_ADD = 1024   # elements: gtcrn's 3 x 33 x 1 x 8, one add instead of 33
+# a one-entry paired GRU of at most this many units a direction multiplies by its two
+# directions' Rᵀ as one block-diagonal matrix (at 32 numpy's broadcast batch is as fast)
+_WIDE_R_UNITS = 16
 
 
 # -- the fast path: default activations, every entry running every step (module doc) -----
@@ -473,8 +476,12 @@ def _paired_gru(calls, x, w, r, bias, initial, packed, projected, state_ws, y,
     the calls of two direction loops). X·Wᵀ is projected half the sequence at a time,
     both directions (the backward's times in order) into `projected`; the pair's hidden
     states are updated in place in the `state` workspace and copied into their two rows
-    of Y (through one view of both: their distance varies with i). `state` rows: 0-5
-    the gates (gate-major, then direction), 6-7 the hidden states, 8-9 Rbh (with B).
+    of Y (through one view of both: their distance varies with i). With one batch entry
+    (streaming models) `projected` is pair-major instead (pair k's gates, both
+    directions, one contiguous block) and pair k's states go into its z block, read by
+    then: every call of a step on contiguous rows, and Y written twice a chunk. `state`
+    rows: 0-5 the gates (gate-major, then direction), 6-7 the hidden states, 8-9 Rbh
+    (with B).
     The calls are appended to `calls`."""
     seq, _, batch, size = y.shape
     dtype, item = y.dtype, y.itemsize
@@ -498,6 +505,21 @@ def _paired_gru(calls, x, w, r, bias, initial, packed, projected, state_ws, y,
         1, 0, 2, 3)
     calls.views.append((r_t, r))
     h_all = h[None]
+    single = batch == 1
+    r_wide = None
+    if single and size <= _WIDE_R_UNITS:
+        # both directions' Rᵀ as one block-diagonal (2H x 6H) matrix: a step's product is
+        # one vector-matrix np.dot (0.4 against numpy's 1.0 us broadcast batch at H 8);
+        # kept with the calls (12 KiB at most), filled once for a constant (packed) R,
+        # else each run
+        r_wide = np.zeros((2 * size, 6 * size), dtype)
+        blocks = r_wide.reshape(2, size, 3, 2, size)
+        fill = [(np.copyto, (blocks[d, :, k, d], r_t[k, d]), {})
+                for k in range(3) for d in range(2)]
+        for call in fill if packed else ():
+            call[0](*call[1])
+        if not packed:
+            calls += fill
     half = _scalar(0.5, dtype)
     b_bytes = block * item
     pair = 2 * b_bytes                    # Y's rows of pair i: forward at i, backward at
@@ -506,42 +528,68 @@ def _paired_gru(calls, x, w, r, bias, initial, packed, projected, state_ws, y,
           for i in range(seq)]
     flat = projected.reshape(-1)
     chunk = seq // 2                      # two directions' gates fit in `projected`
+    g_flat = _view_as(g, (1, 6 * size)) if r_wide is not None else None
     mul, add, sub, tanh, matmul = np.multiply, np.add, np.subtract, np.tanh, np.matmul
     for i0 in range(0, seq, chunk):
         n = min(chunk, seq - i0)
-        p = _view_as(flat[:6 * n * block], (2, 3, n, batch, size))
+        if single:    # pair-major: pair k's gates of both directions one contiguous block
+            pairs = _view_as(flat[:6 * n * block], (n, 3, 2, size))
+            p = [pairs[:, :, 0].transpose(1, 0, 2), pairs[::-1, :, 1].transpose(1, 0, 2)]
+        else:
+            p = _view_as(flat[:6 * n * block], (2, 3, n, batch, size))
         for d, times in ((0, slice(i0, i0 + n)), (1, slice(seq - i0 - n, seq - i0))):
             w_t = w[d].reshape(3, size, -1).transpose(0, 2, 1)
             calls.views.append((w_t, w))
             calls.append((matmul, (_view_as(x[times], (n * batch, x.shape[2])), w_t),
-                          {"out": _view_as(p[d], (3, n * batch, size))}))
+                          {"out": p[d] if single else _view_as(p[d], (3, n * batch, size))}))
             if bias is not None:   # Wb + Rb (Wbh alone for the candidate)
                 sums = g[:, 0, 0]
                 b = bias[d].reshape(2, 3, size)
                 calls.views.append((b, bias))
                 calls += [(add, (b[0], b[1]), {"out": sums}),
                           (np.copyto, (sums[2], b[0, 2]), {}),
-                          (add, (p[d], sums[:, None, None]), {"out": p[d]})]
-        # pair k of the chunk: the forward's time i0+k at p[0, :, k], the backward's
-        # time seq-1-i0-k at p[1, :, n-1-k]
-        apart = (4 * n - 1) * b_bytes
-        p_zr = [np.ndarray((2, 2, batch, size), dtype, flat, k * b_bytes,
-                           (n * b_bytes, apart - 2 * k * b_bytes, size * item, item))
-                for k in range(n)]
-        p_cand = [np.ndarray((2, batch, size), dtype, flat, (2 * n + k) * b_bytes,
-                             (apart - 2 * k * b_bytes, size * item, item))
-                  for k in range(n)]
+                          (add, (p[d], sums[:, None] if single else sums[:, None, None]),
+                           {"out": p[d]})]
+        if single:
+            p_zr = [_view_as(pairs[k, :2], (2, 2, 1, size)) for k in range(n)]
+            p_cand = [_view_as(pairs[k, 2], (2, 1, size)) for k in range(n)]
+        else:
+            # pair k of the chunk: the forward's time i0+k at p[0, :, k], the backward's
+            # time seq-1-i0-k at p[1, :, n-1-k]
+            apart = (4 * n - 1) * b_bytes
+            p_zr = [np.ndarray((2, 2, batch, size), dtype, flat, k * b_bytes,
+                               (n * b_bytes, apart - 2 * k * b_bytes, size * item, item))
+                    for k in range(n)]
+            p_cand = [np.ndarray((2, batch, size), dtype, flat, (2 * n + k) * b_bytes,
+                                 (apart - 2 * k * b_bytes, size * item, item))
+                      for k in range(n)]
         for k in range(n):
-            calls.append((matmul, (h_all, r_t, g), {}))
+            # the next state: with one batch entry, in pair k's z block (read by then),
+            # contiguous for the next pair's calls; else in the state rows, then Y
+            h_next = _view_as(pairs[k, 0], (2, 1, size)) if single else h
+            if r_wide is not None:
+                calls.append((np.dot, (_view_as(h_all, (1, 2 * size)), r_wide, g_flat), {}))
+            else:
+                calls.append((matmul, (h_all, r_t, g), {}))
             if rbh is not None:
                 calls.append((add, (cand, rbh, cand), {}))
             calls.append((add, (zr, p_zr[k], zr), {}))
             calls.extend(_sigmoid_calls(zr, half))
             calls += [(mul, (cand, reset, cand), {}),   # h~ = g(xWh + Wbh + r * (H Rhᵀ + Rbh))
                       (add, (cand, p_cand[k], cand), {}), (tanh, (cand, cand), {}),
-                      (sub, (h, cand, h), {}),         # H' = (1 - z) * h~ + z * H
-                      (mul, (h, z, h), {}), (add, (h, cand, h), {}),
-                      (np.copyto, (ys[i0 + k], h), {})]
+                      (sub, (h_all[0], cand, h_next), {}),   # H' = (1 - z) * h~ + z * H
+                      (mul, (h_next, z, h_next), {}), (add, (h_next, cand, h_next), {})]
+            if single:
+                h_all = h_next[None]
+            else:
+                calls.append((np.copyto, (ys[i0 + k], h), {}))
+        if single:   # the chunk's states into Y (the backward's times reversed), the
+            # last one kept in the state rows (the next chunk's projection overwrites it)
+            states = pairs[:, 0]
+            calls += [(np.copyto, (y[i0:i0 + n, 0, 0], states[:, 0]), {}),
+                      (np.copyto, (y[seq - i0 - n:seq - i0, 1, 0][::-1], states[:, 1]), {}),
+                      (np.copyto, (h, h_all[0]), {})]
+            h_all = h[None]
     for final in finals:
         calls.append((np.copyto, (final, h), {}))
 

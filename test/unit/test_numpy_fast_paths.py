@@ -67,6 +67,40 @@ def test_gru_both_directions_in_one_loop(monkeypatch, batch, initial, outputs):
     assert calls
 
 
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("case", ["computed_r", "no_bias"])
+def test_gru_both_directions_with_r_computed_or_no_bias(batch, case):
+    """The paired loop with an R computed at run time (not prepacked: the one-entry
+    loop's block-diagonal Rᵀ refilled each run) or without B (no Rbh rows), across runs
+    on new inputs, against onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import helper, numpy_helper
+
+    from palimpsest.backends.numpy.session import Session
+    from palimpsest.dialects.graph.from_onnx import import_onnx
+    from test_ops_recurrent import _model
+
+    model, x = _model("GRU", "bidirectional", initial=True, batch=batch, linear_before_reset=1)
+    graph = model.graph
+    if case == "computed_r":
+        graph.node[0].input[2] = "R2"
+        graph.node.insert(0, helper.make_node("Mul", ["R", "k"], ["R2"]))
+        graph.initializer.append(numpy_helper.from_array(np.array(1.5, np.float32), "k"))
+    else:
+        graph.node[0].input[3] = ""
+    names = [o.name for o in graph.output]
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    reference = ort.InferenceSession(model.SerializeToString(), options)
+    session = Session(import_onnx(model), poison=True)
+    for seed in range(3):
+        feed = x * (seed + 1)
+        want = reference.run(names, {"X": feed})
+        got = session.run({"X": feed})
+        for name, expected in zip(names, want):
+            np.testing.assert_allclose(got[name], expected, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("poison", [False, True])
 def test_conv_calls_replayed_on_fresh_data(monkeypatch, poison):
     """A conv whose images take one GEMM records its calls on its arrays and replays
