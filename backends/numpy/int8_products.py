@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from palimpsest.backends import onednn
+from palimpsest.backends.host import huge_page_empty
 
 # below this many multiply-adds oneDNN's call (~5-8 us) costs more than the float route
 SMALLEST = 1 << 16
@@ -36,9 +37,11 @@ class Int8Weight:
 
     def __init__(self, b, b_zero):
         shift = 128 if b.dtype == np.uint8 else 0
-        rows = np.ascontiguousarray(b.T)
+        rows = _kept((b.shape[1], b.shape[0]), np.int8)
         if shift:
-            rows = (rows ^ np.uint8(0x80)).view(np.int8)
+            np.bitwise_xor(b.T, np.uint8(0x80), out=rows.view(np.uint8))
+        else:
+            np.copyto(rows, b.T)
         self.rows = rows
         self.sums = rows.sum(axis=1, dtype=np.int32)
         zeros = np.zeros(b.shape[1], np.int32) if b_zero is None else \
@@ -46,6 +49,19 @@ class Int8Weight:
         zeros = zeros - shift
         self.zeros = zeros if zeros.any() else None
         self.packed = {}
+
+
+# a prepared weight from this size on lies on huge pages (backends/host.py: an LSTM's R,
+# streamed from L2 at every step, pays no TLB misses); smaller ones, as numpy allocates
+HUGE_PAGES_FROM = 256 << 10
+
+
+def _kept(shape, dtype):
+    """An empty array for a weight prepared once: on huge pages where it is large."""
+    count = int(np.prod(shape))
+    if count * np.dtype(dtype).itemsize >= HUGE_PAGES_FROM:
+        return huge_page_empty(shape, dtype)
+    return np.empty(shape, dtype)
 
 
 def usable(a_type, b, rows: int) -> bool:
@@ -98,7 +114,7 @@ def packed_product(a, zero: int, weight: Int8Weight, out, scales=None, bias=None
         except onednn_primitives.OneDnnError:
             made = False
         else:
-            copy = np.empty(matmul.weight_bytes, np.uint8)
+            copy = _kept((matmul.weight_bytes,), np.uint8)
             matmul.pack(weight.rows, copy)
             made = (matmul, copy)
         weight.packed[key] = made

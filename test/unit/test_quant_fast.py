@@ -683,3 +683,28 @@ def test_onednn_threads_one_for_small_products_configured_for_large(monkeypatch)
     for work in (10, 20, onednn.PARALLEL_MIN, 2 * onednn.PARALLEL_MIN, 30):
         onednn._threads_for(work)
     assert counts == [1, 2, 1]
+
+
+def test_prepared_weights_on_huge_page_chunks():
+    """Weights prepared once lie in 2 MiB-aligned chunks (backends/host.py), 64-byte
+    aligned, side by side without overlapping; a large Int8Weight's rows are such an
+    array (a chunk of their own past half a chunk) and hold b's transpose, uint8 flipped
+    to int8."""
+    from palimpsest.backends import host
+    from palimpsest.backends.numpy.int8_products import HUGE_PAGES_FROM, Int8Weight
+
+    arrays = [host.huge_page_empty(shape, dtype) for shape, dtype in
+              [((3, 5), np.int8), ((7,), np.int32), ((1000, 300), np.uint8), ((2,), np.float32)]]
+    for index, array in enumerate(arrays):
+        assert array.flags.c_contiguous and array.ctypes.data % 64 == 0
+        array.fill(index + 1)
+    for index, array in enumerate(arrays):
+        assert np.all(array == index + 1)
+    big = host.huge_page_empty((host._CHUNK,), np.uint8)
+    assert big.ctypes.data % host._HUGE_PAGE == 0
+    rng = np.random.default_rng(1)
+    b = rng.integers(0, 256, (512, HUGE_PAGES_FROM // 512 + 8)).astype(np.uint8)
+    weight = Int8Weight(b, None)
+    assert weight.rows.dtype == np.int8 and weight.rows.flags.c_contiguous
+    np.testing.assert_array_equal(weight.rows.astype(np.int16), b.T.astype(np.int16) - 128)
+    assert not weight.rows.flags.owndata    # (a view of its chunk)
