@@ -34,6 +34,8 @@ def l2_bytes() -> int:
 # between two steps evict (voicefilter-lite's 512 x 2048 R: 19 -> 15 us a product
 # between numpy calls, 15 -> 12.5 alone). Outside the memory plan, as the weights are.
 _HUGE_PAGE = 2 << 20
+# a weight from this size on goes on huge pages; smaller ones as numpy allocates them
+HUGE_PAGES_FROM = 256 << 10
 _CHUNK = 8 << 20
 _ALIGN = 64
 

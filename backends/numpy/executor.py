@@ -34,6 +34,7 @@ from functools import partial
 
 import numpy as np
 
+from palimpsest.backends.host import HUGE_PAGES_FROM, huge_page_empty
 from palimpsest.backends.loop import ExecutorLoop, FunctionPlan, Pending, check_bounds
 from palimpsest.backends.numpy.arena import (
     Arena, RunStats, byte_view, dtype_of, poison as poison_array,
@@ -257,7 +258,11 @@ class Executor(ExecutorLoop):
         return view
 
     def constant(self, host) -> np.ndarray:
-        array = host.view()
+        if host.nbytes >= HUGE_PAGES_FROM:   # (read whole by a vector-matrix product
+            array = huge_page_empty(host.shape, host.dtype)   # each step: host.py)
+            np.copyto(array, host)
+        else:
+            array = host.view()
         array.flags.writeable = False
         return array
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from palimpsest.backends import onednn
-from palimpsest.backends.host import huge_page_empty
+from palimpsest.backends.host import HUGE_PAGES_FROM, huge_page_empty
 
 # below this many multiply-adds oneDNN's call (~5-8 us) costs more than the float route
 SMALLEST = 1 << 16
@@ -51,13 +51,9 @@ class Int8Weight:
         self.packed = {}
 
 
-# a prepared weight from this size on lies on huge pages (backends/host.py: an LSTM's R,
-# streamed from L2 at every step, pays no TLB misses); smaller ones, as numpy allocates
-HUGE_PAGES_FROM = 256 << 10
-
-
 def _kept(shape, dtype):
-    """An empty array for a weight prepared once: on huge pages where it is large."""
+    """An empty array for a weight prepared once: on huge pages where it is large (an
+    LSTM's R, streamed from L2 at every step, then pays no TLB misses)."""
     count = int(np.prod(shape))
     if count * np.dtype(dtype).itemsize >= HUGE_PAGES_FROM:
         return huge_page_empty(shape, dtype)

@@ -691,7 +691,8 @@ def test_prepared_weights_on_huge_page_chunks():
     array (a chunk of their own past half a chunk) and hold b's transpose, uint8 flipped
     to int8."""
     from palimpsest.backends import host
-    from palimpsest.backends.numpy.int8_products import HUGE_PAGES_FROM, Int8Weight
+    from palimpsest.backends.host import HUGE_PAGES_FROM
+    from palimpsest.backends.numpy.int8_products import Int8Weight
 
     arrays = [host.huge_page_empty(shape, dtype) for shape, dtype in
               [((3, 5), np.int8), ((7,), np.int32), ((1000, 300), np.uint8), ((2,), np.float32)]]
