@@ -412,6 +412,30 @@ class Session:
     # -- running -------------------------------------------------------------------------------
     def run(self, inputs: dict, outputs: dict | None = None) -> dict:
         """Run on named input arrays; named results (the `outputs` arrays where given)."""
+        if not outputs and self.profiler is None and len(inputs) == len(self.input_names):
+            # inputs of exactly the last run's dtypes and shapes, its plan still cached:
+            # straight to that plan's executor (run_again), ~10 us a run less (what a
+            # model of a few dozen small ops feels); else the checks and lookup below
+            start = time.perf_counter()
+            try:
+                arrays = [inputs[name] for name in self.input_names]
+            except KeyError:
+                arrays = None
+            results = self.run_again(arrays) if arrays is not None else None
+            if results is not None:
+                plan = self.last_plan
+                stats = plan.executor.stats
+                self.last_stats = RunReport(
+                    plan="specialized", signature=plan.signature, cache_hit=True,
+                    plan_cache_hits=self.stats.plan_cache_hits,
+                    plan_cache_misses=self.stats.plan_cache_misses,
+                    plan_cache_evictions=self.stats.plan_cache_evictions,
+                    static_bytes=stats.static_bytes, dynamic_bytes=stats.dynamic_bytes,
+                    allocations=stats.dynamic_allocations, frees=stats.deallocations,
+                    io_copy_bytes=stats.io_bytes, run_seconds=time.perf_counter() - start,
+                    run_stats=stats)
+                self.stats.io_copy_bytes += stats.io_bytes
+                return dict(zip(self.output_names, results))
         arrays, copied = {}, 0
         checks = self._input_checks
         if checks is None:
