@@ -200,6 +200,12 @@ class _Calls(list):
         self.views: list = []
 
 
+def is_constant(value) -> bool:
+    """Whether IR value `value` is a constant (`buffer.constant`: the same every run)."""
+    return getattr(getattr(value, "op", None), "name", None) == "buffer.constant" \
+        and value.type.has_static_shape
+
+
 def prepared(op, make):
     """What an implementation derives from the op's config once, `make(op, config)`,
     kept with the config (made again when the config is)."""

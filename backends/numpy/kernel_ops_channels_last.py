@@ -24,7 +24,7 @@ from palimpsest.backends import onednn_primitives
 from palimpsest.backends.numpy import kernel_ops
 from palimpsest.backends.numpy.arena import dtype_of
 from palimpsest.backends.numpy.blas import matmul_call
-from palimpsest.backends.numpy.kernel_ops import _view_as, prepared
+from palimpsest.backends.numpy.kernel_ops import _view_as, is_constant, prepared
 from palimpsest.backends.numpy.kernel_ops_elementwise import (
     core_inputs, epilogue_scratch, run_epilogue)
 
@@ -107,19 +107,13 @@ def post_ops(config, count: int, has_bias: bool, scalar, channels):
     return tuple(steps), bias
 
 
-def _constant(value) -> bool:
-    """Whether IR value `value` is a constant (`buffer.constant`: the same every run)."""
-    return getattr(getattr(value, "op", None), "name", None) == "buffer.constant" \
-        and value.type.has_static_shape
-
-
 def _post_ops_on(config, ins: list, arrays, has_bias: bool, m: int):
     """post_ops of a conv with IR ins `ins` (its constants: the `buffer.constant` ones),
     their values read from `arrays(i)` (in i's array, None where not at hand): the
     kernel's own at run time, the executor's constants in the chain analysis, so both
     make the same post-ops (and one primitive)."""
     def constant(i):
-        return _constant(ins[i]) and arrays(i) is not None
+        return is_constant(ins[i]) and arrays(i) is not None
 
     def scalar(i):
         return float(arrays(i).reshape(-1)[0]) if constant(i) and arrays(i).size == 1 \
@@ -270,7 +264,7 @@ def calls(op, config, inputs, x, w, bias, y, ws: dict):
         return None
     x_last, y_last = scratch
     steps = []
-    if not _constant(op.ins[1]):   # (computed in the run, or its input: packed each call)
+    if not is_constant(op.ins[1]):   # (computed in the run, or its input: packed each call)
         packed = np.empty(conv.weight_elements, np.float32)
         steps.append((conv.pack_weights, (w, packed), {}))
     else:                          # a constant: packed once

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from palimpsest.backends.numpy.kernel_ops import (
-    _scalar, _view_as, config_of, impl, record, recorded, replay, replayed, workspaces_by_role)
+    _scalar, _view_as, config_of, impl, is_constant, record, recorded, replay, replayed,
+    workspaces_by_role)
 
 
 # -- data movement --------------------------------------------------------------------------------
@@ -29,13 +30,17 @@ def concat(op, inputs, outputs, workspaces):
 def gather(op, inputs, outputs, workspaces):
     x, indices = inputs
     y = outputs[0]
-    replayed(op, (x, indices, y), lambda: _gather_calls(config_of(op)["axis"], x, indices, y))
+    replayed(op, (x, indices, y), lambda: _gather_calls(
+        config_of(op)["axis"], x, indices, y, is_constant(op.ins[1])))
 
 
-def _gather_calls(axis: int, x, indices, y) -> list:
-    """The indices checked (each run: they may be computed), then one np.take."""
+def _gather_calls(axis: int, x, indices, y, constant: bool = False) -> list:
+    """The indices checked (each run where they may be computed; once, as the calls are
+    made, for a constant), then one np.take."""
     dim = x.shape[axis]
-    calls = [(_check_indices, (indices, dim), {})] if indices.size else []
+    if constant and indices.size:
+        _check_indices(indices, dim)
+    calls = [(_check_indices, (indices, dim), {})] if indices.size and not constant else []
     if indices.dtype == np.intp:
         return calls + [(np.take, (x, indices), {"axis": axis, "out": y, "mode": "wrap"})]
     return calls + [(_take, (x, indices, axis, y), {})]
