@@ -141,6 +141,12 @@ class ExecutorLoop:
         doc), or None."""
         return None
 
+    def arguments_captured(self, func, program: list, captured, arrays: list) -> tuple:
+        """The arguments `captured` (the program `capture` made) holds as arrays, which
+        a later run must bind again for it to stay valid; () where it reads them anew
+        each replay."""
+        return ()
+
     def poison_array(self, array) -> None:
         pass
 
@@ -226,10 +232,17 @@ class ExecutorLoop:
         if profiler is None and not poison_after:   # the loop of a plain run
             if pools is None and program is plan.lean:   # the lean program, views bound
                 captured = plan.captured
+                if captured and any(a is not b for a, b in zip(arrays, plan.captured_args)):
+                    # (another argument array: a kernel captured reading the last one would
+                    # read it still; capture again once two runs bind the same arguments)
+                    captured = plan.captured = None
+                    plan.lean_runs = 0
                 if captured is None:
                     plan.lean_runs += 1
                     if plan.lean_runs > 1:
                         captured = plan.captured = self.capture(plan, program, values) or ()
+                        plan.captured_args = self.arguments_captured(func, program,
+                                                                     captured, arrays)
                 if captured:
                     program = captured
             for handler, op, _ in program:
@@ -470,6 +483,18 @@ _HANDLERS = {
 }
 
 
+def arguments_read(func, program: list, captured, arrays: list) -> tuple:
+    """`arrays` (a run's arguments) when an op the backend captured (an entry of
+    `captured` not in `program`) reads an argument itself, else ()."""
+    if not captured:
+        return ()
+    args = set(func.entry_block.args)
+    originals = set(map(id, program))
+    reads = any(id(entry) not in originals and any(v in args for v in entry[1].operands)
+                for entry in captured)
+    return tuple(arrays) if reads else ()
+
+
 class FunctionPlan:
     """What a run needs to know about a function beyond its ops: which arguments the IR
     writes (a backend that binds inputs in place copies those), after which op each pooled
@@ -496,7 +521,9 @@ class FunctionPlan:
         self.fixed_values = None      # fixed result -> array, as the last full run bound
         self.fixed_pools = None       # the arena arrays of that run
         self.captured = None          # the lean program as the backend captured it, () none
+        self.captured_args = ()       # the arguments it was captured with
         self.lean_runs = 0            # lean runs since the fixed views were bound
+        self.input_views: dict = {}   # argument index -> the view a backend bound it as
         if func.is_declaration:
             return
         last = func.entry_block.last
