@@ -322,6 +322,7 @@ class Int8MatMul(_Primitives):
             args.append((_ARG_BIAS, "bias", bias_desc))
         self._primitive("matmul", made, args)
         _destroy(a, plain_b, any_b, out, bias_desc, zero_desc, scale_desc)
+        self._bound = None    # the `bound` call whose addresses the memory objects hold
 
     def pack(self, b_rows, packed) -> None:
         """b (given as its rows: columns x depth int8, contiguous) into `packed` (at least
@@ -331,14 +332,41 @@ class Int8MatMul(_Primitives):
     def __call__(self, a, zero, packed, out, scales=None, bias=None) -> None:
         """out = ((a - zero) @ b) [* scales] [+ bias] (float32 scales and bias
         contiguous); `zero` an int32 array of one element."""
+        onednn._threads_for(self.work)
+        self._run("matmul", self._handles(a, zero, packed, out, scales, bias))
+        self._bound = None
+
+    def bound(self, a, zero, packed, out, scales=None, bias=None):
+        """`self(a, zero, packed, out, scales, bias)` as a call of no arguments on those
+        very arrays (the caller keeps them alive): their addresses read once, set on the
+        memory objects only when another binding (or a plain call) set them since."""
+        library, _, stream = _runtime()
+        primitive, count, args = self._primitives["matmul"]
+        handles = [(self._memories[name], address) for name, address in
+                   self._handles(a, zero, packed, out, scales, bias).items()]
+        set_handle, execute, wait = (library.dnnl_memory_set_data_handle,
+                                     library.dnnl_primitive_execute, library.dnnl_stream_wait)
+        token, work = object(), self.work
+
+        def run():
+            if self._bound is not token:
+                for memory, address in handles:
+                    set_handle(memory, address)
+                self._bound = token
+            onednn._threads_for(work)
+            _check(execute(primitive, stream, count, args), "execute")
+            wait(stream)
+        return run
+
+    @staticmethod
+    def _handles(a, zero, packed, out, scales, bias) -> dict:
         handles = {"a": a.ctypes.data, "b_packed": packed.ctypes.data,
                    "out": out.ctypes.data, "zero": zero.ctypes.data}
         if scales is not None:
             handles["scales"] = scales.ctypes.data
         if bias is not None:
             handles["bias"] = bias.ctypes.data
-        onednn._threads_for(self.work)
-        self._run("matmul", handles)
+        return handles
 
 
 # -- elementwise -------------------------------------------------------------------------------

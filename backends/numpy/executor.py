@@ -35,6 +35,7 @@ from functools import partial
 import numpy as np
 
 from palimpsest.backends.host import HUGE_PAGES_FROM, huge_page_empty
+from palimpsest.dialects.graph.reference._common import mark_run_input
 from palimpsest.backends.loop import (ExecutorLoop, FunctionPlan, Pending, arguments_read,
                                       check_bounds)
 from palimpsest.backends.numpy.arena import (
@@ -176,6 +177,7 @@ class Executor(ExecutorLoop):
             return last
         view = array.view()
         view.flags.writeable = False
+        mark_run_input(view)   # (read-only, yet no constant: nothing made once from it)
         views[index] = view
         return view
 

@@ -93,20 +93,32 @@ def packed_product(a, zero: int, weight: Int8Weight, out, scales=None, bias=None
     or one per column, and `bias`, one per column, float32) contiguous. False (nothing
     written) where b has zero points of its own, a has fewer than PACKED_ROWS_FROM rows,
     oneDNN has no such product, or the weight already has PACKED_KINDS packed copies."""
+    kind = None if scales is None else "common" if scales.size == 1 else "columns"
+    made = packed(weight, len(a), kind, bias is not None)
+    if made is None:
+        return False
+    matmul, copy = made
+    matmul(a, np.array([zero], np.int32), copy, out, scales, bias)
+    return True
+
+
+def packed(weight: Int8Weight, rows: int, kind, bias: bool):
+    """(onednn_primitives.Int8MatMul, b's packed copy) of `weight` for a product of
+    `rows` rows with `kind` scales (None, "common", "columns") and a bias or not, made
+    at its first request; None where `packed_product` declines (see there)."""
     from palimpsest.backends import onednn_primitives
 
-    if weight.zeros is not None or len(a) < PACKED_ROWS_FROM \
+    if weight.zeros is not None or rows < PACKED_ROWS_FROM \
             or not onednn_primitives.available():
-        return False
-    rows, (columns, depth) = len(a), weight.rows.shape
-    kind = None if scales is None else "common" if scales.size == 1 else "columns"
-    key = (rows, kind, bias is not None)
+        return None
+    columns, depth = weight.rows.shape
+    key = (rows, kind, bias)
     made = weight.packed.get(key)
     if made is None:
         if len(weight.packed) >= PACKED_KINDS:
-            return False
+            return None
         try:
-            matmul = onednn_primitives.Int8MatMul(rows, depth, columns, kind, bias is not None)
+            matmul = onednn_primitives.Int8MatMul(rows, depth, columns, kind, bias)
         except onednn_primitives.OneDnnError:
             made = False
         else:
@@ -114,11 +126,7 @@ def packed_product(a, zero: int, weight: Int8Weight, out, scales=None, bias=None
             matmul.pack(weight.rows, copy)
             made = (matmul, copy)
         weight.packed[key] = made
-    if not made:
-        return False
-    matmul, copy = made
-    matmul(a, np.array([zero], np.int32), copy, out, scales, bias)
-    return True
+    return made or None
 
 
 def unsigned(a, zero: int):
@@ -152,5 +160,5 @@ def product(a, zero: int, weight: Int8Weight, out, gemm=None, into=None) -> None
         np.copyto(into, out, casting="unsafe")
 
 
-__all__ = ["Int8Weight", "PACKED_KINDS", "PACKED_ROWS_FROM", "SMALLEST", "packed_product",
-           "prepared", "product", "unsigned", "usable"]
+__all__ = ["Int8Weight", "PACKED_KINDS", "PACKED_ROWS_FROM", "SMALLEST", "packed",
+           "packed_product", "prepared", "product", "unsigned", "usable"]

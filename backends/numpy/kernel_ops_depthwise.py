@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from palimpsest.backends.numpy.kernel_ops import _Calls, _view_as
+from palimpsest.dialects.graph.reference._common import is_constant
 from palimpsest.backends.numpy.kernel_ops_conv import (
     _as_strided, _copy_phase_taps, _fill_border, _im2col_view, _phase_view, _split_phases,
     _strided, _tap_range, _window)
@@ -40,7 +41,7 @@ def _depthwise(x, w, bias, y, padded, cols, pads, strides, dilations):
     ho, wo = y.shape[2], y.shape[3]
     (sh, sw), (dh, dw), (top, left) = strides, dilations, pads
     if _DEPTHWISE_COLUMNS and ho * wo * kh * kw >= (
-            _COLUMNS_FROM if w.flags.writeable or not _KEEP_BANDED else _COLUMNS_KEPT_FROM):
+            _COLUMNS_FROM if not is_constant(w) or not _KEEP_BANDED else _COLUMNS_KEPT_FROM):
         calls = _depthwise_columns(x, w, bias, y, padded, cols, pads, strides, dilations)
         if calls is not None:
             return calls
@@ -328,7 +329,7 @@ def _depthwise_columns(x, w, bias, y, padded, cols, pads, strides, dilations):
     calls = _Calls()
     by_column = _view_as(w, (c, mg, kh, kw)).transpose(3, 0, 1, 2)[:, :, :, None, :]
     calls.views.append((by_column, w))
-    if w.flags.writeable or not _KEEP_BANDED:
+    if not is_constant(w) or not _KEEP_BANDED:
         wt = _view_as(flat[:wt_size], (kw, c, mg, rows, span))
         calls.append((wt.fill, (0,), {}))
         calls.append((np.copyto, (_band_diagonals(wt, kh, sh, dh), by_column), {}))

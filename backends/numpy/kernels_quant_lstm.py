@@ -18,6 +18,7 @@ import numpy as np
 from palimpsest.backends.host import l2_bytes as _l2_bytes
 from palimpsest.backends.numpy import int8_products
 from palimpsest.backends.numpy.kernels import FAST, _overlaps
+from palimpsest.dialects.graph.reference._common import is_constant
 from palimpsest.backends.numpy.kernels_quant import (_extremes, _quantization, _saturates,
                                                      _weight_columns)
 
@@ -220,7 +221,7 @@ def _dynamic_quantize_lstm(inputs, attrs, outs):
         if on_onednn:
             prepared = int8_products.prepared(w[d], w_zeros[d], w_centred, d)
             scales = np.ascontiguousarray((f32(x_scale) * w_scale[d]).reshape(-1))
-            if not w.flags.writeable and int8_products.packed_product(
+            if is_constant(w) and int8_products.packed_product(
                     xq, x_zero, prepared, product, scales, np.ascontiguousarray(
                         w_bias[d].reshape(-1))):   # (scaled and biased as below)
                 np.copyto(view, product.reshape(steps, batch, gates))

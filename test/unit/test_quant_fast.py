@@ -74,6 +74,14 @@ def _take_route(name, monkeypatch) -> _Route:
             route.calls.append(args[0].shape)
         return done
     monkeypatch.setattr(int8_products, "packed_product", packed_product)
+    packed_copy = int8_products.packed
+
+    def packed_for_binding(weight, rows, *args):   # (MatMulIntegerToFloat's bound call)
+        made = packed_copy(weight, rows, *args)
+        if made is not None:
+            route.calls.append((rows, weight.rows.shape[1]))
+        return made
+    monkeypatch.setattr(int8_products, "packed", packed_for_binding)
     return route
 
 
@@ -709,3 +717,57 @@ def test_prepared_weights_on_huge_page_chunks():
     assert weight.rows.dtype == np.int8 and weight.rows.flags.c_contiguous
     np.testing.assert_array_equal(weight.rows.astype(np.int16), b.T.astype(np.int16) - 128)
     assert not weight.rows.flags.owndata    # (a view of its chunk)
+
+
+def test_matmul_integer_to_float_bound_call_follows_each_run(monkeypatch):
+    """MatMulIntegerToFloat on a packed weight is bound once to its arrays
+    (kernels_quant._bind_packed) and made again while they are the same objects: runs on
+    new inputs (A, its scale and zero point from DynamicQuantizeLinear; an int8 A with
+    a run-time bias) stay bit for bit the reference's, and the packed weights are looked
+    up on the first run only."""
+    from palimpsest.backends import onednn
+    from palimpsest.backends.numpy import int8_products
+    from palimpsest.backends.numpy.session import Session
+    from palimpsest.backends.reference.executor import run as run_graph
+    from palimpsest.backends.binding import find_function
+    from palimpsest.dialects.graph.from_onnx import import_onnx
+
+    if not onednn.available():
+        pytest.skip(f"oneDNN is not usable here ({onednn.summary()})")
+    lookups = []
+    packed = int8_products.packed
+    monkeypatch.setattr(int8_products, "packed",
+                        lambda *args: lookups.append(args[1]) or packed(*args))
+    rng = np.random.default_rng(4)
+    w = rng.integers(-128, 128, (64, 128)).astype(np.int8)
+    consts = {"w": w, "ws": rng.uniform(0.001, 0.01, 128).astype(np.float32),
+              "wb": rng.normal(0, 1, 128).astype(np.float32),
+              "a8z": np.array(-3, np.int8), "a8s": np.array(0.05, np.float32)}
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("MatMulIntegerToFloat", ["xq", "w", "xs", "ws", "xz", "", "wb"],
+                              ["y"], domain="com.microsoft"),
+             helper.make_node("MatMulIntegerToFloat", ["a8", "w", "a8s", "ws", "a8z", "",
+                                                       "bias"], ["y8"], domain="com.microsoft")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 64]),
+                     helper.make_tensor_value_info("a8", TensorProto.INT8, [8, 64]),
+                     helper.make_tensor_value_info("bias", TensorProto.FLOAT, [128])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "y8")],
+        [numpy_helper.from_array(v, n) for n, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    session = Session(import_onnx(model))
+    reference = find_function(import_onnx(model), None)
+    feeds = {"x": np.empty((1, 8, 64), np.float32), "a8": np.empty((8, 64), np.int8),
+             "bias": np.empty(128, np.float32)}
+    for run in range(5):   # the same input arrays refilled, no result held across runs
+        feeds["x"][...] = rng.normal(0, run + 1, (1, 8, 64))
+        feeds["a8"][...] = rng.integers(-128, 128, (8, 64))
+        feeds["bias"][...] = rng.normal(0, 1, 128)
+        got, want = session.run(feeds), run_graph(reference, feeds)
+        for name in ("y", "y8"):
+            np.testing.assert_array_equal(got[name], want[name], err_msg=f"{name} run {run}")
+        del got
+    # each product's packed weight looked up once (the first run's arenas are not the
+    # next one's: the second run binds again)
+    assert len(lookups) <= 4

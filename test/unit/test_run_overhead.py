@@ -377,3 +377,34 @@ def test_kernels_reading_an_input_handed_again_are_captured():
     check({"x": x, "state": other})
     assert {"kernel.gather", "kernel.pad"} <= replayed()
     check({"x": x.copy(), "state": state})
+
+
+@pytest.mark.parametrize("case", ["matmul_integer", "depthwise"])
+def test_weights_given_as_inputs_refilled_in_place_are_read_anew(case):
+    """A read-only bound input is no constant (reference._common.is_constant): a weight
+    given as a graph input, the same array refilled in place run after run, is read
+    anew (no centred or packed copy, no banded depthwise weight kept from the first
+    run). Every run matches onnxruntime."""
+    rng = np.random.default_rng(8)
+    if case == "matmul_integer":
+        nodes = [h.make_node("MatMulInteger", ["a", "b"], ["y"])]
+        shapes = {"a": ((16, 64), T.UINT8, np.uint8), "b": ((64, 96), T.INT8, np.int8)}
+    else:
+        nodes = [h.make_node("Conv", ["x", "w"], ["y"], group=8, pads=[1, 1, 1, 1])]
+        shapes = {"x": ((1, 8, 40, 40), T.FLOAT, np.float32),
+                  "w": ((8, 1, 3, 3), T.FLOAT, np.float32)}
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info(n, t, list(s))
+                                      for n, (s, t, _) in shapes.items()],
+                         [h.make_tensor_value_info("y", T.INT32 if case == "matmul_integer"
+                                                   else T.FLOAT, None)])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    reference = ort.InferenceSession(model.SerializeToString())
+    session = Session(import_onnx(model))
+    feeds = {n: np.empty(s, d) for n, (s, _, d) in shapes.items()}
+    for _ in range(4):
+        for name, (shape, _, dtype) in shapes.items():
+            feeds[name][...] = (rng.integers(-128, 128, shape) if dtype != np.float32
+                                else rng.standard_normal(shape)).astype(dtype)
+        got = session.run(feeds)["y"]
+        np.testing.assert_allclose(got, reference.run(["y"], feeds)[0], rtol=1e-5, atol=1e-5)
+        del got

@@ -14,6 +14,29 @@ from palimpsest.ir.attributes import numpy_dtype_name
 
 Kernel = Callable[..., list]
 
+# Read-only arrays that are a run's inputs rather than constants: the views a backend
+# binds a caller's arrays as, handed again while the caller hands the same array, refilled
+# or not (id -> weak reference). What is made once from a read-only operand (centred
+# weights, packed copies) asks `is_constant` first.
+_RUN_INPUTS: dict = {}
+
+
+def mark_run_input(array) -> None:
+    """`array` (read-only) is a run's input: its values may change from run to run."""
+    import weakref
+
+    key = id(array)
+    _RUN_INPUTS[key] = weakref.ref(array, lambda _, key=key: _RUN_INPUTS.pop(key, None))
+
+
+def is_constant(array) -> bool:
+    """Whether `array` holds the same values every run: read-only, and not a run's
+    input (`mark_run_input`)."""
+    if array.flags.writeable:
+        return False
+    ref = _RUN_INPUTS.get(id(array))
+    return ref is None or ref() is not array
+
 KERNELS: dict[str, Kernel] = {}
 
 

@@ -6,7 +6,8 @@ import numpy as np
 
 from palimpsest.dialects.graph.naming import CONTRIB_TO_GRAPH
 
-from ._common import KERNELS, ONNX_DTYPES, i_attr, kernel, norm_axis, op_error, opt, req
+from ._common import (KERNELS, ONNX_DTYPES, i_attr, is_constant, kernel, norm_axis, op_error,
+                      opt, req)
 from .elementwise import cast_to
 from .nn import conv
 
@@ -122,7 +123,7 @@ def centred(values, zero=None, zero_shape=(), contract=(0,)) -> Centred:
     `values` lives when both arrays are read-only (constants)."""
     import weakref
 
-    if values.flags.writeable or (zero is not None and zero.flags.writeable):
+    if not is_constant(values) or (zero is not None and not is_constant(zero)):
         return Centred(values, zero, zero_shape, contract)
     key = (id(values), id(zero), tuple(zero_shape), tuple(contract))
     entry = _CENTRED.get(key)
