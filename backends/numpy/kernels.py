@@ -544,6 +544,7 @@ def _scatter_nd(attrs, out, data, indices, updates):
 # the quantized ops' fast paths (matmul_integer, conv_integer, dynamic_quantize_linear,
 # dynamic_quantize_lstm) register themselves
 from palimpsest.backends.numpy import kernels_quant  # noqa: E402,F401
+from palimpsest.backends.numpy import kernels_quant_conv  # noqa: E402,F401
 from palimpsest.backends.numpy import kernels_quant_lstm  # noqa: E402,F401
 
 
