@@ -485,10 +485,14 @@ _HANDLERS = {
 
 def arguments_read(func, program: list, captured, arrays: list) -> tuple:
     """`arrays` (a run's arguments) when an op the backend captured (an entry of
-    `captured` not in `program`) reads an argument itself, else ()."""
+    `captured` not in `program`) reads an argument itself or a reshape of one, else
+    ()."""
     if not captured:
         return ()
     args = set(func.entry_block.args)
+    for op in func.entry_block.ops:
+        if op.name == "buffer.reshape" and op.operands[0] in args:
+            args.update(op.results)
     originals = set(map(id, program))
     reads = any(id(entry) not in originals and any(v in args for v in entry[1].operands)
                 for entry in captured)

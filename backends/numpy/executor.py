@@ -35,7 +35,7 @@ from functools import partial
 import numpy as np
 
 from palimpsest.backends.host import HUGE_PAGES_FROM, huge_page_empty
-from palimpsest.dialects.graph.reference._common import mark_run_input
+from palimpsest.dialects.graph.reference._common import is_run_input, mark_run_input
 from palimpsest.backends.loop import (ExecutorLoop, FunctionPlan, Pending, arguments_read,
                                       check_bounds)
 from palimpsest.backends.numpy.arena import (
@@ -72,6 +72,7 @@ class Executor(ExecutorLoop):
         self.kept: dict = {}          # pool name -> the last run's Arena (see CACHE_VIEWS)
         self.kernel_entries: dict = {}   # kernel op -> kernel_ops._Bound, at its first call
         self.channels_last_chains: dict = {}   # id(block) -> (block, its convs' layouts)
+        self.input_reshapes: dict = {}   # buffer.reshape of an input -> (input view, its view)
 
     @property
     def arenas(self) -> dict:
@@ -263,12 +264,18 @@ class Executor(ExecutorLoop):
                            f"buffer: {error}") from None
 
     def reshape(self, op, source) -> np.ndarray:
+        last = self.input_reshapes.get(op)
+        if last is not None and last[0] is source:
+            return last[1]
         view = source.view()
         try:
             view.shape = tuple(-1 if d is None else d for d in op.results[0].type.shape)
         except (AttributeError, ValueError) as error:
             raise op.error(f"cannot view a buffer of shape {source.shape} as "
                            f"{op.results[0].type}: {error}") from None
+        if is_run_input(source):   # an input bound again: its reshape made once too, so
+            mark_run_input(view)   # the kernels reading it are captured (bind_input)
+            self.input_reshapes[op] = (source, view)
         return view
 
     def constant(self, host) -> np.ndarray:

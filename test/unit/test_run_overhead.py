@@ -333,7 +333,8 @@ def test_kernels_reading_an_input_handed_again_are_captured():
     """A caller handing the same input arrays run after run (a streaming loop refilling
     them in place) gets the same bound views: the kernels reading the inputs directly
     (a Gather of the state, a Pad of the signal) are captured too, and follow the new
-    contents; another array object drops that capture (a captured kernel would read the
+    contents, as do the kernels reading a reshape of one (a MatMul of the flattened
+    state: the reshape made once too); another array object drops that capture (a captured kernel would read the
     old array) until two runs bind the same arrays again. Every run matches
     onnxruntime."""
     from palimpsest.backends.numpy.kernel_ops import _Replay
@@ -341,16 +342,22 @@ def test_kernels_reading_an_input_handed_again_are_captured():
     nodes = [h.make_node("Gather", ["state", "zero"], ["h0"], axis=0),
              h.make_node("Pad", ["x", "pads"], ["xp"], mode="reflect"),
              h.make_node("MatMul", ["xp", "w"], ["m"]),
-             h.make_node("Add", ["m", "h0"], ["y"])]
+             h.make_node("Add", ["m", "h0"], ["y"]),
+             h.make_node("Flatten", ["state"], ["flat"], axis=0),    # (a reshape of it)
+             h.make_node("MatMul", ["flat", "w2"], ["m2"]),
+             h.make_node("Mul", ["m2", "m2"], ["y2"])]
     rng = np.random.default_rng(5)
     graph = h.make_graph(
         nodes, "stream", [h.make_tensor_value_info("x", T.FLOAT, [1, 6]),
                           h.make_tensor_value_info("state", T.FLOAT, [2, 1, 4])],
-        [h.make_tensor_value_info("y", T.FLOAT, None)],
+        [h.make_tensor_value_info("y", T.FLOAT, None),
+         h.make_tensor_value_info("y2", T.FLOAT, None)],
         initializer=[numpy_helper.from_array(np.array(0, np.int64), "zero"),
                      numpy_helper.from_array(np.array([0, 1, 0, 1], np.int64), "pads"),
                      numpy_helper.from_array(
-                         rng.standard_normal((8, 4)).astype(np.float32), "w")])
+                         rng.standard_normal((8, 4)).astype(np.float32), "w"),
+                     numpy_helper.from_array(
+                         rng.standard_normal((8, 3)).astype(np.float32), "w2")])
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
     reference = ort.InferenceSession(model.SerializeToString())
     session = Session(import_onnx(model))
@@ -358,8 +365,9 @@ def test_kernels_reading_an_input_handed_again_are_captured():
     state = np.zeros((2, 1, 4), np.float32)
 
     def check(feed):
-        got = session.run(feed)["y"]
-        np.testing.assert_allclose(got, reference.run(["y"], feed)[0], rtol=1e-5, atol=1e-6)
+        got = session.run(feed)
+        for name, want in zip(("y", "y2"), reference.run(["y", "y2"], feed)):
+            np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6)
 
     def replayed():
         plan = session.last_plan.executor.plans[session.last_plan.func]
@@ -369,7 +377,7 @@ def test_kernels_reading_an_input_handed_again_are_captured():
         x[...] = rng.standard_normal(x.shape)
         state[...] = rng.standard_normal(state.shape)
         check({"x": x, "state": state})
-    assert {"kernel.gather", "kernel.pad"} <= replayed()
+    assert {"kernel.gather", "kernel.pad", "kernel.matmul"} <= replayed()
     other = rng.standard_normal((2, 1, 4)).astype(np.float32)
     check({"x": x, "state": other})       # another state array: not the captured one's
     assert "kernel.gather" not in replayed()

@@ -29,6 +29,12 @@ def mark_run_input(array) -> None:
     _RUN_INPUTS[key] = weakref.ref(array, lambda _, key=key: _RUN_INPUTS.pop(key, None))
 
 
+def is_run_input(array) -> bool:
+    """Whether `array` was marked a run's input (`mark_run_input`)."""
+    ref = _RUN_INPUTS.get(id(array))
+    return ref is not None and ref() is array
+
+
 def is_constant(array) -> bool:
     """Whether `array` holds the same values every run: read-only, and not a run's
     input (`mark_run_input`)."""
