@@ -116,6 +116,18 @@ def _layer_norm_calls(op, inputs, outputs, workspaces) -> list:
     var = _view_as(ws["var"], (rows,))
     count = _scalar(width, y.dtype)
     summed = _row_sum_rows(x2, mean) if x2.flags.c_contiguous and rows else None
+    if rows == 1 and summed is not None:
+        # one row (a keyword spotter's dense layers): its mean and scale as numpy
+        # scalars, the same float operations as the calls below, six calls for eleven
+        calls = [(np.einsum, ("ij->i", summed), {"out": mean}),
+                 (_centre_row, (x2, mean, count.dtype.type(width), y2), {}),
+                 (np.einsum, ("ij,ij->i", y2, y2), {"out": var}),
+                 (_scale_row, (y2, var, count.dtype.type(width),
+                               count.dtype.type(config["epsilon"])), {}),
+                 (np.multiply, (y, scale), {"out": y})]
+        if bias is not None:
+            calls.append((np.add, (y, bias), {"out": y}))
+        return calls
     calls = [(np.einsum, ("ij->i", summed), {"out": mean}) if summed is not None
              else (np.sum, (x2,), {"axis": 1, "out": mean}),
              (np.divide, (mean, count), {"out": mean}),
@@ -130,6 +142,17 @@ def _layer_norm_calls(op, inputs, outputs, workspaces) -> list:
     if bias is not None:
         calls.append((np.add, (y, bias), {"out": y}))
     return calls
+
+
+def _centre_row(x, mean, count, y) -> None:
+    """y = x - sum / count for a one-row x (mean[0] holding the row's sum)."""
+    np.subtract(x, mean[0] / count, out=y)
+
+
+def _scale_row(y, var, count, epsilon) -> None:
+    """y *= 1 / sqrt(sum of squares / count + epsilon), one row (var[0] the sum)."""
+    one = count.dtype.type(1)
+    np.multiply(y, one / np.sqrt(var[0] / count + epsilon), out=y)
 
 
 # -- reduce ---------------------------------------------------------------------------------------
