@@ -21,7 +21,9 @@ position: about half the numpy calls of a general step, which is what a step cos
 the sizes of the models using them. A bidirectional GRU with linear_before_reset (as
 PyTorch exports it) on that path runs both directions in one loop (`_paired_gru`), each
 call on both directions' rows: half the calls again (name_romanizer_encoder's two
-16-step GRUs, H 128: 1.23 -> 0.99 ms a run). The fast path's steps are built as calls
+16-step GRUs, H 128: 1.23 -> 0.99 ms a run); with one batch entry its projections lie
+pair-major and, up to 16 units, both directions' Rᵀ make one block-diagonal matrix (one
+`np.dot` a step; kept with the calls). The fast path's steps are built as calls
 (views made once) that kernel_ops.record keeps and replays while the kernel's arrays
 are the same objects; an op whose arrays change each run (it reads a function's state
 arguments) makes them as they come (`_Now`). Otherwise a step writes the next state into the
