@@ -18,9 +18,9 @@ import numpy as np
 from palimpsest.backends.host import l2_bytes as _l2_bytes
 from palimpsest.backends.numpy import int8_products
 from palimpsest.backends.numpy.kernels import FAST, _overlaps
-from palimpsest.dialects.graph.reference._common import is_constant
 from palimpsest.backends.numpy.kernels_quant import (_extremes, _quantization, _saturates,
                                                      _weight_columns)
+from palimpsest.dialects.graph.reference._common import is_constant
 
 
 def _float_recurrence(r_floats, shape):
