@@ -527,14 +527,13 @@ class Session:
         return results
 
     def run_again(self, arrays: list) -> list | None:
-        """The lean run of a control-flow segment (segments.py) whose plan is made:
-        when `arrays` (in input order) are numpy arrays of exactly the dtypes and shapes
-        of the last run's plan, still cached, that plan runs them as `run_checked` would
+        """The lean run of a control-flow segment (segments.py) whose plan is made, and of
+        `run`: when `arrays` (in input order) are numpy arrays of exactly the dtypes and
+        shapes of the last run's plan (and the values it was made for, of guard inputs),
+        still cached, that plan runs them as `run_checked` would
         and its results come back as a list in output order; else None (nothing ran: the
         caller goes through `run_checked`). No profiler: a profiled session never takes it."""
         plan = self.last_plan
-        if self._guards:   # (the values would need checking too: run_checked does)
-            return None
         again = self._again
         if again is None or again[0] is not plan:
             again = self._again = _again(plan, self.profiler)
@@ -543,6 +542,13 @@ class Session:
             return None
         for array, (_, ndarray, dtype, shape) in zip(arrays, checks):
             if type(array) is not ndarray or array.shape != shape or array.dtype != dtype:
+                return None
+        if self._guards:   # the plan was made for its guards' values (an If decided by
+            # them): the same values again, else the lookup (`_signature`) finds or makes one
+            signature = plan.signature
+            if len(signature) != len(arrays) + 1 or any(
+                    tuple(arrays[i].ravel().tolist()) != values
+                    for i, _, values in signature[-1]):
                 return None
         if self._cache.get(plan.signature) is not plan:
             return None

@@ -163,6 +163,18 @@ def test_if_decided_by_an_integer_input_is_inlined_per_value():
         assert "graph.if" not in ops and not any(n.startswith("graph.") for n in ops)
         assert ("kernel.conv2d" in ops) == (rate == 16000)
     assert session.stats.compiles == 2 and session.last_stats.cache_hit
+    # the same arrays handed again (the lean run of the last plan) with the guard's value
+    # changed in place: the plan of the new value, not the last one
+    feeds = {"x": RNG.standard_normal((2, 8)).astype(np.float32),
+             "sr": np.array(16000, np.int64)}
+    runner = ort.InferenceSession(model.SerializeToString())
+    for rate in (16000, 16000, 8000, 8000, 16000):
+        feeds["sr"][...] = rate
+        np.testing.assert_allclose(session.run(feeds)["y"], runner.run(["y"], feeds)[0],
+                                   rtol=1e-5, atol=1e-6, err_msg=str(rate))
+        ops = {op.name for op in session.last_plan.func.walk()}
+        assert ("kernel.conv2d" in ops) == (rate == 16000)
+    assert session.stats.compiles == 2
     # prepare() leaves the compile to the first run, which knows the guard's value
     prepared = Session(import_onnx(model))
     prepared.set_input_shape("x", (2, 8))
