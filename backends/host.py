@@ -1,11 +1,12 @@
 """What the host's CPU is, where a kernel's shape depends on it: a core's L2 cache (the
 numpy backend's int8 blocks, and the OpenCL generators for a CPU device, which is the
-host's own); and memory on huge pages for the weights the numpy backend prepares once
-(`huge_page_empty`)."""
+host's own); and memory on huge pages for the weights the backends prepare once
+(`huge_page_empty`, `huge_page_copy`, `weight_empty`)."""
 
 from __future__ import annotations
 
 import functools
+import math
 import mmap
 
 
@@ -91,7 +92,25 @@ def huge_page_empty(shape, dtype):
     import numpy as np
 
     dtype = np.dtype(dtype)
-    count = 1
-    for dim in shape:
-        count *= dim
-    return _CHUNKS.take(count * dtype.itemsize).view(dtype).reshape(shape)
+    return _CHUNKS.take(math.prod(shape) * dtype.itemsize).view(dtype).reshape(shape)
+
+
+def huge_page_copy(array):
+    """A copy of `array` (C-contiguous) on huge pages (`huge_page_empty`)."""
+    import numpy as np
+
+    copy = huge_page_empty(array.shape, array.dtype)
+    np.copyto(copy, array)
+    return copy
+
+
+def weight_empty(shape, dtype):
+    """An uninitialized array for a weight prepared once: on huge pages from
+    HUGE_PAGES_FROM bytes (an LSTM's R, streamed from L2 at every step, then pays no TLB
+    misses), else as numpy allocates."""
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    if math.prod(shape) * dtype.itemsize >= HUGE_PAGES_FROM:
+        return huge_page_empty(shape, dtype)
+    return np.empty(shape, dtype)

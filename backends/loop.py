@@ -527,7 +527,7 @@ class FunctionPlan:
         self.captured = None          # the lean program as the backend captured it, () none
         self.captured_args = ()       # the arguments it was captured with
         self.lean_runs = 0            # lean runs since the fixed views were bound
-        self.input_views: dict = {}   # argument index -> the view a backend bound it as
+        self.input_views: dict = {}   # argument index -> (array, the view a backend bound)
         if func.is_declaration:
             return
         last = func.entry_block.last

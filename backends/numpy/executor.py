@@ -34,14 +34,14 @@ from functools import partial
 
 import numpy as np
 
-from palimpsest.backends.host import HUGE_PAGES_FROM, huge_page_empty
-from palimpsest.dialects.graph.reference._common import is_run_input, mark_run_input
+from palimpsest.backends.host import HUGE_PAGES_FROM, huge_page_copy
 from palimpsest.backends.loop import (ExecutorLoop, FunctionPlan, Pending, arguments_read,
                                       check_bounds)
 from palimpsest.backends.numpy.arena import (
     Arena, RunStats, byte_view, dtype_of, poison as poison_array,
 )
 from palimpsest.backends.numpy.kernels import FAST, ComputeInfo, infer_out_shapes
+from palimpsest.dialects.graph.reference._common import is_run_input, mark_run_input
 
 # buffer.constant op -> (its attribute, the read-only array): shared by every executor
 _CONSTANTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -170,16 +170,14 @@ class Executor(ExecutorLoop):
         # in place) gets the same read-only view of it: the kernels reading it keep their
         # recorded calls (kernel_ops.record) instead of making them each run, and the
         # captured program stays (loop.py checks the inputs it was captured with)
-        views = plan.input_views
-        last = views.get(index)
-        if last is not None and last.base is array and last.shape == array.shape \
-                and last.strides == array.strides and last.dtype == array.dtype \
-                and last.ctypes.data == array.ctypes.data:
-            return last
+        last = plan.input_views.get(index)   # (the array, its view; the array kept by the
+        if last is not None and last[0] is array and last[1].shape == array.shape \
+                and last[1].strides == array.strides and last[1].dtype == array.dtype:
+            return last[1]                      # view: never resized, same memory)
         view = array.view()
         view.flags.writeable = False
         mark_run_input(view)   # (read-only, yet no constant: nothing made once from it)
-        views[index] = view
+        plan.input_views[index] = (array, view)
         return view
 
     def read_output(self, name: str, array, user, copy_outputs: bool):
@@ -279,11 +277,8 @@ class Executor(ExecutorLoop):
         return view
 
     def constant(self, host) -> np.ndarray:
-        if host.nbytes >= HUGE_PAGES_FROM:   # (read whole by a vector-matrix product
-            array = huge_page_empty(host.shape, host.dtype)   # each step: host.py)
-            np.copyto(array, host)
-        else:
-            array = host.view()
+        # (a large one read whole by a vector-matrix product each step: host.py)
+        array = huge_page_copy(host) if host.nbytes >= HUGE_PAGES_FROM else host.view()
         array.flags.writeable = False
         return array
 

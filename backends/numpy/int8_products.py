@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from palimpsest.backends import onednn
-from palimpsest.backends.host import HUGE_PAGES_FROM, huge_page_empty
+from palimpsest.backends.host import weight_empty
 
 # below this many multiply-adds oneDNN's call (~5-8 us) costs more than the float route
 SMALLEST = 1 << 16
@@ -37,7 +37,7 @@ class Int8Weight:
 
     def __init__(self, b, b_zero):
         shift = 128 if b.dtype == np.uint8 else 0
-        rows = _kept((b.shape[1], b.shape[0]), np.int8)
+        rows = weight_empty((b.shape[1], b.shape[0]), np.int8)
         if shift:
             np.bitwise_xor(b.T, np.uint8(0x80), out=rows.view(np.uint8))
         else:
@@ -49,15 +49,6 @@ class Int8Weight:
         zeros = zeros - shift
         self.zeros = zeros if zeros.any() else None
         self.packed = {}
-
-
-def _kept(shape, dtype):
-    """An empty array for a weight prepared once: on huge pages where it is large (an
-    LSTM's R, streamed from L2 at every step, then pays no TLB misses)."""
-    count = int(np.prod(shape))
-    if count * np.dtype(dtype).itemsize >= HUGE_PAGES_FROM:
-        return huge_page_empty(shape, dtype)
-    return np.empty(shape, dtype)
 
 
 def usable(a_type, b, rows: int) -> bool:
@@ -122,7 +113,7 @@ def packed(weight: Int8Weight, rows: int, kind, bias: bool):
         except onednn_primitives.OneDnnError:
             made = False
         else:
-            copy = _kept((matmul.weight_bytes,), np.uint8)
+            copy = weight_empty((matmul.weight_bytes,), np.uint8)
             matmul.pack(weight.rows, copy)
             made = (matmul, copy)
         weight.packed[key] = made

@@ -200,7 +200,7 @@ class _Calls(list):
         self.views: list = []
 
 
-def is_constant(value) -> bool:
+def is_constant_value(value) -> bool:
     """Whether IR value `value` is a constant (`buffer.constant`: the same every run)."""
     return getattr(getattr(value, "op", None), "name", None) == "buffer.constant" \
         and value.type.has_static_shape

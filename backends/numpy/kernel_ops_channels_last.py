@@ -24,7 +24,7 @@ from palimpsest.backends import onednn_primitives
 from palimpsest.backends.numpy import kernel_ops
 from palimpsest.backends.numpy.arena import dtype_of
 from palimpsest.backends.numpy.blas import matmul_call
-from palimpsest.backends.numpy.kernel_ops import _view_as, is_constant, prepared
+from palimpsest.backends.numpy.kernel_ops import _view_as, is_constant_value, prepared
 from palimpsest.backends.numpy.kernel_ops_elementwise import (
     core_inputs, epilogue_scratch, run_epilogue)
 
@@ -113,7 +113,7 @@ def _post_ops_on(config, ins: list, arrays, has_bias: bool, m: int):
     kernel's own at run time, the executor's constants in the chain analysis, so both
     make the same post-ops (and one primitive)."""
     def constant(i):
-        return is_constant(ins[i]) and arrays(i) is not None
+        return is_constant_value(ins[i]) and arrays(i) is not None
 
     def scalar(i):
         return float(arrays(i).reshape(-1)[0]) if constant(i) and arrays(i).size == 1 \
@@ -264,7 +264,7 @@ def calls(op, config, inputs, x, w, bias, y, ws: dict):
         return None
     x_last, y_last = scratch
     steps = []
-    if not is_constant(op.ins[1]):   # (computed in the run, or its input: packed each call)
+    if not is_constant_value(op.ins[1]):   # (computed in the run, or its input: packed each call)
         packed = np.empty(conv.weight_elements, np.float32)
         steps.append((conv.pack_weights, (w, packed), {}))
     else:                          # a constant: packed once

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from palimpsest.backends.numpy.kernel_ops import (
-    _scalar, _view_as, config_of, impl, is_constant, record, recorded, replay, replayed,
+    _scalar, _view_as, config_of, impl, is_constant_value, record, recorded, replay, replayed,
     workspaces_by_role)
 
 
@@ -31,7 +31,7 @@ def gather(op, inputs, outputs, workspaces):
     x, indices = inputs
     y = outputs[0]
     replayed(op, (x, indices, y), lambda: _gather_calls(
-        config_of(op)["axis"], x, indices, y, is_constant(op.ins[1])))
+        config_of(op)["axis"], x, indices, y, is_constant_value(op.ins[1])))
 
 
 def _gather_calls(axis: int, x, indices, y, constant: bool = False) -> list:

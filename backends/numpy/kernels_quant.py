@@ -245,7 +245,7 @@ def _matmul_integer_to_float(inputs, attrs, outs):
             v.ndim <= out.ndim and v.shape[-1] in (1, out.shape[-1])
             and all(d == 1 for d in v.shape[:-1])) for v in (scale, bias)):
         return False
-    run = _bind_packed(out, a, b, a_scale, b_scale, a_zero, b_zero, bias)
+    run = _bind_packed(out, a, b, scale, b_zero, bias)
     if run is not None:
         if len(_BOUND) >= _BOUND_KEPT:
             for key in [k for k, (refs, _) in _BOUND.items()
@@ -265,17 +265,17 @@ def _matmul_integer_to_float(inputs, attrs, outs):
     return _centred_matmul(out, a, b, a_zero, b_zero, epilogue, (scale, bias))
 
 
-def _bind_packed(out, a, b, a_scale, b_scale, a_zero, b_zero, bias):
-    """MatMulIntegerToFloat (its checks passed) as a call on oneDNN's packed product
-    (`int8_products.packed`) bound to `b` and `out`, given the op's other arrays at each
-    call (the very ones: it keeps no reference to them, nor to out's arena), or None
-    where that is not its route: b a
-    constant with constant zero points of none of its own, A's rows contiguous and
-    enough of them, every product within int32 whatever A's zero point. The call reads
-    what a run may change (A, its zero point, the scales, a bias that is not a constant)
-    into the primitive's bound buffers, then runs it: the same float32 operations as
-    `_centred_matmul`'s packed route, without its per-call checks and conversions
-    (t5's 64 x 512 x 1024 product: 105 -> ~55 us a call)."""
+def _bind_packed(out, a, b, scale, b_zero, bias):
+    """MatMulIntegerToFloat (its checks passed; `scale` a_scale times b_scale) as a call
+    on oneDNN's packed product (`int8_products.packed`) bound to `b` and `out`, given the
+    op's other arrays at each call (the very ones: it keeps no reference to them, nor to
+    out's arena), or None where that is not its route: b a constant with constant zero
+    points of none of its own, A's rows contiguous and enough of them, every product
+    within int32 whatever A's zero point. The call reads what a run may change (A, its
+    zero point, the scales, a bias that is not a constant) into the primitive's bound
+    buffers, then runs it: the same float32 operations as `_centred_matmul`'s packed
+    route, without its per-call checks and conversions (t5's 64 x 512 x 1024 product:
+    105 -> 49 us a call)."""
     if not is_constant(b) or b.ndim != 2 or a.ndim < 2 or not a.flags.c_contiguous \
             or not out.flags.c_contiguous or a.shape[-1] != b.shape[0] \
             or out.shape != a.shape[:-1] + b.shape[-1:] \
@@ -286,29 +286,27 @@ def _bind_packed(out, a, b, a_scale, b_scale, a_zero, b_zero, bias):
     rows = a.size // depth
     weight = centred(b, b_zero, (1, -1) if b_zero is not None and b_zero.size > 1 else (),
                      (0,))
-    info = np.iinfo(a.dtype)
-    if weight.bound * float(info.max - info.min) >= 2.0 ** 31 \
+    # (A's zero point at its type's minimum: the widest range of a - zero there is)
+    if not _fits_int32(a.dtype, float(np.iinfo(a.dtype).min), weight) \
             or not int8_products.usable(a.dtype, b, rows):
         return None
     prepared = int8_products.prepared(b, b_zero, weight)
-    scale = np.multiply(a_scale, b_scale)
     kind = "common" if scale.size == 1 else "columns"
     made = int8_products.packed(prepared, rows, kind, bias is not None)
     if made is None:
         return None
     matmul, copy = made
     flip = a.dtype == np.int8           # (int8 A as uint8: flipped by its top bit)
-    unsigned = np.empty((rows, depth), np.uint8) if flip else a.reshape(rows, depth)
+    # (an uint8 A's own memory is bound: its address only, the array not kept)
+    unsigned = np.empty((rows, depth), np.uint8) if flip else None
     zero = np.zeros(1, np.int32)
     scales = np.empty(scale.shape, np.float32)
     biases = None if bias is None else np.empty(columns, np.float32)
     constant_bias = bias is not None and is_constant(bias)
     if constant_bias:
         np.copyto(biases, np.broadcast_to(bias.reshape(bias.shape[-1:]), (columns,)))
-    call = matmul.bound(unsigned, zero, copy, out.reshape(rows, columns),
-                        scales.reshape(-1), biases)
-    if not flip:
-        unsigned = None    # (a's own memory: its address is bound, the array not kept)
+    call = matmul.bound(unsigned if flip else a.reshape(rows, depth), zero, copy,
+                        out.reshape(rows, columns), scales.reshape(-1), biases)
     shift = 128 if flip else 0
 
     def run(a, a_scale, b_scale, a_zero, bias):

@@ -424,17 +424,7 @@ class Session:
             results = self.run_again(arrays) if arrays is not None else None
             if results is not None:
                 plan = self.last_plan
-                stats = plan.executor.stats
-                self.last_stats = RunReport(
-                    plan="specialized", signature=plan.signature, cache_hit=True,
-                    plan_cache_hits=self.stats.plan_cache_hits,
-                    plan_cache_misses=self.stats.plan_cache_misses,
-                    plan_cache_evictions=self.stats.plan_cache_evictions,
-                    static_bytes=stats.static_bytes, dynamic_bytes=stats.dynamic_bytes,
-                    allocations=stats.dynamic_allocations, frees=stats.deallocations,
-                    io_copy_bytes=stats.io_bytes, run_seconds=time.perf_counter() - start,
-                    run_stats=stats)
-                self.stats.io_copy_bytes += stats.io_bytes
+                self._report(plan, True, plan.executor.stats, time.perf_counter() - start)
                 return dict(zip(self.output_names, results))
         arrays, copied = {}, 0
         checks = self._input_checks
@@ -489,7 +479,17 @@ class Session:
                 compile_seconds = plan.compile_seconds
         start = time.perf_counter()
         results, run_stats = plan.run(arrays, outputs, self.profiler)
-        seconds = time.perf_counter() - start
+        self._report(plan, hit, run_stats, time.perf_counter() - start, compile_seconds,
+                     copied)
+        self.last_plan = plan
+        self.stats.runs += 1
+        self.prepared = True
+        return results
+
+    def _report(self, plan, hit, run_stats, seconds: float, compile_seconds: float = 0.0,
+                copied: int = 0) -> None:
+        """`last_stats` for a run of `plan` (its RunStats `run_stats`; `copied` input
+        bytes copied before it), the I/O bytes added to the session's totals."""
         report = RunReport(
             plan="specialized" if plan.signature is not None else (
                 "bounded" if self._bounded else "dynamic"),
@@ -502,11 +502,7 @@ class Session:
             io_copy_bytes=run_stats.io_bytes + copied, compile_seconds=compile_seconds,
             run_seconds=seconds, run_stats=run_stats)
         self.last_stats = report
-        self.last_plan = plan
-        self.stats.runs += 1
         self.stats.io_copy_bytes += report.io_copy_bytes
-        self.prepared = True
-        return results
 
 
     def run_checked(self, arrays: dict) -> dict:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from palimpsest.backends.host import HUGE_PAGES_FROM, huge_page_empty, l2_bytes
+from palimpsest.backends.host import HUGE_PAGES_FROM, huge_page_copy, l2_bytes
 from palimpsest.backends.opencl.kernels.base import DeviceLimits, Launch, Ref
 
 
@@ -206,9 +206,8 @@ class Device:
         if self.limits.host_cpu and array.nbytes >= HUGE_PAGES_FROM:
             # the host's own memory on huge pages (a kernel streaming a large weight
             # misses no TLB entries: backends/host.py), which a CPU device uses in place
-            kept = huge_page_empty(array.shape, array.dtype)
-            np.copyto(kept, array)
-            return self.cl.Buffer(self.context, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=kept)
+            return self.cl.Buffer(self.context, mf.READ_WRITE | mf.USE_HOST_PTR,
+                                  hostbuf=huge_page_copy(array))
         return self.cl.Buffer(self.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=array)
 
     def launch(self, launch: Launch, buffers, queue=None):

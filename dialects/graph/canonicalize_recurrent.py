@@ -42,13 +42,14 @@ _WEIGHTS = ("W", "R", "B", "P")
 _STATES = ("initial_h", "initial_c")
 
 
-def _constant(value):
-    """The array of a `graph.constant` value, or None (not a constant, or unreadable)."""
-    op = getattr(value, "op", None)
-    if op is None or op.name != "graph.constant":
-        return None
+def _is_constant(value) -> bool:
+    return getattr(getattr(value, "op", None), "name", None) == "graph.constant"
+
+
+def _array(value):
+    """The array of a `graph.constant` value, or None where its data cannot be read."""
     try:
-        return op.properties["value"].to_numpy()
+        return value.op.properties["value"].to_numpy()
     except (OSError, ValueError, KeyError):
         return None
 
@@ -68,7 +69,7 @@ def _layer(op):
         return None
     (seq, batch, size), (_, rows, hidden) = types[0].shape, types[1].shape
     if rows != cls.gates * hidden or any(
-            operands[name] is not None and _constant(operands[name]) is None
+            operands[name] is not None and not _is_constant(operands[name])
             for name in _WEIGHTS):
         return None
     if any(r.type.bounds is not None for r in op.results if isinstance(r.type, TensorType)):
@@ -157,9 +158,15 @@ def merge_side_by_side(rewriter, op):
     if found is None:
         return None
     other, other_layer, users = found
-    cls = type(op)
     seq, batch, k2, h2, ops2 = layer
     _, _, k1, h1, ops1 = other_layer
+    # each layer's weights (None: not given), read once, before anything is built
+    weights = {name: [None if ops[name] is None else _array(ops[name])
+                      for ops in (ops1, ops2)] for name in _WEIGHTS}
+    if any(array is None and ops[name] is not None for name, arrays in weights.items()
+           for array, ops in zip(arrays, (ops1, ops2))):
+        return None   # (a side file gone: the run reports it)
+    cls = type(op)
     hidden = h1 + h2
     x_shared = ops1["X"] is ops2["X"]
     dirs = ops2["W"].type.shape[0]
@@ -170,7 +177,7 @@ def merge_side_by_side(rewriter, op):
 
     from palimpsest.dialects.graph.evaluate import dense_attr
 
-    dtype = _constant(ops2["W"]).dtype
+    dtype = weights["W"][1].dtype
 
     def constant(array, hint):
         shaped = TensorType(array.shape, element)
@@ -184,15 +191,12 @@ def merge_side_by_side(rewriter, op):
 
     x = ops2["X"] if x_shared else joined([ops1["X"], ops2["X"]], (seq, batch, k1 + k2), 2)
     operands = {"X": x,
-                "W": constant(_side_by_side(_constant(ops1["W"]), _constant(ops2["W"]),
-                                            gates, x_shared), "rnn_w_merged"),
-                "R": constant(_side_by_side(_constant(ops1["R"]), _constant(ops2["R"]),
-                                            gates, False), "rnn_r_merged"),
+                "W": constant(_side_by_side(*weights["W"], gates, x_shared), "rnn_w_merged"),
+                "R": constant(_side_by_side(*weights["R"], gates, False), "rnn_r_merged"),
                 "sequence_lens": ops2["sequence_lens"]}
     for name, blocks in (("B", 2 * gates), ("P", 3)):
-        given = [None if ops[name] is None else _constant(ops[name]) for ops in (ops1, ops2)]
-        if any(a is not None for a in given):
-            operands[name] = constant(_per_unit(*given, blocks, dirs, (h1, h2)),
+        if any(a is not None for a in weights[name]):
+            operands[name] = constant(_per_unit(*weights[name], blocks, dirs, (h1, h2)),
                                       f"rnn_{name.lower()}_merged")
     for name in _STATES:
         if ops2[name] is not None:

@@ -38,10 +38,7 @@ def is_run_input(array) -> bool:
 def is_constant(array) -> bool:
     """Whether `array` holds the same values every run: read-only, and not a run's
     input (`mark_run_input`)."""
-    if array.flags.writeable:
-        return False
-    ref = _RUN_INPUTS.get(id(array))
-    return ref is None or ref() is not array
+    return not array.flags.writeable and not is_run_input(array)
 
 KERNELS: dict[str, Kernel] = {}
 
