@@ -175,7 +175,7 @@ class OpenCLExecutor(GenericOps, CapturedPrograms, ExecutorLoop):
     def _synced(self) -> None:
         """Wait for the queue: the copies enqueued without waiting are done, their events
         (and host arrays) let go."""
-        self.queue.finish()
+        self.device.wait(self.queue)
         self._copies.clear()
 
     @property
@@ -306,12 +306,11 @@ class OpenCLExecutor(GenericOps, CapturedPrograms, ExecutorLoop):
     def _read(self, array: DeviceArray, host: np.ndarray, wait: bool = True) -> None:
         """`array` into `host`; without `wait`, `host` holds it after the next `_synced`."""
         if array.nbytes:
-            event = self.cl.enqueue_copy(self.queue, host, array.mem,
-                                         src_offset=array.offset, is_blocking=wait)
+            self._copies.append(self.cl.enqueue_copy(self.queue, host, array.mem,
+                                                     src_offset=array.offset,
+                                                     is_blocking=False))
             if wait:
-                self._copies.clear()   # (the queue is in order: all before it is done)
-            else:
-                self._copies.append(event)
+                self._synced()   # (the queue is in order: all before it is done)
 
     def _write(self, host: np.ndarray, array: DeviceArray) -> None:
         """`host` into `array`, without waiting: the event keeps `host` until the copy is

@@ -14,6 +14,7 @@ use, independent of the executor.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -21,6 +22,14 @@ import numpy as np
 
 from palimpsest.backends.host import HUGE_PAGES_FROM, huge_page_copy, l2_bytes
 from palimpsest.backends.opencl.kernels.base import DeviceLimits, Launch, Ref
+
+
+def _spare_cpu() -> bool:
+    """Whether this process may run on more than one CPU (`Device.wait` polls there)."""
+    try:
+        return len(os.sched_getaffinity(0)) > 1
+    except (AttributeError, OSError):   # (no affinity API: the CPU count)
+        return (os.cpu_count() or 1) > 1
 
 
 class OpenCLUnavailable(Exception):
@@ -133,6 +142,36 @@ class Device:
         self.build_stats = BuildStats()
         self._kernels: dict = {}   # (source, name) -> cl.Kernel
         self._dtypes: dict = {}    # kernel -> the argument dtypes it was given (`launch`)
+        self.spins = _spare_cpu()
+
+    # How long `wait` polls before it blocks. Where the driver's worker threads run on
+    # other CPUs than the caller (PoCL's pthread device), a blocking wait is woken by
+    # another CPU, which on a VM costs what waking a sleeping virtual CPU costs: a kernel
+    # launch and its finish took 38-90 us on the 2-CPU VM, a 16 KiB blocking read 75-80
+    # us, where polling the command's status took 20-26 and 20-25 (and a run waits at
+    # least once: to read its results). A longer wait blocks after this (the host
+    # thread then costs a CPU no longer than this); polling yields its CPU each time
+    # (a worker sharing it runs), and a process allowed one CPU never polls: there the
+    # blocking wait was the fast one (8 us, polling 18-59).
+    SPIN_SECONDS = 0.0005
+
+    def wait(self, queue) -> None:
+        """Return when every command enqueued on `queue` is done: its status polled
+        for up to SPIN_SECONDS where a CPU is spare (`spins`), else (and then) a
+        blocking finish."""
+        if self.spins:
+            cl = self.cl
+            marker = cl.enqueue_marker(queue)
+            queue.flush()
+            done, clock, yield_cpu = cl.command_execution_status.COMPLETE, time.perf_counter, \
+                os.sched_yield
+            deadline = clock() + self.SPIN_SECONDS
+            while True:
+                status = marker.command_execution_status
+                if status == done or status < 0 or clock() > deadline:   # (< 0: an error)
+                    break
+                yield_cpu()
+        queue.finish()
 
     # Functions the generated kernels may call, put before a program's source when it
     # names them. pal_tanh: float tanh rounded from a double one where the device has
