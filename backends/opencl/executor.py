@@ -274,9 +274,10 @@ class OpenCLExecutor(GenericOps, CapturedPrograms, ExecutorLoop):
         return DeviceArray(source.mem, source.offset, tuple(shape), source.dtype)
 
     def constant(self, host) -> DeviceArray:
-        host = np.asarray(host, order="C").view()
+        mem, kept = self.device.upload_kept(host)
+        host = kept.view()
         host.flags.writeable = False    # read-only, as the numpy backend's constants
-        return DeviceArray(self.device.upload(host), 0, tuple(host.shape), host.dtype, host)
+        return DeviceArray(mem, 0, tuple(host.shape), host.dtype, host)
 
     def copy(self, source, target) -> None:
         if source.nbytes:

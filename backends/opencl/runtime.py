@@ -238,16 +238,25 @@ class Device:
         return mem
 
     def upload(self, array: np.ndarray):
+        return self.upload_kept(array)[0]
+
+    def upload_kept(self, array: np.ndarray) -> tuple:
+        """(a new buffer holding `array`, the host array with the same bytes that the
+        buffer keeps): on a CPU device, from HUGE_PAGES_FROM bytes, a copy on huge pages
+        that the device uses in place (a kernel streaming a large weight misses no TLB
+        entries: backends/host.py), which host ops then read too (captcha_ocr's 33 MB
+        classifier weight: its Gemm on the host took 7.8 ms a run reading the original,
+        6.1 reading the copy); else `array` itself."""
         mf = self.cl.mem_flags
         array = np.asarray(array, order="C")
         if array.nbytes == 0:
-            return self.cl.Buffer(self.context, mf.READ_WRITE, 1)
+            return self.cl.Buffer(self.context, mf.READ_WRITE, 1), array
         if self.limits.host_cpu and array.nbytes >= HUGE_PAGES_FROM:
-            # the host's own memory on huge pages (a kernel streaming a large weight
-            # misses no TLB entries: backends/host.py), which a CPU device uses in place
+            copy = huge_page_copy(array)
             return self.cl.Buffer(self.context, mf.READ_WRITE | mf.USE_HOST_PTR,
-                                  hostbuf=huge_page_copy(array))
-        return self.cl.Buffer(self.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=array)
+                                  hostbuf=copy), copy
+        return self.cl.Buffer(self.context, mf.READ_WRITE | mf.COPY_HOST_PTR,
+                              hostbuf=array), array
 
     def launch(self, launch: Launch, buffers, queue=None):
         """Enqueue `launch` on `queue` (default the plain one); its event. `buffers(ref)`
