@@ -17,6 +17,16 @@ from test_quant_fast import _dq_lstm, _onnxruntime  # noqa: E402
 LSTM = "graph.dynamic_quantize_lstm"
 
 
+@pytest.fixture(autouse=True)
+def device_lstm_kernel(monkeypatch):
+    """The device's DynamicQuantizeLSTM kernel under test even on a CPU device whose host
+    has oneDNN (which takes the op there: `test_quantized_lstm_on_the_host_of_a_cpu_device`
+    undoes this)."""
+    from palimpsest.backends.opencl.kernels import recurrent
+
+    monkeypatch.setattr(recurrent, "host_products", lambda r, batch: False)
+
+
 def _saved(model, tmp_path):
     import onnx
 
@@ -127,6 +137,59 @@ def test_quantized_lstm_the_kernel_leaves_to_the_host(tmp_path, case):
     _, got, stats = compare_backends(_saved(model, tmp_path), feeds, rtol=0, atol=1e-6,
                                      host_ops_allowed=(LSTM,), poison=True)
     assert stats.host_ops.get(LSTM) == 1
+
+
+def test_quantized_lstm_on_the_host_of_a_cpu_device(monkeypatch):
+    """On a CPU device, where the host's steps multiply R's bytes on oneDNN (products of
+    SMALLEST multiply-adds and more), the op is the host's; a GPU's device, or a smaller
+    R, runs the kernel."""
+    from palimpsest.backends import onednn
+    from palimpsest.backends.opencl.kernels import recurrent
+    from palimpsest.backends.opencl.kernels.base import Arg, DeviceLimits, KernelCall, Unsupported
+
+    monkeypatch.undo()
+    arg = lambda shape, dtype: Arg(shape, np.dtype(dtype))  # noqa: E731
+
+    def call(hidden, host_cpu):
+        ins = [arg((20, 1, 40), np.float32), arg((1, 40, 4 * hidden), np.int8),
+               arg((1, hidden, 4 * hidden), np.int8), None, None, None, None, None,
+               arg((1,), np.float32), arg((1,), np.int8), arg((1,), np.float32),
+               arg((1,), np.int8)]
+        outs = [arg((20, 1, 1, hidden), np.float32)]
+        limits = DeviceLimits(max_work_group_size=4096, local_mem_size=2 << 20,
+                              max_work_item_sizes=(4096, 4096, 4096), host_cpu=host_cpu,
+                              l2_bytes=2 << 20 if host_cpu else 0)
+        return recurrent.dynamic_quantize_lstm(KernelCall(LSTM, {}, ins, outs, {}, limits))
+
+    assert len(call(512, False)) == 1
+    assert len(call(64, True)) == 1          # 64 x 256: below oneDNN's SMALLEST
+    if not onednn.available():
+        assert len(call(512, True)) == 1
+        return
+    with pytest.raises(Unsupported, match="CPU device"):
+        call(512, True)
+
+
+@requires_opencl
+def test_quantized_lstm_on_the_host_matches(tmp_path, monkeypatch):
+    """The op on the host of a CPU device (its operands mapped, not copied) gives the
+    numpy backend's results and onnxruntime's."""
+    from palimpsest.backends.opencl.kernels import recurrent
+
+    monkeypatch.setattr(recurrent, "host_products", lambda r, batch: True)
+    model, feeds = _dq_lstm("bidirectional", 6, 1, 12, 32, 3)
+    _, got, stats = compare_backends(_saved(model, tmp_path), feeds, rtol=0, atol=1e-6,
+                                     host_ops_allowed=(LSTM,), poison=True)
+    assert stats.host_ops.get(LSTM) == (1 if _device_is_cpu() else None)
+    expected = _onnxruntime(model, feeds)
+    for name in ("y", "y_h", "y_c"):
+        np.testing.assert_allclose(got[name], expected[name], atol=2e-3, err_msg=name)
+
+
+def _device_is_cpu() -> bool:
+    from palimpsest.backends.opencl.runtime import device
+
+    return device().limits.host_cpu
 
 
 def test_quantized_lstm_needs_its_steps_in_local_memory():

@@ -23,9 +23,11 @@ Integer products are exact: float32 sums over CHUNK rows (integers below 2**24) 
 as ints, a zero point z_j subtracted as z_j times the sum of the quantized row, as the
 numpy kernel's centred weights give them. Measured on PoCL (one thread), voicefilter-
 lite's 512-unit layers: 4.7 ms a layer of 50 steps (94 us a step), against ~13 ms on
-numpy.
+numpy before its steps took oneDNN's products (2.5 ms now: see below).
 
-What it leaves to the host (Unsupported): a batch other than 1 (a step's h range spans
+What it leaves to the host (Unsupported): on a CPU device, an R the host multiplies on
+oneDNN (its 8-bit vector-matrix product, ~15 us a step for voicefilter-lite's R, the
+operands mapped in place: `host_products`), a batch other than 1 (a step's h range spans
 the batch, which ties the batch entries together), sequence_lens, peepholes, clip,
 input_forget, layout 1, activations other than the defaults, gate columns not a
 multiple of 16, state that does not fit the device's local memory.
@@ -242,9 +244,25 @@ def _local_floats(steps: int, size: int, hidden: int, gates: int, items: int,
         items * gates if split else 0)
 
 
+def host_products(r, batch: int) -> bool:
+    """Whether the host's steps (backends/numpy/kernels_quant_lstm.py) take each step's
+    h R^T on oneDNN's 8-bit products (`r`: R's Arg, dirs x hidden x gates)."""
+    from palimpsest.backends.numpy import int8_products
+
+    stand_in = np.broadcast_to(np.zeros((), r.dtype), r.shape[1:])   # (no bytes)
+    return int8_products.usable(np.uint8, stand_in, batch)
+
+
 @generator("graph.dynamic_quantize_lstm")
 def dynamic_quantize_lstm(call: KernelCall) -> list:
     op = _checked(call)
+    if call.device.host_cpu and host_products(op["r"], op["x"].shape[1]):
+        # on the device's own CPU the host's step, oneDNN's vector-matrix product of
+        # bytes, beats this kernel's float sums of them, its operands mapped in place
+        # (no copies on such a device): voicefilter-lite's 512-unit layers 7.4 against
+        # 14 ms a run, captcha_ocr_int8's 2.3 against 3.1
+        raise Unsupported("on a CPU device where the host multiplies its 8-bit R on "
+                          "oneDNN (faster)")
     dirs, steps, size, hidden, gates = (op[k] for k in ("dirs", "steps", "size", "hidden",
                                                           "gates"))
     limit = min(call.device.max_work_group_size, call.device.max_work_item_sizes[0])
