@@ -1,7 +1,8 @@
 """What the host's CPU is, where a kernel's shape depends on it: a core's L2 cache (the
 numpy backend's int8 blocks, and the OpenCL generators for a CPU device, which is the
 host's own); and memory on huge pages for the weights the backends prepare once
-(`huge_page_empty`, `huge_page_copy`, `weight_empty`)."""
+(`huge_page_empty`, `huge_page_copy`, `weight_empty`) and for the pools a CPU device
+shares with the host (`aligned_empty`)."""
 
 from __future__ import annotations
 
@@ -49,8 +50,6 @@ class _HugePageChunks:
     def take(self, nbytes: int):
         """`nbytes` of a chunk, 64-byte aligned, as a uint8 array (its chunk kept alive by
         the view)."""
-        import numpy as np
-
         if nbytes > _CHUNK // 2:    # a chunk of its own
             return _mapped(nbytes)[:nbytes]
         if self.chunk is None or self.offset + nbytes > len(self.chunk):
@@ -102,6 +101,19 @@ def huge_page_copy(array):
     copy = huge_page_empty(array.shape, array.dtype)
     np.copyto(copy, array)
     return copy
+
+
+def aligned_empty(nbytes: int, alignment: int):
+    """`nbytes` uninitialized bytes (a uint8 array) from an `alignment`-byte boundary (a
+    power of two up to 2 MiB): a mapping of their own on huge pages from HUGE_PAGES_FROM
+    bytes (freed with the array), else numpy's memory."""
+    import numpy as np
+
+    if nbytes >= HUGE_PAGES_FROM:
+        return _mapped(nbytes)[:nbytes]
+    raw = np.empty(nbytes + alignment, np.uint8)
+    start = (-raw.ctypes.data) % alignment
+    return raw[start:start + nbytes]
 
 
 def weight_empty(shape, dtype):

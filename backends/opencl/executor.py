@@ -1,7 +1,9 @@
 """Execute planned kernel-level IR on an OpenCL device.
 
 Memory. Each `memory.arena @pool` is one `cl.Buffer` of the pool's size, allocated the
-first time an executor runs it and kept for its later runs; a `buffer.view` of it is a
+first time an executor runs it and kept for its later runs (on a CPU device that keeps a
+USE_HOST_PTR buffer in the host's array, PoCL's, over an array of ours: runtime.py
+`host_buffer`); a `buffer.view` of it is a
 `DeviceArray`, a (cl.Buffer, byte offset) pair with a shape and dtype, and kernels get it
 as a buffer and an element offset (kernels/base.py). Sessions plan with the pools
 aligned to the device's MEM_BASE_ADDR_ALIGN (`OpenCLTarget.adapt_pipeline`). A
@@ -18,7 +20,10 @@ unsqueeze, identity with a run-time shape operand) is a device-to-device copy. W
 generator computes on the device (other `kernel.generic` and `buffer.compute` ops, an
 element type a generator declines) runs on the host with the numpy backend's implementation:
 its operands are read back, its outs written to the device, and the run's stats count
-the op (`host_ops`) and the bytes moved (`transfer_bytes`).
+the op (`host_ops`) and the bytes moved (`transfer_bytes`). On a device that is the
+host's CPU nothing moves: the op works on the pools' host arrays in place, and on other
+buffers mapped (generic_ops.py `_mapped`). A wait for the queue polls it briefly before
+it blocks (runtime.py `Device.wait`).
 
 Captured programs: capture.py (`CapturedPrograms`, a mixin of the executor).
 
@@ -120,6 +125,11 @@ class OpenCLExecutor(GenericOps, CapturedPrograms, ExecutorLoop):
         self._host = None            # the numpy executor for host ops
         self._run_pools: set = set()  # pools this run has counted
         self._infos: dict = {}       # generic op -> numpy ComputeInfo
+        self._map_views: dict = {}   # mapped bytes -> their views (generic_ops `_mapped`)
+        self._pool_hosts: dict = {}  # pool name -> the host array its buffer is, or None
+        self.host_memory: dict = {}  # a pool's cl.Buffer int_ptr -> (it, its host array)
+        self._host_segments: dict = {}  # host op -> its operands (`_host_operands`)
+        self._host_stats = RunStats()    # the host executor's (not read)
         self._segments: dict = {}    # op -> its (ins, outs, workspaces)
         self._pool_arrays: dict = {}  # (pool name, size, dtype) -> its DeviceArray (`pool`)
 
@@ -230,7 +240,13 @@ class OpenCLExecutor(GenericOps, CapturedPrograms, ExecutorLoop):
         mem = self.pools.get(pool_name)
         stats = self.stats
         if mem is None or self.pool_sizes[pool_name] < size:
-            mem = self.pools[pool_name] = self.device.buffer(size, self.poison, self.queue)
+            mem, host = self.device.host_buffer(size, self.poison, self.queue)
+            self.pools[pool_name] = mem
+            self._pool_hosts[pool_name] = host
+            # (each entry holds its buffer: no other buffer gets its int_ptr meanwhile)
+            self.host_memory = {pool.int_ptr: (pool, self._pool_hosts[name])
+                                for name, pool in self.pools.items()
+                                if self._pool_hosts.get(name) is not None}
             self.pool_sizes[pool_name] = size
             stats.allocations += 1
             stats.bytes_allocated += size

@@ -2,8 +2,9 @@
 only relayout their data are device copies, those with a generator (graph.cast, the
 comparisons, onnxruntime's dynamic quantization ops: kernels/quant.py, recurrent.py) are
 launched like kernel ops, and the rest run on the host with the numpy backend, their
-operands read back and their outs written to the device, counted in the run's stats
-(`host_ops`, `transfer_bytes`). A mixin of `OpenCLExecutor` (executor.py)."""
+operands read back and their outs written to the device (on a device that is the host's
+CPU, in place: `_mapped`), counted in the run's stats (`host_ops`, `transfer_bytes`).
+A mixin of `OpenCLExecutor` (executor.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import time
 
 import numpy as np
 
-from palimpsest.backends.numpy.arena import RunStats, dtype_of
 from palimpsest.backends.opencl.kernels import GENERATORS
 from palimpsest.backends.opencl.kernels.base import Arg, KernelCall, Unsupported
 
@@ -140,38 +140,73 @@ class GenericOps:
         return True
 
     # -- host ops --------------------------------------------------------------------------------
-    def _mapped(self, op, values) -> tuple:
-        """On a device that is the host's CPU, the op's operands in device memory (not
-        constants, not pending) as host arrays in place: each cl.Buffer they lie in
-        mapped once, over the bytes they span (no copy on such a device: PoCL hands back
-        its own memory; a host op's operands and results moved by copies cost
-        captcha_ocr_int8's 21 ConvIntegers 0.23 ms each). ({value: array}, the maps):
-        the maps are queued without waiting; the caller waits once, and releases them
-        when the op is done, before anything else is queued."""
+    def _host_operands(self, op) -> tuple:
+        """The op's (operands, each once, in order; its ins as a set; its outs; its
+        workspaces), found once (an op's operand segments are recomputed at each
+        access)."""
+        found = self._host_segments.get(op)
+        if found is None:
+            operands = tuple(dict.fromkeys(op.operands))
+            found = self._host_segments[op] = (
+                operands, frozenset(op.ins) if hasattr(op, "ins") else frozenset(),
+                tuple(op.outs) if hasattr(op, "outs") else (),
+                tuple(getattr(op, "workspaces", ())))
+        return found
+
+    def _mapped(self, operands, values) -> tuple:
+        """On a device that is the host's CPU, the `operands` in device memory (not
+        constants, not pending) as host arrays in place, no copy: in a pool that is host
+        memory (`host_memory`: runtime.py `host_buffer`) a view of it; elsewhere each
+        cl.Buffer they lie in mapped once over the bytes they span (PoCL hands back its
+        own memory). Copies cost captcha_ocr_int8's 21 ConvIntegers 0.23 ms each, a map
+        and its release ~70 us. ({value: array}, the maps): the maps are queued without
+        waiting; the caller waits once, and releases them when the op is done, before
+        anything else is queued.
+
+        A value keeps its array object from one run to the next while its bytes stay
+        where they were (one array a value, as the numpy executor's): what a numpy
+        kernel binds to its arrays stays bound (MatMulIntegerToFloat's oneDNN call:
+        t5_encoder_int8's 56 products bound again at every call took 285 us each,
+        against 64)."""
         spans: dict = {}
         arrays: dict = {}
-        for value in op.operands:
+        views: dict = {}
+        kept, shared = self._map_views, self.host_memory
+        for value in operands:
             array = values[value]
-            if isinstance(array, self.DEVICE_ARRAY) and array.host is None and array.nbytes:
+            if not isinstance(array, self.DEVICE_ARRAY) or array.host is not None \
+                    or not array.nbytes:
+                continue
+            host = shared.get(array.mem.int_ptr)
+            if host is None or host[0] is not array.mem:
                 arrays[value] = array
                 low, high = spans.get(array.mem, (array.offset, array.offset))
                 spans[array.mem] = (min(low, array.offset),
                                     max(high, array.offset + array.nbytes))
+                continue
+            host = host[1]
+            key = (value, array.offset, array.shape, array.dtype)
+            entry = kept.get(key)
+            if entry is None or entry[0] is not host:   # (the entry keeps its host alive)
+                entry = kept[key] = (host, host[array.offset:array.offset + array.nbytes]
+                                     .view(array.dtype).reshape(array.shape))
+            views[value] = entry[1]
         flags = self.cl.map_flags.READ | self.cl.map_flags.WRITE
         maps = {}
         for mem, (low, high) in spans.items():
-            maps[mem] = low, self.cl.enqueue_map_buffer(
-                self.queue, mem, flags, low, (high - low,), np.uint8, is_blocking=False)[0]
-        mapped = {}
+            memory = self.cl.enqueue_map_buffer(self.queue, mem, flags, low, (high - low,),
+                                                np.uint8, is_blocking=False)[0]
+            maps[mem] = low, memory
         for value, array in arrays.items():
             low, memory = maps[array.mem]
             start = array.offset - low
-            mapped[value] = memory[start:start + array.nbytes].view(array.dtype).reshape(
+            views[value] = memory[start:start + array.nbytes].view(array.dtype).reshape(
                 array.shape)
-        return mapped, [memory.base for _, memory in maps.values()]
+        return views, [memory.base for _, memory in maps.values()]
 
     def _on_host(self, op, values) -> None:
-        """Run `op` with the numpy backend: operands read back, outs written to the device."""
+        """Run `op` with the numpy backend: operands read back, outs written to the device
+        (in place on the host's CPU)."""
         from palimpsest.backends.loop import Pending as HostPending
         from palimpsest.backends.numpy.executor import Executor
 
@@ -188,16 +223,14 @@ class GenericOps:
             # (a host op's neighbours run on the device: no layout shared with them)
             self._host.CHANNELS_LAST_CHAINS = False
         host_executor = self._host
-        host_executor.begin_run(RunStats())
-        outs = list(op.outs) if hasattr(op, "outs") else []
-        workspaces = list(getattr(op, "workspaces", ()))
-        mapped, maps = self._mapped(op, values) if self.device.limits.host_cpu else ({}, ())
+        host_executor.begin_run(self._host_stats)   # (its stats are not read)
+        operands, ins, outs, workspaces = self._host_operands(op)
+        mapped, maps = self._mapped(operands, values) if self.device.limits.host_cpu \
+            else ({}, ())
         host: dict = {}
         moved = 0
         reading = False
-        for value in op.operands:
-            if value in host:
-                continue
+        for value in operands:
             array = values[value]
             if isinstance(array, self.PENDING):
                 host[value] = HostPending(array.type, value)
@@ -209,7 +242,7 @@ class GenericOps:
                     host[value] = array.host
                 elif value in mapped:
                     host[value] = mapped[value]
-                elif (value in workspaces or value in outs) and value not in op.ins:
+                elif (value in workspaces or value in outs) and value not in ins:
                     host[value] = np.empty(array.shape, array.dtype)  # written, not read
                 else:
                     host[value] = self._download(array, wait=False)
@@ -218,7 +251,7 @@ class GenericOps:
             else:
                 host[value] = array
         if reading or mapped:
-            self._synced()   # one wait for all the operands read (or mapped)
+            self._synced()   # one wait for all the operands read (or in place)
         try:
             try:
                 host_executor._execute(op, host, 0)

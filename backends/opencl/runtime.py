@@ -14,13 +14,14 @@ use, independent of the executor.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from palimpsest.backends.host import HUGE_PAGES_FROM, huge_page_copy, l2_bytes
+from palimpsest.backends.host import HUGE_PAGES_FROM, aligned_empty, huge_page_copy, l2_bytes
 from palimpsest.backends.opencl.kernels.base import DeviceLimits, Launch, Ref
 
 
@@ -236,6 +237,45 @@ class Device:
             self.cl.enqueue_fill_buffer(self.queue if queue is None else queue, mem,
                                         np.uint8(0x5A), 0, nbytes)
         return mem
+
+    def host_buffer(self, nbytes: int, poison: bool = False, queue=None) -> tuple:
+        """(a new buffer, the host array that is its memory, or None): on a device that
+        uses a USE_HOST_PTR buffer's host memory in place (`shares_host_memory`), the
+        buffer made over an array of ours, which host ops then read and write directly
+        once the queue is done (no map and unmap commands: on PoCL's pthread device,
+        while its worker runs kernels, they cost a host op ~70 us); else `buffer`'s."""
+        if not self.shares_host_memory:
+            return self.buffer(nbytes, poison, queue), None
+        host = aligned_empty(max(nbytes, 1), self.alignment)
+        mem = self.cl.Buffer(self.context, self.cl.mem_flags.READ_WRITE |
+                             self.cl.mem_flags.USE_HOST_PTR, hostbuf=host)
+        if poison and nbytes:
+            self.cl.enqueue_fill_buffer(self.queue if queue is None else queue, mem,
+                                        np.uint8(0x5A), 0, nbytes)
+        return mem, host
+
+    @functools.cached_property
+    def shares_host_memory(self) -> bool:
+        """Whether this device keeps a USE_HOST_PTR buffer in the host's array itself:
+        a CPU device where a fill is seen in the array and a write to the array is read
+        back (PoCL's CPU devices, checked once on a 4 KiB buffer)."""
+        if not self.limits.host_cpu:
+            return False
+        cl = self.cl
+        try:
+            host = aligned_empty(4096, self.alignment)
+            host.fill(1)
+            mem = cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR,
+                            hostbuf=host)
+            cl.enqueue_fill_buffer(self.queue, mem, np.uint8(7), 0, host.nbytes)
+            self.queue.finish()
+            filled = bool(np.all(host == 7))
+            host.fill(3)
+            back = np.zeros_like(host)
+            cl.enqueue_copy(self.queue, back, mem, is_blocking=True)
+            return filled and bool(np.all(back == 3))
+        except cl.Error:
+            return False
 
     def upload(self, array: np.ndarray):
         return self.upload_kept(array)[0]

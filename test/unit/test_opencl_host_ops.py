@@ -85,3 +85,64 @@ def test_a_run_waits_for_the_queue_only_where_the_host_reads(tmp_path, monkeypat
     for name in ("y", "y_h", "y_c"):
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-6, atol=1e-6,
                                    err_msg=name)
+
+
+@requires_opencl
+def test_a_host_op_works_on_device_memory_in_place(tmp_path):
+    """On a device that is the host's CPU and keeps a USE_HOST_PTR buffer in the host's
+    array (PoCL's), the pools are such arrays and a host op reads and writes them in
+    place: nothing moved, each value the same array object at the next run (so that
+    what a numpy kernel binds to its arrays stays bound), the results the numpy
+    backend's, poisoning on. Buffers that are not pools (a run's inputs) are mapped."""
+    from palimpsest.backends.numpy.session import Session
+    from palimpsest.backends.opencl.runtime import device
+    from palimpsest.ir.core import BlockArgument
+
+    path, feeds = _host_lstm(tmp_path)
+    compare_backends(path, feeds, rtol=1e-6, atol=1e-6, host_ops_allowed=(LSTM,),
+                     poison=True)
+    dev = device()
+    session = Session(path, backend="opencl")
+    session.run(feeds)
+    executor = session.last_plan.executor
+    seen = []
+    run_host = executor._host._execute
+    executor._host._execute = lambda op, host, depth: seen.append(dict(host)) or \
+        run_host(op, host, depth)
+    session.run(feeds)
+    got = session.run(feeds)
+    stats = session.last_stats.run_stats
+    assert stats.host_ops.get(LSTM) == 1
+    if not dev.limits.host_cpu:
+        assert stats.transfer_bytes > 0
+        return
+    assert stats.transfer_bytes == 0
+    assert dev.shares_host_memory == bool(executor.host_memory)
+    first, second = seen   # (the inputs are new buffers each run)
+    kept = [value for value in first if not isinstance(value, BlockArgument)]
+    assert kept and all(second[value] is first[value] for value in kept)
+    expected = Session(path).run(feeds)
+    for name in ("y", "y_h", "y_c"):
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-6, atol=1e-6,
+                                   err_msg=name)
+
+
+@requires_opencl
+def test_shared_host_memory_is_checked():
+    """A CPU device shares a USE_HOST_PTR buffer's array only where a fill shows in the
+    array and the array's bytes read back (PoCL: yes); a GPU's never."""
+    import dataclasses
+
+    from palimpsest.backends.opencl.runtime import Device, device
+
+    dev = device()
+    assert dev.shares_host_memory == dev.limits.host_cpu
+    mem, host = dev.host_buffer(1000, poison=True)
+    dev.queue.finish()
+    if host is None:
+        return
+    assert host.ctypes.data % dev.alignment == 0 and host.nbytes == 1000
+    assert np.all(host == 0x5A)
+    other = Device.__new__(Device)
+    other.limits = dataclasses.replace(dev.limits, host_cpu=False)
+    assert other.shares_host_memory is False
