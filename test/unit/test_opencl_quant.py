@@ -86,24 +86,31 @@ def test_quantized_lstm_row_split_product(tmp_path, monkeypatch, direction, size
         np.testing.assert_allclose(got[name], expected[name], atol=2e-3, err_msg=name)
 
 
+def _generated_lstm(hidden: int, host_cpu: bool) -> list:
+    """The launches the generator makes of a 20-step forward DynamicQuantizeLSTM of
+    `hidden` units over 40 inputs, int8 weights, on a device with 2 MiB of local
+    memory (a CPU one, of 2 MiB of L2, or a GPU)."""
+    from palimpsest.backends.opencl.kernels.base import Arg, DeviceLimits, KernelCall
+    from palimpsest.backends.opencl.kernels.recurrent import dynamic_quantize_lstm
+
+    arg = lambda shape, dtype: Arg(shape, np.dtype(dtype))  # noqa: E731
+    ins = [arg((20, 1, 40), np.float32), arg((1, 40, 4 * hidden), np.int8),
+           arg((1, hidden, 4 * hidden), np.int8), None, None, None, None, None,
+           arg((1,), np.float32), arg((1,), np.int8), arg((1,), np.float32),
+           arg((1,), np.int8)]
+    outs = [arg((20, 1, 1, hidden), np.float32)]
+    limits = DeviceLimits(max_work_group_size=4096, local_mem_size=2 << 20,
+                          max_work_item_sizes=(4096, 4096, 4096), host_cpu=host_cpu,
+                          l2_bytes=2 << 20 if host_cpu else 0)
+    return dynamic_quantize_lstm(KernelCall(LSTM, {}, ins, outs, {}, limits))
+
+
 def test_quantized_lstm_sums_by_rows_where_r_outgrows_l2():
     """The row-split product where R is more than half a CPU device's L2 (voicefilter's
     embedder: 768 x 3072 bytes against 2 MiB), the column form where it fits (voicefilter-
     lite: 512 x 2048) and on a GPU."""
-    from palimpsest.backends.opencl.kernels.base import Arg, DeviceLimits, KernelCall
-    from palimpsest.backends.opencl.kernels.recurrent import dynamic_quantize_lstm
-
     def source(hidden, host_cpu):
-        arg = lambda shape, dtype: Arg(shape, np.dtype(dtype))  # noqa: E731
-        ins = [arg((20, 1, 40), np.float32), arg((1, 40, 4 * hidden), np.int8),
-               arg((1, hidden, 4 * hidden), np.int8), None, None, None, None, None,
-               arg((1,), np.float32), arg((1,), np.int8), arg((1,), np.float32),
-               arg((1,), np.int8)]
-        outs = [arg((20, 1, 1, hidden), np.float32)]
-        limits = DeviceLimits(max_work_group_size=4096, local_mem_size=2 << 20,
-                              max_work_item_sizes=(4096, 4096, 4096), host_cpu=host_cpu,
-                              l2_bytes=2 << 20 if host_cpu else 0)
-        (launch,) = dynamic_quantize_lstm(KernelCall(LSTM, {}, ins, outs, {}, limits))
+        (launch,) = _generated_lstm(hidden, host_cpu)
         return launch.source
 
     assert "product_rows(hq" in source(768, True)
@@ -144,22 +151,10 @@ def test_quantized_lstm_on_the_host_of_a_cpu_device(monkeypatch):
     SMALLEST multiply-adds and more), the op is the host's; a GPU's device, or a smaller
     R, runs the kernel."""
     from palimpsest.backends import onednn
-    from palimpsest.backends.opencl.kernels import recurrent
-    from palimpsest.backends.opencl.kernels.base import Arg, DeviceLimits, KernelCall, Unsupported
+    from palimpsest.backends.opencl.kernels.base import Unsupported
 
     monkeypatch.undo()
-    arg = lambda shape, dtype: Arg(shape, np.dtype(dtype))  # noqa: E731
-
-    def call(hidden, host_cpu):
-        ins = [arg((20, 1, 40), np.float32), arg((1, 40, 4 * hidden), np.int8),
-               arg((1, hidden, 4 * hidden), np.int8), None, None, None, None, None,
-               arg((1,), np.float32), arg((1,), np.int8), arg((1,), np.float32),
-               arg((1,), np.int8)]
-        outs = [arg((20, 1, 1, hidden), np.float32)]
-        limits = DeviceLimits(max_work_group_size=4096, local_mem_size=2 << 20,
-                              max_work_item_sizes=(4096, 4096, 4096), host_cpu=host_cpu,
-                              l2_bytes=2 << 20 if host_cpu else 0)
-        return recurrent.dynamic_quantize_lstm(KernelCall(LSTM, {}, ins, outs, {}, limits))
+    call = _generated_lstm
 
     assert len(call(512, False)) == 1
     assert len(call(64, True)) == 1          # 64 x 256: below oneDNN's SMALLEST
