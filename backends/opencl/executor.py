@@ -125,7 +125,7 @@ class OpenCLExecutor(GenericOps, CapturedPrograms, ExecutorLoop):
         self._host = None            # the numpy executor for host ops
         self._run_pools: set = set()  # pools this run has counted
         self._infos: dict = {}       # generic op -> numpy ComputeInfo
-        self._map_views: dict = {}   # mapped bytes -> their views (generic_ops `_mapped`)
+        self._host_views: dict = {}  # (value, its place) -> (pool host array, its view)
         self._pool_hosts: dict = {}  # pool name -> the host array its buffer is, or None
         self.host_memory: dict = {}  # a pool's cl.Buffer int_ptr -> (it, its host array)
         self._host_segments: dict = {}  # host op -> its operands (`_host_operands`)

@@ -171,20 +171,20 @@ class GenericOps:
         spans: dict = {}
         arrays: dict = {}
         views: dict = {}
-        kept, shared = self._map_views, self.host_memory
+        kept, shared = self._host_views, self.host_memory
         for value in operands:
             array = values[value]
             if not isinstance(array, self.DEVICE_ARRAY) or array.host is not None \
                     or not array.nbytes:
                 continue
-            host = shared.get(array.mem.int_ptr)
-            if host is None or host[0] is not array.mem:
+            pool = shared.get(array.mem.int_ptr)
+            if pool is None or pool[0] is not array.mem:
                 arrays[value] = array
                 low, high = spans.get(array.mem, (array.offset, array.offset))
                 spans[array.mem] = (min(low, array.offset),
                                     max(high, array.offset + array.nbytes))
                 continue
-            host = host[1]
+            host = pool[1]
             key = (value, array.offset, array.shape, array.dtype)
             entry = kept.get(key)
             if entry is None or entry[0] is not host:   # (the entry keeps its host alive)

@@ -231,8 +231,11 @@ class Device:
     def buffer(self, nbytes: int, poison: bool = False, queue=None):
         """A new buffer; with `poison`, filled with 0x5A on `queue` (default the plain
         one): the queue that will use it, which alone keeps the fill before its kernels."""
-        mf = self.cl.mem_flags
-        mem = self.cl.Buffer(self.context, mf.READ_WRITE, max(nbytes, 1))
+        mem = self.cl.Buffer(self.context, self.cl.mem_flags.READ_WRITE, max(nbytes, 1))
+        return self._poisoned(mem, nbytes, poison, queue)
+
+    def _poisoned(self, mem, nbytes: int, poison: bool, queue):
+        """`mem`, its first `nbytes` filled with 0x5A on `queue` where `poison`."""
         if poison and nbytes:
             self.cl.enqueue_fill_buffer(self.queue if queue is None else queue, mem,
                                         np.uint8(0x5A), 0, nbytes)
@@ -249,10 +252,7 @@ class Device:
         host = aligned_empty(max(nbytes, 1), self.alignment)
         mem = self.cl.Buffer(self.context, self.cl.mem_flags.READ_WRITE |
                              self.cl.mem_flags.USE_HOST_PTR, hostbuf=host)
-        if poison and nbytes:
-            self.cl.enqueue_fill_buffer(self.queue if queue is None else queue, mem,
-                                        np.uint8(0x5A), 0, nbytes)
-        return mem, host
+        return self._poisoned(mem, nbytes, poison, queue), host
 
     @functools.cached_property
     def shares_host_memory(self) -> bool:
