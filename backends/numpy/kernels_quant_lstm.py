@@ -64,15 +64,17 @@ def _onednn_recurrence(weights, shape):
     shifts = np.empty((dirs, 1, 1), np.float32)
 
     def recur(quantized, zeros, scales, g):
-        if dirs == 1:   # (a Python number: computed in float32)
-            negated.fill(-zeros[0])
+        if dirs == 1:   # (Python numbers: computed in float32, int32)
             np.add(quantized, zeros[0], out=unsigned, casting="unsafe")
+            if plain:
+                np.multiply(sums, -zeros[0], out=product)
         else:
             negated[:, 0, 0] = [-z for z in zeros]
             shifts[:, 0, 0] = zeros
             np.add(quantized, shifts, out=unsigned, casting="unsafe")
+            if plain:
+                np.multiply(sums, negated, out=product)
         if plain:
-            np.multiply(sums, negated, out=product)
             for gemm in gemms:
                 gemm()
         else:
@@ -82,9 +84,9 @@ def _onednn_recurrence(weights, shape):
     return recur
 
 
-def _lstm_steps(projected, recur, r_scale, r_bias, h, c, hs) -> bool:
+def _lstm_steps(projected, recur, r_scale, h, c, hs) -> bool:
     """The steps of a group of directions, in place: `projected` (steps x dirs x batch x
-    4H: X W^T + Wb, in step order) in, the hidden states into `hs` (in step order), the
+    4H: X W^T + Wb + Rb, in step order) in, the hidden states into `hs` (in step order), the
     cell state `c` (from its initial value); `h`: the initial hidden state;
     recur(centred quantized h, its zero points, scales, g): g = the exact h R product,
     rounded once to float32, times `scales` (per direction and column: h's scale times
@@ -97,13 +99,12 @@ def _lstm_steps(projected, recur, r_scale, r_bias, h, c, hs) -> bool:
     g = np.empty((dirs, batch, 4 * hidden), f32)
     sigmoids = g[..., :sigmoid]
     i, o, f, cell = (g[..., k * hidden:(k + 1) * hidden] for k in range(4))
-    # the sigmoid gates' x / 2 made by halving their terms first: the projection and R's
-    # bias once, the product's scale each step (halving is exact in binary floating
-    # point: the same sums, each half the size), one numpy call a step fewer
+    # the sigmoid gates' x / 2 made by halving their terms first: the projection once,
+    # the product's scale each step (halving is exact in binary floating point: the same
+    # sums, each half the size), one numpy call a step fewer
     np.multiply(projected[..., :sigmoid], 0.5, out=projected[..., :sigmoid])
     halves = np.ones(4 * hidden, f32)
     halves[:sigmoid] = 0.5
-    r_bias = r_bias * halves
     # per-direction values as ufunc operands: a Python float (float32's value) for one
     # direction, else a dirs x 1 x 1 array filled each step
     per_tensor = r_scale.size == dirs
@@ -135,15 +136,15 @@ def _lstm_steps(projected, recur, r_scale, r_bias, h, c, hs) -> bool:
         if _saturates(highs, divisors, tops):
             np.minimum(quantized, per_direction(tops, tops_of), out=quantized)
         if per_tensor:   # h's scale times R's, in float32 as the reference (halved)
-            for d, (a, b) in enumerate(zip(scales, r_scales)):
-                scale = float(f32(a * b))
-                scales_of[d, 0, :sigmoid].fill(scale * 0.5)
-                scales_of[d, 0, sigmoid:].fill(scale)
+            if dirs == 1:
+                np.multiply(halves, float(f32(scales[0] * r_scales[0])), out=scales_of)
+            else:
+                divisors_of[:, 0, 0] = [float(f32(a * b)) for a, b in zip(scales, r_scales)]
+                np.multiply(divisors_of, halves, out=scales_of)
         else:
             np.multiply(per_direction(scales, divisors_of), r_scale, out=scales_of)
         recur(quantized, [int(255 - top) for top in tops], scales_of, g)
-        np.add(projected[s], g, out=g)
-        np.add(g, r_bias, out=g)                     # (the sigmoid gates' x / 2 by now)
+        np.add(projected[s], g, out=g)               # (the sigmoid gates' x / 2)
         np.tanh(g, out=g)                            # sigmoid: 0.5 * (1 + tanh(x / 2))
         np.add(sigmoids, 1, out=sigmoids)
         np.multiply(sigmoids, 0.5, out=sigmoids)
@@ -245,6 +246,8 @@ def _dynamic_quantize_lstm(inputs, attrs, outs):
                 np.matmul(xc, block, out=product[:, columns])
         np.multiply(product.reshape(steps, batch, gates), f32(x_scale) * w_scale[d], out=view)
         np.add(view, w_bias[d], out=view)
+    if b is not None:   # R's bias in every step's projection (as the reference: after W's)
+        np.add(projected, r_bias, out=projected)
 
     r_centred = quantized_weights(r, r_zero)
     r_zeros = r_zero.reshape(dirs, -1)
@@ -265,8 +268,8 @@ def _dynamic_quantize_lstm(inputs, attrs, outs):
         shape = (group.stop - group.start, batch, hidden)
         recur = _onednn_recurrence(r_weights[group], shape) if r_on_onednn else \
             _float_recurrence(r_floats[group], shape)
-        if not _lstm_steps(projected[:, group], recur, r_scale[group],
-                           r_bias[group], h[group], c[group], hs[:, group]):
+        if not _lstm_steps(projected[:, group], recur, r_scale[group], h[group], c[group],
+                           hs[:, group]):
             return False    # a scale not finite: the reference's (nothing written yet)
     h = hs[-1]
     for d in range(dirs):

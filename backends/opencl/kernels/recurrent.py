@@ -13,10 +13,10 @@ A work-group runs its direction's steps in order, its state in local memory:
    point: DynamicQuantizeLinear's float32 arithmetic, as the numpy kernel computes it,
    backends/numpy/kernels_quant.py `_quantization`), and X W^T of every step at once
    (`project`: STEP_BLOCK steps a pass over W's rows, CPU_STEP_BLOCK on a CPU), scaled
-   by X's scale times W's, plus W's bias, kept in local memory;
+   by X's scale times W's, plus W's bias and R's, kept in local memory;
 2. a step: h quantized over its own range; each work-item's 16 x U gate columns of
    h R^T (`product_r`), scaled by h's scale times R's, added to the step's projection,
-   plus R's bias, into the gates; the gates (i, o, f, c) make c and h (sigmoid as
+   into the gates; the gates (i, o, f, c) make c and h (sigmoid as
    0.5 (1 + tanh(x / 2))), h written to Y at its time.
 
 Integer products are exact: float32 sums over CHUNK rows (integers below 2**24) added
@@ -203,7 +203,8 @@ CPU_STEP_BLOCK = 8
 def _projection(w_type: str, steps: int) -> str:
     """project(...): X W^T for every step into `proj` (T x G, local), a work-item's 16
     columns from `col` at a time, `steps` steps per pass over W's rows: the exact
-    integer product less the zero point's, times X's scale times W's, plus W's bias."""
+    integer product less the zero point's, times X's scale times W's, plus W's bias,
+    plus R's (the reference's order: added to the projection, not to each step)."""
     block = range(steps)
     rows = "\n".join(f"    const int s{i} = min(t0 + {i}, T - 1);" for i in block)
     zeros = " ".join(f"float16 f{i} = (float16)(0.0f);" for i in block)
@@ -211,12 +212,13 @@ def _projection(w_type: str, steps: int) -> str:
     adds = " ".join(f"a{i} += convert_int16(f{i});" for i in block)
     ints = " ".join(f"int16 a{i} = (int16)(0);" for i in block)
     stores = "\n".join(
-        f"    if (t0 + {i} < T) vstore16(convert_float16(a{i} - zi * (int)xsums[s{i}]) * scale"
-        f" + bias, 0, proj + s{i} * G + col);" for i in block)
+        f"    if (t0 + {i} < T) vstore16((convert_float16(a{i} - zi * (int)xsums[s{i}]) * scale"
+        f" + bias) + r_bias, 0, proj + s{i} * G + col);" for i in block)
     return f"""
 inline void project(__local const float* xq, __local const float* xsums,
                     __global const {w_type}* m, const int col, const float16 zero,
-                    const float16 scale, const float16 bias, __local float* proj) {{
+                    const float16 scale, const float16 bias, const float16 r_bias,
+                    __local float* proj) {{
   const int16 zi = convert_int16(zero);
   for (int t0 = 0; t0 < T; t0 += {steps}) {{
 {rows}
@@ -359,7 +361,8 @@ void dynamic_quantize_lstm({params(*buffers)}) {{
   for (int v = 0; v < U; ++v) {{
     const int col = (lid * U + v) * 16;
     project(xq, xsums, wd + col, col, {column("w_zero")}, x_scale * {column("w_scale")},
-            {f"vload16(0, {bias} + col)" if bias else "(float16)(0.0f)"}, proj);
+            {f"vload16(0, {bias} + col)" if bias else "(float16)(0.0f)"},
+            {f"vload16(0, {bias} + G + col)" if bias else "(float16)(0.0f)"}, proj);
   }}
 
   for (int s = 0; s < T; ++s) {{
@@ -382,11 +385,10 @@ void dynamic_quantize_lstm({params(*buffers)}) {{
     for (int v = 0; v < U; ++v) {{
       const int col = (lid * U + v) * 16;
       const int16 pr = products[v] - convert_int16({column("r_zero")}) * (int)hsum;
-      // as the numpy kernel: the step's X W^T (with W's bias), plus h R^T scaled by h's
-      // scale times R's, plus R's bias
+      // as the numpy kernel: the step's X W^T (with W's and R's biases), plus h R^T
+      // scaled by h's scale times R's
       float16 g = vload16(0, proj + t * G + col)
                   + convert_float16(pr) * (h_scale * {column("r_scale")});
-      {f"g = g + vload16(0, {bias} + G + col);" if bias else ""}
       vstore16(g, 0, gate + col);
     }}
     barrier(CLK_LOCAL_MEM_FENCE);

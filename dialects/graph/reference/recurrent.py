@@ -140,6 +140,10 @@ def _run(onnx_op, inputs, attrs, num_results):
                                  (x, None, np.arange(steps)[:, None] < lengths[None, :]))
         wb, rb = bias[d, :gates * hidden], bias[d, gates * hidden:]
         projected = project(d, xs) + wb          # every step's X W^T at once
+        if onnx_op == "DynamicQuantizeLSTM":
+            # R's bias too, once for all steps (where the fast kernels add it: one pass a
+            # sequence, not one a step), not after each step's h R^T
+            projected, rb = projected + rb, None
         h, c = h0[d], c0[d]
         fns = activations[d]
         for t in range(steps):
@@ -164,7 +168,8 @@ def _run(onnx_op, inputs, attrs, num_results):
 
 
 def _cell(onnx_op, xw, h, c, r, recur, rb, peep, fns, clip, attrs, hidden):
-    """One step: (new hidden state, new cell state). recur(h) = h Rᵀ (GRU splits R)."""
+    """One step: (new hidden state, new cell state). recur(h) = h Rᵀ (GRU splits R); `rb`
+    None where `xw` has R's bias already."""
     def clipped(v):
         return np.clip(v, -clip, clip) if clip is not None else v
 
@@ -183,7 +188,7 @@ def _cell(onnx_op, xw, h, c, r, recur, rb, peep, fns, clip, attrs, hidden):
             candidate = g(clipped(xh + (reset * h) @ rh.T + bh))
         return (1 - z) * candidate + z * h, c
     f, g, act_h = fns
-    gates = xw + recur(h) + rb
+    gates = xw + recur(h) if rb is None else xw + recur(h) + rb
     gi, go, gf, gc = np.split(gates, 4, axis=-1)
     pi, po, pf = np.split(peep, 3)
     i = f(clipped(gi + pi * c))
