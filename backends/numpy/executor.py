@@ -423,6 +423,11 @@ class _Depth(threading.local):
 _IGNORING = _Depth()
 
 
+def ignoring_errors() -> bool:
+    """Whether an `ErrorsIgnored` block is open (this thread)."""
+    return _IGNORING.depth > 0
+
+
 class ErrorsIgnored:
     """numpy's floating-point errors ignored inside (`with ErrorsIgnored(): ...`), the
     error state set once however runs nest: a model cut at its control flow runs a

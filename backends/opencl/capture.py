@@ -125,6 +125,7 @@ class _Replay:
                     args[position + 1] = array.offset // array.dtype.itemsize
                 kernel.set_args(*args)
             enqueue, queue = cl.enqueue_nd_range_kernel, executor.queue
+            executor._idle = False
             for kernel, global_size, local_size in self.launches:
                 enqueue(queue, kernel, global_size, local_size)
         except cl.Error as error:   # (each launch ran as it is before it was captured)

@@ -52,6 +52,7 @@ import numpy as np
 
 from palimpsest.backends.loop import ExecutorLoop
 from palimpsest.backends.numpy.arena import RunStats, dtype_of
+from palimpsest.backends.numpy.executor import ErrorsIgnored
 from palimpsest.backends.numpy.kernel_ops import kernel_info
 from palimpsest.backends.opencl.capture import CapturedPrograms
 from palimpsest.backends.opencl.generic_ops import GenericOps
@@ -65,7 +66,7 @@ class DeviceArray:
     """A buffer on the device: `nbytes` from byte `offset` of `mem`, row-major; `host`:
     a constant's host array (what was uploaded), else None."""
 
-    __slots__ = ("mem", "offset", "shape", "dtype", "host")
+    __slots__ = ("mem", "offset", "shape", "dtype", "host", "size", "nbytes")
 
     def __init__(self, mem, offset: int, shape: tuple, dtype: np.dtype, host=None):
         self.mem = mem
@@ -73,17 +74,11 @@ class DeviceArray:
         self.shape = shape
         self.dtype = dtype
         self.host = host
-
-    @property
-    def size(self) -> int:
-        count = 1
-        for d in self.shape:
-            count *= d
-        return count
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
+        size = 1
+        for d in shape:
+            size *= d
+        self.size = size   # (read at every host op's operands: kept, not recomputed)
+        self.nbytes = size * dtype.itemsize
 
 
 class _Allocation:
@@ -118,6 +113,7 @@ class OpenCLExecutor(GenericOps, CapturedPrograms, ExecutorLoop):
         # the events of copies enqueued without waiting, kept (each holds its host array)
         # until the queue is known to be done with them (`_synced`)
         self._copies: list = []
+        self._idle = True            # nothing enqueued on `queue` since its last wait
         super().__init__(poison, stats if stats is not None else RunStats())
         self.pools: dict = {}        # pool name -> cl.Buffer (kept across runs)
         self.pool_sizes: dict = {}
@@ -149,6 +145,13 @@ class OpenCLExecutor(GenericOps, CapturedPrograms, ExecutorLoop):
     # its cl.Buffer (every run's results are read back to the host, so nothing a caller
     # holds pins a pool), and `capture` pre-binds the launches of the kernel ops on them.
     CACHE_VIEWS = True
+
+    def run(self, func, inputs: dict, outputs: dict | None = None,
+            copy_outputs: bool = True) -> dict:
+        """The loop's run, numpy's floating-point errors ignored once for the run's host
+        ops (not once per host op, ~2 us each)."""
+        with ErrorsIgnored():
+            return super().run(func, inputs, outputs, copy_outputs)
 
     def bind_input(self, index: int, array, plan) -> DeviceArray:
         """The input on the device, a new buffer each run (made with the data: on PoCL
@@ -185,8 +188,11 @@ class OpenCLExecutor(GenericOps, CapturedPrograms, ExecutorLoop):
     def _synced(self) -> None:
         """Wait for the queue: the copies enqueued without waiting are done, their events
         (and host arrays) let go."""
+        if self._idle:   # (a wait costs a round trip to PoCL's worker even then)
+            return
         self.device.wait(self.queue)
         self._copies.clear()
+        self._idle = True
 
     @property
     def profiler(self):
@@ -222,6 +228,7 @@ class OpenCLExecutor(GenericOps, CapturedPrograms, ExecutorLoop):
         for d in shape:
             nbytes *= d
         mem = self.device.buffer(nbytes, self.poison, self.queue)
+        self._idle = self._idle and not self.poison   # (poison: a fill queued)
         self.allocations[value] = _Allocation(mem, nbytes, self.stats)
         stats = self.stats
         stats.allocations += 1
@@ -241,6 +248,7 @@ class OpenCLExecutor(GenericOps, CapturedPrograms, ExecutorLoop):
         stats = self.stats
         if mem is None or self.pool_sizes[pool_name] < size:
             mem, host = self.device.host_buffer(size, self.poison, self.queue)
+            self._idle = self._idle and not self.poison
             self.pools[pool_name] = mem
             self._pool_hosts[pool_name] = host
             # (each entry holds its buffer: no other buffer gets its int_ptr meanwhile)
@@ -297,12 +305,14 @@ class OpenCLExecutor(GenericOps, CapturedPrograms, ExecutorLoop):
 
     def copy(self, source, target) -> None:
         if source.nbytes:
+            self._idle = False
             self._record(self.cl.enqueue_copy(
                 self.queue, target.mem, source.mem, byte_count=source.nbytes,
                 src_offset=source.offset, dst_offset=target.offset))
 
     def poison_array(self, array) -> None:
         if array.nbytes:
+            self._idle = False
             self.cl.enqueue_fill_buffer(self.queue, array.mem, np.uint8(0x5A), array.offset,
                                         array.nbytes)
 
@@ -323,6 +333,7 @@ class OpenCLExecutor(GenericOps, CapturedPrograms, ExecutorLoop):
     def _read(self, array: DeviceArray, host: np.ndarray, wait: bool = True) -> None:
         """`array` into `host`; without `wait`, `host` holds it after the next `_synced`."""
         if array.nbytes:
+            self._idle = False
             self._copies.append(self.cl.enqueue_copy(self.queue, host, array.mem,
                                                      src_offset=array.offset,
                                                      is_blocking=False))
@@ -333,6 +344,7 @@ class OpenCLExecutor(GenericOps, CapturedPrograms, ExecutorLoop):
         """`host` into `array`, without waiting: the event keeps `host` until the copy is
         done (pyopencl's), and `host` must not change before the next `_synced`."""
         if array.nbytes:
+            self._idle = False
             self._copies.append(self.cl.enqueue_copy(
                 self.queue, array.mem, np.asarray(host, order="C"), dst_offset=array.offset,
                 is_blocking=False))
@@ -388,6 +400,7 @@ class OpenCLExecutor(GenericOps, CapturedPrograms, ExecutorLoop):
             return array.mem, array.offset // array.dtype.itemsize
 
         launch, queue, events = self.device.launch, self.queue, self._events
+        self._idle = False
         for each in launches:
             event = launch(each, buffer, queue)
             if events is not None:

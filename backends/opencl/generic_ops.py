@@ -12,6 +12,8 @@ import time
 
 import numpy as np
 
+from palimpsest.backends.loop import Pending as HostPending
+from palimpsest.backends.numpy.executor import Executor, ignoring_errors
 from palimpsest.backends.opencl.kernels import GENERATORS
 from palimpsest.backends.opencl.kernels.base import Arg, KernelCall, Unsupported
 
@@ -71,6 +73,7 @@ class GenericOps:
             raise op.error(f"'{info.name}' produced {data.dtype} {list(shape)} for a "
                            f"{target.dtype} {list(target.shape)} buffer")
         if data.nbytes and (target.mem is not data.mem or target.offset != data.offset):
+            self._idle = False
             self._record(self.cl.enqueue_copy(
                 self.queue, target.mem, data.mem, byte_count=data.nbytes,
                 src_offset=data.offset, dst_offset=target.offset))
@@ -142,7 +145,7 @@ class GenericOps:
     # -- host ops --------------------------------------------------------------------------------
     def _host_operands(self, op) -> tuple:
         """The op's (operands, each once, in order; its ins as a set; its outs; its
-        workspaces), found once (an op's operand segments are recomputed at each
+        workspaces; the name its stats count it by), found once (an op's operand segments are recomputed at each
         access)."""
         found = self._host_segments.get(op)
         if found is None:
@@ -150,7 +153,9 @@ class GenericOps:
             found = self._host_segments[op] = (
                 operands, frozenset(op.ins) if hasattr(op, "ins") else frozenset(),
                 tuple(op.outs) if hasattr(op, "outs") else (),
-                tuple(getattr(op, "workspaces", ())))
+                tuple(getattr(op, "workspaces", ())),
+                op.properties["op"].value if op.name in ("buffer.compute", "kernel.generic")
+                else op.name)
         return found
 
     def _mapped(self, operands, values) -> tuple:
@@ -194,6 +199,7 @@ class GenericOps:
         flags = self.cl.map_flags.READ | self.cl.map_flags.WRITE
         maps = {}
         for mem, (low, high) in spans.items():
+            self._idle = False
             memory = self.cl.enqueue_map_buffer(self.queue, mem, flags, low, (high - low,),
                                                 np.uint8, is_blocking=False)[0]
             maps[mem] = low, memory
@@ -207,9 +213,6 @@ class GenericOps:
     def _on_host(self, op, values) -> None:
         """Run `op` with the numpy backend: operands read back, outs written to the device
         (in place on the host's CPU)."""
-        from palimpsest.backends.loop import Pending as HostPending
-        from palimpsest.backends.numpy.executor import Executor
-
         if op.name in ("buffer.compute", "kernel.generic") and (
                 self._relayout(op, values) or self._generic_on_device(op, values)):
             return
@@ -224,7 +227,8 @@ class GenericOps:
             self._host.CHANNELS_LAST_CHAINS = False
         host_executor = self._host
         host_executor.begin_run(self._host_stats)   # (its stats are not read)
-        operands, ins, outs, workspaces = self._host_operands(op)
+        host_executor.errors_ignored = ignoring_errors()   # (set once by the run)
+        operands, ins, outs, workspaces, name = self._host_operands(op)
         mapped, maps = self._mapped(operands, values) if self.device.limits.host_cpu \
             else ({}, ())
         host: dict = {}
@@ -273,9 +277,8 @@ class GenericOps:
                     np.copyto(view, result)
         finally:
             for memory_map in maps:
+                self._idle = False
                 memory_map.release(self.queue)   # (queued: the kernels after it wait)
-        name = op.properties["op"].value if op.name in ("buffer.compute", "kernel.generic") \
-            else op.name
         self.stats.host_ops[name] = self.stats.host_ops.get(name, 0) + 1
         self.stats.transfer_bytes += moved
         if timing is not None:

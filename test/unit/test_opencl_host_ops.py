@@ -88,6 +88,47 @@ def test_a_run_waits_for_the_queue_only_where_the_host_reads(tmp_path, monkeypat
 
 
 @requires_opencl
+def test_a_host_op_after_a_host_op_does_not_wait(tmp_path):
+    """A wait with nothing queued since the last one is skipped (on PoCL it still costs
+    a round trip to the worker): Relu on the device, then two CumSums on the host (no
+    generator) on pool memory, then the output read: one wait before the first CumSum
+    and the run's one at its end, none before the second. Results the numpy backend's,
+    poisoning on (a poisoned run's fills are queued work too)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from palimpsest.backends.numpy.session import Session
+
+    axis = numpy_helper.from_array(np.array(1, np.int64), "axis")
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("CumSum", ["r", "axis"], ["a"]),
+             helper.make_node("CumSum", ["a", "axis"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], [axis])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = str(tmp_path / "cumsums.onnx")
+    onnx.save(model, path)
+    feeds = {"x": np.random.default_rng(3).standard_normal((4, 8)).astype(np.float32)}
+    compare_backends(path, feeds, rtol=1e-6, atol=1e-6, host_ops_allowed=("graph.cum_sum",),
+                     poison=True)
+    session = Session(path, backend="opencl")
+    session.run(feeds)
+    device = session.last_plan.executor.device
+    waits = []
+    wait = device.wait
+    device.wait = lambda queue: waits.append(queue) or wait(queue)
+    try:
+        got = session.run(feeds)
+    finally:
+        del device.wait
+    assert session.last_stats.run_stats.host_ops == {"graph.cum_sum": 2}
+    assert len(waits) == 2
+    np.testing.assert_allclose(got["y"], np.cumsum(np.cumsum(np.maximum(feeds["x"], 0), 1), 1),
+                               rtol=1e-5, atol=1e-5)
+
+
+@requires_opencl
 def test_a_host_op_works_on_device_memory_in_place(tmp_path):
     """On a device that is the host's CPU and keeps a USE_HOST_PTR buffer in the host's
     array (PoCL's), the pools are such arrays and a host op reads and writes them in
