@@ -34,7 +34,7 @@ MAX_DEPTH = (2**31 - 1) // (255 * 128)
 _VNNI = ("avx512_vnni", "avx_vnni", "amx_int8")
 
 
-def _cpu_has_vnni() -> bool:
+def cpu_has_vnni() -> bool:
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
             for line in info:
@@ -84,7 +84,7 @@ def _library():
 def _gemm():
     """The bound `dnnl_gemm_u8s8s32`, or None (no library, or no VNNI)."""
     library = _library()
-    if library is None or not _cpu_has_vnni():
+    if library is None or not cpu_has_vnni():
         return None
     gemm = getattr(library, "dnnl_gemm_u8s8s32", None)
     if gemm is None:

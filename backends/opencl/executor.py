@@ -125,6 +125,7 @@ class OpenCLExecutor(GenericOps, CapturedPrograms, ExecutorLoop):
         self._pool_hosts: dict = {}  # pool name -> the host array its buffer is, or None
         self.host_memory: dict = {}  # a pool's cl.Buffer int_ptr -> (it, its host array)
         self._host_segments: dict = {}  # host op -> its operands (`_host_operands`)
+        self._derived: dict = {}     # (name, constant's buffer, offset) -> (it, derived)
         self._host_stats = RunStats()    # the host executor's (not read)
         self._segments: dict = {}    # op -> its (ins, outs, workspaces)
         self._pool_arrays: dict = {}  # (pool name, size, dtype) -> its DeviceArray (`pool`)

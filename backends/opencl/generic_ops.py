@@ -15,7 +15,7 @@ import numpy as np
 from palimpsest.backends.loop import Pending as HostPending
 from palimpsest.backends.numpy.executor import Executor, ignoring_errors
 from palimpsest.backends.opencl.kernels import GENERATORS
-from palimpsest.backends.opencl.kernels.base import Arg, KernelCall, Unsupported
+from palimpsest.backends.opencl.kernels.base import DERIVED, Arg, KernelCall, Unsupported
 
 # generic graph ops that keep the data's bytes in order: a device-to-device copy
 RELAYOUTS = frozenset({"graph.reshape", "graph.flatten", "graph.squeeze", "graph.unsqueeze",
@@ -139,8 +139,26 @@ class GenericOps:
             self.launches[key] = launches
         if isinstance(launches, Unsupported):
             return False
-        self._enqueue(launches, {"in": ins, "out": outs, "ws": {}})
+        self._enqueue(launches, {"in": ins, "out": outs, "ws": {},
+                                 "derived": _Derived(self, ins)})
         return True
+
+    def derived(self, name: str, array):
+        """DERIVED[name] of DeviceArray `array` on the device: made once for a constant
+        (kept by the executor with the constant's buffer), else at each call."""
+        from palimpsest.backends.opencl.executor import DeviceArray
+
+        if array.host is None:
+            made = np.ascontiguousarray(DERIVED[name](self._download(array)))
+            return DeviceArray(self.device.upload(made), 0, made.shape, made.dtype)
+        key = (name, array.mem.int_ptr, array.offset)
+        entry = self._derived.get(key)
+        if entry is None or entry[0] is not array.mem:   # (the entry holds the constant's)
+            made = np.ascontiguousarray(DERIVED[name](array.host))
+            entry = self._derived[key] = (array.mem, DeviceArray(
+                self.device.upload(made), 0, made.shape, made.dtype))
+        return entry[1]
+
 
     # -- host ops --------------------------------------------------------------------------------
     def _host_operands(self, op) -> tuple:
@@ -283,3 +301,16 @@ class GenericOps:
         self.stats.transfer_bytes += moved
         if timing is not None:
             timing.host_seconds += time.perf_counter() - start
+
+
+class _Derived:
+    """A launch's "derived" buffer group: (name, in index) -> the executor's `derived`."""
+
+    __slots__ = ("executor", "ins")
+
+    def __init__(self, executor, ins):
+        self.executor, self.ins = executor, ins
+
+    def __getitem__(self, key):
+        name, index = key
+        return self.executor.derived(name, self.ins[index])

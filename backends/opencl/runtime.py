@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from palimpsest.backends.host import HUGE_PAGES_FROM, aligned_empty, huge_page_copy, l2_bytes
-from palimpsest.backends.opencl.kernels.base import DeviceLimits, Launch, Ref
+from palimpsest.backends.opencl.kernels.base import DERIVED, DeviceLimits, Launch, Ref
 
 
 def _spare_cpu() -> bool:
@@ -31,6 +31,53 @@ def _spare_cpu() -> bool:
         return len(os.sched_getaffinity(0)) > 1
     except (AttributeError, OSError):   # (no affinity API: the CPU count)
         return (os.cpu_count() or 1) > 1
+
+
+# The CPU's 8-bit dot product in generated code: PoCL compiles a CPU device's kernels for
+# the nearest CPU its kernel library was built for (a Sapphire Rapids runs as
+# skylake-avx512, without AVX-512 VNNI), but a function marked target("avx512vnni") may
+# call vpdpbusd's builtin (sixteen sums of four u8 x s8 products an instruction). What
+# this program computes, a kernel may do: `Device` runs it once where the host's CPU has
+# the instruction and the device is that CPU, and sets `DeviceLimits.vnni` where the
+# sums are right.
+VNNI = """typedef int pal_v16si __attribute__((__vector_size__(64)));
+typedef int pal_v16si_u __attribute__((__vector_size__(64), __aligned__(4)));   // (loads)
+#define PAL_VNNI __attribute__((target("avx512vnni")))
+#define PAL_SPLAT(w) ((pal_v16si){w, w, w, w, w, w, w, w, w, w, w, w, w, w, w, w})
+"""
+
+
+def _vnni_works(context, queue) -> bool:
+    """Whether a kernel using `VNNI` builds and sums right on this device."""
+    import pyopencl as cl
+
+    source = VNNI + """PAL_VNNI void dpbusd(__local const int* b, int16* out) {
+  // 1 + the u8 x s8 products of the bytes 1, 2, 255, 128 by b's, lane by lane
+  const pal_v16si sums = __builtin_ia32_vpdpbusd512(PAL_SPLAT(1), PAL_SPLAT((int)0x80FF0201u),
+                                                    *(__local const pal_v16si_u*)b);
+  *out = *(const int16*)&sums;
+}
+__kernel void probe(__global const int* b, __global int* out) {
+  __local int row[16];
+  for (int n = 0; n < 16; ++n) row[n] = b[n];
+  int16 sums;
+  dpbusd(row, &sums);
+  vstore16(sums, 0, out);
+}"""
+    b = np.arange(-32, 32, dtype=np.int8)
+    want = 1 + (b.reshape(16, 4).astype(np.int32) * np.array([1, 2, 255, 128])).sum(axis=1)
+    try:
+        kernel = cl.Program(context, source).build().probe
+        flags = cl.mem_flags
+        b_mem = cl.Buffer(context, flags.READ_ONLY | flags.COPY_HOST_PTR, hostbuf=b)
+        out_mem = cl.Buffer(context, flags.WRITE_ONLY, 64)
+        kernel(queue, (1,), (1,), b_mem, out_mem)
+        got = np.empty(16, np.int32)
+        cl.enqueue_copy(queue, got, out_mem)
+        queue.finish()
+    except cl.Error:
+        return False
+    return bool(np.array_equal(got, want))
 
 
 class OpenCLUnavailable(Exception):
@@ -135,10 +182,14 @@ class Device:
         # MEM_BASE_ADDR_ALIGN is in bits; planned offsets are multiples of this many bytes
         self.alignment = max(64, cl_device.mem_base_addr_align // 8)
         host_cpu = bool(cl_device.type & cl.device_type.CPU)
+        from palimpsest.backends.onednn import cpu_has_vnni
+
         self.limits = DeviceLimits(cl_device.max_work_group_size, cl_device.local_mem_size,
                                    cl_device.max_compute_units,
                                    tuple(cl_device.max_work_item_sizes), host_cpu,
-                                   l2_bytes() if host_cpu else 0)
+                                   l2_bytes() if host_cpu else 0,
+                                   host_cpu and cpu_has_vnni()
+                                   and _vnni_works(self.context, self.queue))
         self.name = f"{cl_device.name.strip()} ({cl_device.platform.name.strip()})"
         self.build_stats = BuildStats()
         self._kernels: dict = {}   # (source, name) -> cl.Kernel
@@ -460,6 +511,12 @@ def run_launches(launches: list, ins: list, outs: list, workspaces: dict | None 
         put(("out", index), array)
     for role, array in (workspaces or {}).items():
         put(("ws", role), array)
+    for launch in launches:
+        for arg in launch.args:
+            if isinstance(arg, Ref) and arg.group == "derived" and \
+                    ("derived", arg.key) not in memories:
+                name, index = arg.key
+                put(("derived", arg.key), DERIVED[name](np.asarray(ins[index])))
     for launch in launches:
         dev.launch(launch, lambda r: memories[(r.group, r.key)][:2])
     results = []

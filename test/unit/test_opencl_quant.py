@@ -35,6 +35,24 @@ def _saved(model, tmp_path):
     return str(path)
 
 
+def _vnni_device() -> bool:
+    from palimpsest.backends.opencl.runtime import device
+
+    return device().limits.vnni
+
+
+@pytest.fixture(params=["float", "vnni"])
+def lstm_form(request, monkeypatch):
+    """The kernel's form under test: its float sums of bytes, or (on a device with the
+    8-bit dot product, DeviceLimits.vnni) the VNNI form; the name."""
+    from palimpsest.backends.opencl.kernels import recurrent
+
+    if request.param == "vnni" and not _vnni_device():
+        pytest.skip("the device has no 8-bit dot product (DeviceLimits.vnni)")
+    monkeypatch.setattr(recurrent, "USE_VNNI", request.param == "vnni")
+    return request.param
+
+
 @requires_opencl
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
 @pytest.mark.parametrize("case, size, hidden", [
@@ -45,7 +63,10 @@ def _saved(model, tmp_path):
     ("plain", 12, 64),          # 256 gate columns: one work-item of 16 vectors (a CPU
     ("plain", 12, 128),         # device's), or two; the cell on 16-unit vectors
 ])
-def test_quantized_lstm_runs_on_the_device(tmp_path, direction, case, size, hidden):
+def test_quantized_lstm_runs_on_the_device(tmp_path, direction, case, size, hidden,
+                                           lstm_form):
+    """Each form (uint8 weights: the float one) against the numpy backend and
+    onnxruntime, poisoning on."""
     model, feeds = _dq_lstm(direction, 7, 1, size, hidden, 3,
                             per_column=case == "per_column", optional=case != "no_optional",
                             unsigned=case == "unsigned")
@@ -56,6 +77,50 @@ def test_quantized_lstm_runs_on_the_device(tmp_path, direction, case, size, hidd
     expected = _onnxruntime(model, feeds)
     for name in ("y", "y_h", "y_c"):
         np.testing.assert_allclose(got[name], expected[name], atol=2e-3, err_msg=name)
+
+
+@requires_opencl
+def test_quantized_lstm_vnni_weights_given_at_run_time(tmp_path, lstm_form):
+    """W and R graph inputs, not constants: the VNNI form packs them at every run (two
+    runs with other weights give each its own results); the same results either form."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from palimpsest.backends.numpy.session import Session
+
+    model, feeds = _dq_lstm("bidirectional", 5, 1, 8, 16, 6)
+    graph = model.graph
+    for name in ("W", "R"):
+        (init,) = [t for t in graph.initializer if t.name == name]
+        array = numpy_helper.to_array(init)
+        graph.initializer.remove(init)
+        graph.input.append(helper.make_tensor_value_info(
+            name, onnx.TensorProto.INT8, list(array.shape)))
+        feeds[name] = array
+    path = _saved(model, tmp_path)
+    session = Session(path, backend="opencl")
+    for seed in (0, 1):
+        rng = np.random.default_rng(seed)
+        feeds = dict(feeds, R=rng.integers(-128, 128, feeds["R"].shape).astype(np.int8))
+        got = session.run(feeds)
+        assert LSTM not in session.last_stats.run_stats.host_ops
+        expected = Session(path).run(feeds)
+        for name in ("y", "y_h", "y_c"):
+            np.testing.assert_allclose(got[name], expected[name], atol=2e-3, err_msg=name)
+
+
+def test_vnni_packing_is_vpdpbusd_order():
+    """A packed weight's word (k4, n) holds rows 4 k4 .. 4 k4 + 3 of column n, the first
+    the low byte (plus 128 for the unsigned form), then the column sums."""
+    from palimpsest.backends.opencl.kernels.recurrent import vnni_r, vnni_w
+
+    weight = np.random.default_rng(2).integers(-128, 128, (2, 8, 5)).astype(np.int8)
+    for packed, shift in ((vnni_r(weight), 0), (vnni_w(weight), 128)):
+        assert packed.dtype == np.int32 and packed.shape == (2, 2 * 5 + 5)
+        words = packed[:, :10].reshape(2, 2, 5).view(np.uint8).reshape(2, 2, 5, 4)
+        for d, k4, n, j in np.ndindex(2, 2, 5, 4):
+            assert words[d, k4, n, j] == (int(weight[d, 4 * k4 + j, n]) + shift) % 256
+        np.testing.assert_array_equal(packed[:, 10:], weight.sum(axis=1))
 
 
 @requires_opencl
@@ -76,7 +141,7 @@ def test_quantized_lstm_row_split_product(tmp_path, monkeypatch, direction, size
 
     device = runtime.device()
     monkeypatch.setattr(device, "limits", dataclasses.replace(device.limits, host_cpu=True,
-                                                              l2_bytes=64))
+                                                              l2_bytes=64, vnni=False))
     model, feeds = _dq_lstm(direction, steps, 1, size, hidden, 8)
     _, got, stats = compare_backends(_saved(model, tmp_path), feeds, rtol=0, atol=2e-3,
                                      poison=True)
@@ -86,10 +151,10 @@ def test_quantized_lstm_row_split_product(tmp_path, monkeypatch, direction, size
         np.testing.assert_allclose(got[name], expected[name], atol=2e-3, err_msg=name)
 
 
-def _generated_lstm(hidden: int, host_cpu: bool) -> list:
+def _generated_lstm(hidden: int, host_cpu: bool, vnni: bool = False) -> list:
     """The launches the generator makes of a 20-step forward DynamicQuantizeLSTM of
     `hidden` units over 40 inputs, int8 weights, on a device with 2 MiB of local
-    memory (a CPU one, of 2 MiB of L2, or a GPU)."""
+    memory (a CPU one, of 2 MiB of L2, with the 8-bit dot product or not, or a GPU)."""
     from palimpsest.backends.opencl.kernels.base import Arg, DeviceLimits, KernelCall
     from palimpsest.backends.opencl.kernels.recurrent import dynamic_quantize_lstm
 
@@ -101,7 +166,7 @@ def _generated_lstm(hidden: int, host_cpu: bool) -> list:
     outs = [arg((20, 1, 1, hidden), np.float32)]
     limits = DeviceLimits(max_work_group_size=4096, local_mem_size=2 << 20,
                           max_work_item_sizes=(4096, 4096, 4096), host_cpu=host_cpu,
-                          l2_bytes=2 << 20 if host_cpu else 0)
+                          l2_bytes=2 << 20 if host_cpu else 0, vnni=vnni)
     return dynamic_quantize_lstm(KernelCall(LSTM, {}, ins, outs, {}, limits))
 
 
@@ -147,17 +212,22 @@ def test_quantized_lstm_the_kernel_leaves_to_the_host(tmp_path, case):
 
 
 def test_quantized_lstm_on_the_host_of_a_cpu_device(monkeypatch):
-    """On a CPU device, where the host's steps multiply R's bytes on oneDNN (products of
-    SMALLEST multiply-adds and more), the op is the host's; a GPU's device, or a smaller
-    R, runs the kernel."""
+    """On a CPU device without the 8-bit dot product, where the host's steps multiply
+    R's bytes on oneDNN (products of SMALLEST multiply-adds and more), the op is the
+    host's; a GPU's device, or a smaller R, runs the float form; a CPU device with the
+    dot product (DeviceLimits.vnni) runs the VNNI form, its weights packed once."""
     from palimpsest.backends import onednn
     from palimpsest.backends.opencl.kernels.base import Unsupported
 
     monkeypatch.undo()
     call = _generated_lstm
 
-    assert len(call(512, False)) == 1
+    assert "vpdpbusd" not in call(512, False)[0].source
     assert len(call(64, True)) == 1          # 64 x 256: below oneDNN's SMALLEST
+    (vnni,) = call(512, True, vnni=True)
+    assert "vpdpbusd" in vnni.source
+    assert [a.key for a in vnni.args if getattr(a, "group", None) == "derived"] == [
+        ("vnni_w", 1), ("vnni_r", 2)]
     if not onednn.available():
         assert len(call(512, True)) == 1
         return
@@ -172,6 +242,7 @@ def test_quantized_lstm_on_the_host_matches(tmp_path, monkeypatch):
     from palimpsest.backends.opencl.kernels import recurrent
 
     monkeypatch.setattr(recurrent, "host_products", lambda r, batch: True)
+    monkeypatch.setattr(recurrent, "USE_VNNI", False)
     model, feeds = _dq_lstm("bidirectional", 6, 1, 12, 32, 3)
     _, got, stats = compare_backends(_saved(model, tmp_path), feeds, rtol=0, atol=1e-6,
                                      host_ops_allowed=(LSTM,), poison=True)

@@ -73,6 +73,8 @@ class DeviceLimits:
     host_cpu: bool = False
     # a core's L2 cache in bytes where the device is the host's CPU (sysfs), else 0
     l2_bytes: int = 0
+    # generated code may use the CPU's 8-bit dot product (runtime.py `VNNI`)
+    vnni: bool = False
 
 
 @dataclass
@@ -87,16 +89,32 @@ class KernelCall:
 
 @dataclass(frozen=True)
 class Ref:
-    """A buffer argument: group "in" / "out" (index) or "ws" (role)."""
+    """A buffer argument: group "in" / "out" (index), "ws" (role) or "derived" ((name,
+    index): DERIVED[name] of in `index`)."""
 
     group: str
     key: object
 
 
 def ref(group: str, key) -> Ref:
-    if group not in ("in", "out", "ws"):
+    if group not in ("in", "out", "ws", "derived"):
         raise ValueError(f"unknown buffer group '{group}'")
     return Ref(group, key)
+
+
+# name -> fn(host array) -> host array: an in re-laid out for a kernel (8-bit weights
+# in the dot product instruction's order), made once per constant by the executor
+# (`derived`) and kept with it on the device; of an in that is not a constant, made at
+# each launch
+DERIVED: dict = {}
+
+
+def derived(name: str):
+    """Register a DERIVED transform under `name` (a decorator)."""
+    def register(fn):
+        DERIVED[name] = fn
+        return fn
+    return register
 
 
 @dataclass

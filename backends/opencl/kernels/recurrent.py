@@ -38,7 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from palimpsest.backends.opencl.kernels.base import (
-    KernelCall, Launch, Unsupported, bind, generator, params, ref)
+    KernelCall, Launch, Unsupported, bind, derived, generator, params, ref)
 from palimpsest.backends.opencl.kernels.lstm import (
     LSTM_CELL, cell_steps, directions, vectors_per_item)
 
@@ -237,6 +237,74 @@ inline void project(__local const float* xq, __local const float* xsums,
 }}"""
 
 
+# steps whose X rows the VNNI projection multiplies by one packed W vector at once
+VNNI_STEP_BLOCK = 8
+
+
+def _vnni_helpers(u: int) -> str:
+    """The VNNI form's functions (runtime.py `VNNI`) over the weights packed once
+    (`vnni_weights`): `project_vnni`, VNNI_STEP_BLOCK steps' X bytes (less 128, as
+    int8) times W's packed vector (plus 128, as uint8: the broadcast operand is the
+    signed one, read straight from memory) and `product_vnni`, a step's h bytes times a
+    work-item's `u` packed R vectors. The sums are unrolled into named variables: as an
+    array indexed in a loop they were kept in memory, a load and a store a product
+    (the projection 0.72 ms a voicefilter-lite layer)."""
+    from palimpsest.backends.opencl.runtime import VNNI
+
+    steps, vectors = range(VNNI_STEP_BLOCK), range(u)
+    return VNNI + f"""
+// out[i]: the sums over X's bytes of step min(t0 + i, T - 1) times W's packed column
+// vector from col
+PAL_VNNI void project_vnni(__local const uint* x8, const int t0, __global const int* packed,
+                           const int col, int16* out) {{
+  {" ".join(f"pal_v16si acc{i} = PAL_SPLAT(0);" for i in steps)}
+  {" ".join(f"__local const uint* x{i} = x8 + min(t0 + {i}, T - 1) * (I / 4);" for i in steps)}
+  for (int k4 = 0; k4 < I / 4; ++k4) {{
+    const pal_v16si w = *(__global const pal_v16si_u*)(packed + k4 * G + col);
+    {" ".join(f"acc{i} = __builtin_ia32_vpdpbusd512(acc{i}, w, PAL_SPLAT((int)x{i}[k4]));"
+              for i in steps)}
+  }}
+  {" ".join(f"out[{i}] = *(const int16*)&acc{i};" for i in steps)}
+}}
+// out[v]: the sums over h's bytes times R's packed column vector v from col0
+PAL_VNNI void product_vnni(__local const uint* h8, __global const int* packed,
+                           const int col0, int16* out) {{
+  {" ".join(f"pal_v16si acc{v} = PAL_SPLAT(0);" for v in vectors)}
+  for (int k4 = 0; k4 < H / 4; ++k4) {{
+    const pal_v16si h = PAL_SPLAT((int)h8[k4]);
+    __global const pal_v16si_u* row = (__global const pal_v16si_u*)(packed + k4 * G + col0);
+    {" ".join(f"acc{v} = __builtin_ia32_vpdpbusd512(acc{v}, h, row[{v}]);" for v in vectors)}
+  }}
+  {" ".join(f"out[{v}] = *(const int16*)&acc{v};" for v in vectors)}
+}}
+"""
+
+
+def _vnni_packed(weight, unsigned: bool):
+    """An int8 weight (dirs x K x N) as vpdpbusd reads it, per direction K/4 x N words
+    (word (k4, n): rows 4 k4 .. 4 k4 + 3 of column n, the first the low byte; each plus
+    128 as uint8 where `unsigned`) then the N column sums (of the weight as given): int32
+    dirs x (K/4 N + N)."""
+    dirs, depth, columns = weight.shape
+    words = weight.reshape(dirs, depth // 4, 4, columns).transpose(0, 1, 3, 2)
+    if unsigned:
+        words = words.view(np.uint8) ^ np.uint8(0x80)
+    words = np.ascontiguousarray(words).view(np.int32).reshape(dirs, -1)
+    return np.concatenate([words, weight.sum(axis=1, dtype=np.int32)], axis=1)
+
+
+@derived("vnni_w")
+def vnni_w(w):
+    """W for the VNNI projection (`_vnni_packed`, unsigned)."""
+    return _vnni_packed(w, True)
+
+
+@derived("vnni_r")
+def vnni_r(r):
+    """R for the VNNI steps (`_vnni_packed`, signed)."""
+    return _vnni_packed(r, False)
+
+
 def _local_floats(steps: int, size: int, hidden: int, gates: int, items: int,
                   split: bool) -> int:
     """The kernel's local memory, in floats: every step's projection and quantized X
@@ -255,10 +323,88 @@ def host_products(r, batch: int) -> bool:
     return int8_products.usable(np.uint8, stand_in, batch)
 
 
+def _float_x_sums() -> str:
+    """A step's sum of X's quantized values (less the zero point), exact in float."""
+    return """    float total = 0.0f;
+    for (int k = 0; k < I; ++k) total += xq[t * I + k];
+    xsums[t] = total;"""
+
+
+def _float_projection(column, bias) -> str:
+    """X W^T of every step in the float form (`_projection`), each work-item's columns."""
+    b_w = f"vload16(0, {bias} + col)" if bias else "(float16)(0.0f)"
+    b_r = f"vload16(0, {bias} + G + col)" if bias else "(float16)(0.0f)"
+    return f"""  for (int v = 0; v < U; ++v) {{
+    const int col = (lid * U + v) * 16;
+    project(xq, xsums, wd + col, col, {column("w_zero")}, x_scale * {column("w_scale")},
+            {b_w}, {b_r}, proj);
+  }}"""
+
+
+def _vnni_x_sums() -> str:
+    """A step's sum of X's quantized values (less the zero point) from its bytes (less
+    128: `_vnni_projection`)."""
+    return """    int total = 0;
+    for (int k = 0; k < I; ++k) total += ((__local const char*)x8)[t * I + k];
+    xsums[t] = (float)(total + I * (128 - (int)(255.0f - x_top)));"""
+
+
+def _vnni_projection(column, bias) -> str:
+    """X W^T of every step in the VNNI form, each work-item's columns VNNI_STEP_BLOCK
+    steps at a time: with x' = x8 - 128 (the bytes as int8) and w' = w + 128, the sum
+    over x' w' less 128 times the step's centred sum, plus (128 - X's zero point) times
+    the column's sum of w' (its sum plus 128 I): the centred X's product by W; less W's
+    zero point's term, scaled, plus W's bias and R's."""
+    block = VNNI_STEP_BLOCK
+    b_w = f"vload16(0, {bias} + col)" if bias else "(float16)(0.0f)"
+    b_r = f"vload16(0, {bias} + G + col)" if bias else "(float16)(0.0f)"
+    return f"""  for (int v = 0; v < U; ++v) {{
+    const int col = (lid * U + v) * 16;
+    const int16 column_term = (128 - (int)(255.0f - x_top))
+                              * (vload16(0, wp + I / 4 * G + col) + 128 * I);
+    const int16 step_factor = 128 + convert_int16({column("w_zero")});
+    const float16 scale = x_scale * {column("w_scale")}, w_bias = {b_w}, r_bias = {b_r};
+    for (int t0 = 0; t0 < T; t0 += {block}) {{
+      int16 sums[{block}];
+      project_vnni(x8, t0, wp, col, sums);
+      for (int i = 0; i < {block} && t0 + i < T; ++i)
+        vstore16((convert_float16(sums[i] + column_term - step_factor * (int)xsums[t0 + i])
+                  * scale + w_bias) + r_bias, 0, proj + (t0 + i) * G + col);
+    }}
+  }}"""
+
+
+def _vnni_step_product() -> str:
+    """A step's h R^T in the VNNI form: h's bytes times the packed R, less h's zero
+    point times the column sums (the centred h's products, as the float form's)."""
+    return """product_vnni(h8, rp, lid * U * 16, products);
+    for (int v = 0; v < U; ++v)
+      products[v] -= (int)(255.0f - h_top) * vload16(0, rp + H / 4 * G + (lid * U + v) * 16);"""
+
+
+def _vnni_local_bytes(op: dict, items: int) -> int:
+    """The VNNI form's local memory: every step's projection, X's bytes (and each
+    step's sum), h's bytes, h, c, the gates, the reductions' partials."""
+    steps, size, hidden, gates = (op[k] for k in ("steps", "size", "hidden", "gates"))
+    return 4 * (steps * gates + steps * size // 4 + steps + hidden // 4 + 2 * hidden
+                + gates + 3 * items + 8)
+
+
+# whether a device with the 8-bit dot product (DeviceLimits.vnni) takes the VNNI form
+# (tests turn it off to run the float form there)
+USE_VNNI = True
+
+
 @generator("graph.dynamic_quantize_lstm")
 def dynamic_quantize_lstm(call: KernelCall) -> list:
     op = _checked(call)
-    if call.device.host_cpu and host_products(op["r"], op["x"].shape[1]):
+    limit = min(call.device.max_work_group_size, call.device.max_work_item_sizes[0])
+    u = _columns_per_item(op["gates"], limit, call.device.host_cpu)
+    items = op["gates"] // (16 * u)
+    vnni = (USE_VNNI and call.device.vnni and op["w"].dtype == np.int8
+            and op["r"].dtype == np.int8 and op["size"] % 4 == 0 and op["hidden"] % 4 == 0
+            and _vnni_local_bytes(op, items) <= call.device.local_mem_size)
+    if not vnni and call.device.host_cpu and host_products(op["r"], op["x"].shape[1]):
         # on the device's own CPU the host's step, oneDNN's vector-matrix product of
         # bytes, beats this kernel's float sums of them, its operands mapped in place
         # (no copies on such a device): voicefilter-lite's 512-unit layers 7.4 against
@@ -267,11 +413,9 @@ def dynamic_quantize_lstm(call: KernelCall) -> list:
                           "oneDNN (faster)")
     dirs, steps, size, hidden, gates = (op[k] for k in ("dirs", "steps", "size", "hidden",
                                                           "gates"))
-    limit = min(call.device.max_work_group_size, call.device.max_work_item_sizes[0])
-    u = _columns_per_item(gates, limit, call.device.host_cpu)
-    items = gates // (16 * u)
-    rows_per_item = _rows_per_item(hidden, gates, items, call.device)
-    local_bytes = 4 * _local_floats(steps, size, hidden, gates, items, bool(rows_per_item))
+    rows_per_item = None if vnni else _rows_per_item(hidden, gates, items, call.device)
+    local_bytes = _vnni_local_bytes(op, items) if vnni else \
+        4 * _local_floats(steps, size, hidden, gates, items, bool(rows_per_item))
     if rows_per_item and local_bytes > call.device.local_mem_size:
         rows_per_item = None
         local_bytes = 4 * _local_floats(steps, size, hidden, gates, items, False)
@@ -285,7 +429,8 @@ def dynamic_quantize_lstm(call: KernelCall) -> list:
         (name, "float", False) for name in present] + [
         ("w_scale", "float", False), ("w_zero", w_type, False),
         ("r_scale", "float", False), ("r_zero", r_type, False)] + [
-        (name, "float", True) for name in names]
+        (name, "float", True) for name in names] + (
+        [("w_packed", "int", False), ("r_packed", "int", False)] if vnni else [])
     per_column = {name: op[name].size > dirs
                   for name in ("w_scale", "w_zero", "r_scale", "r_zero")}
 
@@ -313,8 +458,9 @@ inline void gather(__local const float* lows, __local const float* highs, __loca
   for (int k = 1; k < LS; ++k) {{ lo = fmin(lo, lows[k]); hi = fmax(hi, highs[k]); }}
   quantization(lo, hi, q);
 }}
-{_projection(w_type, CPU_STEP_BLOCK if call.device.host_cpu else STEP_BLOCK)}
-{_product_rows(r_type) if rows_per_item else _product(r_type, u)}
+{_vnni_helpers(u) if vnni else _projection(w_type, CPU_STEP_BLOCK if call.device.host_cpu
+                                               else STEP_BLOCK)}
+{"" if vnni else _product_rows(r_type) if rows_per_item else _product(r_type, u)}
 {LSTM_CELL}
 
 __kernel __attribute__((reqd_work_group_size(LS, 1, 1)))
@@ -324,9 +470,10 @@ void dynamic_quantize_lstm({params(*buffers)}) {{
   const int lid = get_local_id(0);
   const int reverse = {1 if op["reverse_all"] else 0} || d == 1;
   __local float proj[T * G];
-  __local float xq[T * I];
+  {"__local uint x8[T * I / 4];" if vnni else "__local float xq[T * I];"}
   __local float xsums[T];
-  __local float hq[H];
+  {"__local uint h8[H / 4];" if vnni else "__local float hq[H];"}
+
   __local float hs[H];
   __local float cs[H];
   __local float gate[G];
@@ -344,26 +491,21 @@ void dynamic_quantize_lstm({params(*buffers)}) {{
   if (lid == 0) gather(lows, highs, q);
   barrier(CLK_LOCAL_MEM_FENCE);
   const float x_div = q[0], x_top = q[1], x_scale = q[2];
-  for (int e = lid; e < T * I; e += LS) xq[e] = fmin(rint(x[e] / x_div), x_top);
+  {"for (int e = lid; e < T * I; e += LS) ((__local uchar*)x8)[e] = (uchar)(fmin(rint(x[e] / x_div), x_top) + (255.0f - x_top)) ^ 0x80;" if vnni else "for (int e = lid; e < T * I; e += LS) xq[e] = fmin(rint(x[e] / x_div), x_top);"}
   for (int j = lid; j < H; j += LS) {{
     hs[j] = {"h0[d * H + j]" if op["h0"] is not None else "0.0f"};
     cs[j] = {"c0[d * H + j]" if op["c0"] is not None else "0.0f"};
   }}
   barrier(CLK_LOCAL_MEM_FENCE);
   for (int t = lid; t < T; t += LS) {{   // (integers below 2**24: exact)
-    float total = 0.0f;
-    for (int k = 0; k < I; ++k) total += xq[t * I + k];
-    xsums[t] = total;
+{_vnni_x_sums() if vnni else _float_x_sums()}
   }}
   barrier(CLK_LOCAL_MEM_FENCE);
   __global const {w_type}* wd = w + d * I * G;
   __global const {r_type}* rd = r + d * H * G;
-  for (int v = 0; v < U; ++v) {{
-    const int col = (lid * U + v) * 16;
-    project(xq, xsums, wd + col, col, {column("w_zero")}, x_scale * {column("w_scale")},
-            {f"vload16(0, {bias} + col)" if bias else "(float16)(0.0f)"},
-            {f"vload16(0, {bias} + G + col)" if bias else "(float16)(0.0f)"}, proj);
-  }}
+  {"__global const int* wp = w_packed + d * (I / 4 * G + G);" if vnni else ""}
+  {"__global const int* rp = r_packed + d * (H / 4 * G + G);" if vnni else ""}
+{(_vnni_projection if vnni else _float_projection)(column, bias)}
 
   for (int s = 0; s < T; ++s) {{
     const int t = reverse ? T - 1 - s : s;
@@ -375,13 +517,13 @@ void dynamic_quantize_lstm({params(*buffers)}) {{
     barrier(CLK_LOCAL_MEM_FENCE);
     const float h_div = q[0], h_top = q[1], h_scale = q[2];
     float part = 0.0f;
-    for (int j = lid; j < H; j += LS) {{ hq[j] = fmin(rint(hs[j] / h_div), h_top); part += hq[j]; }}
+    {"for (int j = lid; j < H; j += LS) { const float qj = fmin(rint(hs[j] / h_div), h_top); ((__local uchar*)h8)[j] = (uchar)(qj + (255.0f - h_top)); part += qj; }" if vnni else "for (int j = lid; j < H; j += LS) { hq[j] = fmin(rint(hs[j] / h_div), h_top); part += hq[j]; }"}
     sums[lid] = part;
     barrier(CLK_LOCAL_MEM_FENCE);
     float hsum = 0.0f;   // (integers below 2**24: exact in any order)
     for (int k = 0; k < LS; ++k) hsum += sums[k];
     int16 products[U];
-    {"product_rows(hq, rd, lid, row_sums); barrier(CLK_LOCAL_MEM_FENCE); gather_products(row_sums, lid, products);" if rows_per_item else "product_r(hq, rd + lid * U * 16, products);"}
+    {_vnni_step_product() if vnni else "product_rows(hq, rd, lid, row_sums); barrier(CLK_LOCAL_MEM_FENCE); gather_products(row_sums, lid, products);" if rows_per_item else "product_r(hq, rd + lid * U * 16, products);"}
     for (int v = 0; v < U; ++v) {{
       const int col = (lid * U + v) * 16;
       const int16 pr = products[v] - convert_int16({column("r_zero")}) * (int)hsum;
@@ -405,5 +547,7 @@ void dynamic_quantize_lstm({params(*buffers)}) {{
     args = [ref("in", slot["x"]), ref("in", slot["w"]), ref("in", slot["r"])] + [
         ref("in", slot[name]) for name in present] + [
         ref("in", slot[name]) for name in ("w_scale", "w_zero", "r_scale", "r_zero")] + [
-        ref("out", index) for index in range(len(names))]
+        ref("out", index) for index in range(len(names))] + (
+        [ref("derived", ("vnni_w", slot["w"])), ref("derived", ("vnni_r", slot["r"]))]
+        if vnni else [])
     return [Launch(source, "dynamic_quantize_lstm", (dirs * items,), (items,), args)]
