@@ -323,6 +323,50 @@ def host_products(r, batch: int) -> bool:
     return int8_products.usable(np.uint8, stand_in, batch)
 
 
+def _step_quantization(hidden: int, vnni: bool) -> str:
+    """A step's h quantized over its own range, each work-item's part of its sum in
+    `part`: h's bytes (VNNI form) or centred values (float form). Where H is a multiple
+    of 16, a work-item's units 16 at a time (a scalar loop of divisions and rints was
+    ~3 us of a 512-unit step on PoCL); the sums are exact integers either way."""
+    store = "vstore16(convert_uchar16(qj + (255.0f - h_top)), 0, (__local uchar*)h8 + j);" \
+        if vnni else "vstore16(qj, 0, hq + j);"
+    scalar = "((__local uchar*)h8)[j] = (uchar)(qj + (255.0f - h_top));" if vnni else \
+        "hq[j] = qj;"
+    if hidden % 16:
+        return f"""    lo = 0.0f; hi = 0.0f;
+    for (int j = lid; j < H; j += LS) {{ lo = fmin(lo, hs[j]); hi = fmax(hi, hs[j]); }}
+    lows[lid] = lo; highs[lid] = hi;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0) gather(lows, highs, q);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const float h_div = q[0], h_top = q[1], h_scale = q[2];
+    float part = 0.0f;
+    for (int j = lid; j < H; j += LS) {{
+      const float qj = fmin(rint(hs[j] / h_div), h_top); {scalar} part += qj;
+    }}"""
+    return f"""    float16 low = (float16)(0.0f), high = (float16)(0.0f);
+    for (int j = lid * 16; j < H; j += LS * 16) {{
+      const float16 v = vload16(0, hs + j); low = fmin(low, v); high = fmax(high, v);
+    }}
+    const float8 low8 = fmin(low.lo, low.hi), high8 = fmax(high.lo, high.hi);
+    const float4 low4 = fmin(low8.lo, low8.hi), high4 = fmax(high8.lo, high8.hi);
+    lows[lid] = fmin(fmin(low4.x, low4.y), fmin(low4.z, low4.w));
+    highs[lid] = fmax(fmax(high4.x, high4.y), fmax(high4.z, high4.w));
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0) gather(lows, highs, q);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const float h_div = q[0], h_top = q[1], h_scale = q[2];
+    float16 parts = (float16)(0.0f);
+    for (int j = lid * 16; j < H; j += LS * 16) {{
+      const float16 qj = fmin(rint(vload16(0, hs + j) / h_div), h_top);
+      {store}
+      parts += qj;
+    }}
+    const float8 parts8 = parts.lo + parts.hi;
+    const float4 parts4 = parts8.lo + parts8.hi;
+    float part = (parts4.x + parts4.y) + (parts4.z + parts4.w);"""
+
+
 def _float_x_sums() -> str:
     """A step's sum of X's quantized values (less the zero point), exact in float."""
     return """    float total = 0.0f;
@@ -509,15 +553,7 @@ void dynamic_quantize_lstm({params(*buffers)}) {{
 
   for (int s = 0; s < T; ++s) {{
     const int t = reverse ? T - 1 - s : s;
-    lo = 0.0f; hi = 0.0f;
-    for (int j = lid; j < H; j += LS) {{ lo = fmin(lo, hs[j]); hi = fmax(hi, hs[j]); }}
-    lows[lid] = lo; highs[lid] = hi;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (lid == 0) gather(lows, highs, q);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const float h_div = q[0], h_top = q[1], h_scale = q[2];
-    float part = 0.0f;
-    {"for (int j = lid; j < H; j += LS) { const float qj = fmin(rint(hs[j] / h_div), h_top); ((__local uchar*)h8)[j] = (uchar)(qj + (255.0f - h_top)); part += qj; }" if vnni else "for (int j = lid; j < H; j += LS) { hq[j] = fmin(rint(hs[j] / h_div), h_top); part += hq[j]; }"}
+{_step_quantization(hidden, vnni)}
     sums[lid] = part;
     barrier(CLK_LOCAL_MEM_FENCE);
     float hsum = 0.0f;   // (integers below 2**24: exact in any order)
