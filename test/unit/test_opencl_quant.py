@@ -42,14 +42,16 @@ def _vnni_device() -> bool:
 
 
 @pytest.fixture(params=["float", "vnni"])
-def lstm_form(request, monkeypatch):
-    """The kernel's form under test: its float sums of bytes, or (on a device with the
-    8-bit dot product, DeviceLimits.vnni) the VNNI form; the name."""
-    from palimpsest.backends.opencl.kernels import recurrent
+def int8_form(request, monkeypatch):
+    """The 8-bit kernels' form under test (DynamicQuantizeLSTM's, MatMulIntegerToFloat's):
+    their float sums of bytes, or (on a device with the 8-bit dot product,
+    DeviceLimits.vnni) the VNNI form; the name."""
+    from palimpsest.backends.opencl.kernels import quant, recurrent
 
     if request.param == "vnni" and not _vnni_device():
         pytest.skip("the device has no 8-bit dot product (DeviceLimits.vnni)")
     monkeypatch.setattr(recurrent, "USE_VNNI", request.param == "vnni")
+    monkeypatch.setattr(quant, "USE_VNNI", request.param == "vnni")
     return request.param
 
 
@@ -64,7 +66,7 @@ def lstm_form(request, monkeypatch):
     ("plain", 12, 128),         # device's), or two; the cell on 16-unit vectors
 ])
 def test_quantized_lstm_runs_on_the_device(tmp_path, direction, case, size, hidden,
-                                           lstm_form):
+                                           int8_form):
     """Each form (uint8 weights: the float one) against the numpy backend and
     onnxruntime, poisoning on."""
     model, feeds = _dq_lstm(direction, 7, 1, size, hidden, 3,
@@ -80,7 +82,7 @@ def test_quantized_lstm_runs_on_the_device(tmp_path, direction, case, size, hidd
 
 
 @requires_opencl
-def test_quantized_lstm_vnni_weights_given_at_run_time(tmp_path, lstm_form):
+def test_quantized_lstm_vnni_weights_given_at_run_time(tmp_path, int8_form):
     """W and R graph inputs, not constants: the VNNI form packs them at every run (two
     runs with other weights give each its own results); the same results either form."""
     import onnx
@@ -282,11 +284,12 @@ def test_quantized_lstm_needs_its_steps_in_local_memory():
 
 
 def _quantized_matmul(rows, depth, columns, seed, *, batch=None, per_column=False,
-                      unsigned_b=False, bias=True, x_fill=None):
+                      unsigned_b=False, bias=True, x_fill=None, b_zero=None):
     """onnxruntime's dynamically quantized MatMul as its quantizer writes it (and the
     importer folds it to graph.matmul_integer_to_float): DynamicQuantizeLinear of X,
     MatMulIntegerToFloat by an 8-bit constant B (per-tensor or per-column scale, B's
-    zero points when it is uint8), plus the bias."""
+    zero points when it is uint8, or `b_zero`: an int8 B's, not 0), plus the bias."""
+    b_zero = unsigned_b if b_zero is None else b_zero
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(seed)
@@ -297,11 +300,11 @@ def _quantized_matmul(rows, depth, columns, seed, *, batch=None, per_column=Fals
     per = columns if per_column else 1
     consts = {"b": (rng.integers(-128, 128, (depth, columns)) + shift).astype(kind),
               "bs": rng.uniform(0.002, 0.01, per).astype(np.float32),
-              "bz": (rng.integers(-5, 5, per) * bool(shift) + shift).astype(kind),
+              "bz": (rng.integers(-5, 5, per) * bool(shift or b_zero) + shift).astype(kind),
               "bias": rng.normal(0, 0.1, columns).astype(np.float32)}
     nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
              helper.make_node("MatMulIntegerToFloat",
-                              ["xq", "b", "xs", "bs", "xz", "bz" if unsigned_b else "",
+                              ["xq", "b", "xs", "bs", "xz", "bz" if b_zero else "",
                                "bias" if bias else ""], ["y"], domain="com.microsoft")]
     graph = helper.make_graph(
         nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
@@ -321,11 +324,14 @@ def _quantized_matmul(rows, depth, columns, seed, *, batch=None, per_column=Fals
     (3, 8, 16, {"batch": 2}),                           # a 3-D A
     (6, 10, 16, {"x_fill": 0.0}),                       # X all zeros: scale 0
     (6, 10, 16, {"x_fill": -2.5}),                      # X all negative: zero point 255
+    (9, 16, 32, {"b_zero": True, "per_column": True}),  # an int8 B's zero points
+    (9, 16, 32, {"b_zero": True}),
 ])
 def test_dynamic_quantize_linear_and_matmul_integer_to_float_on_the_device(
-        tmp_path, rows, depth, columns, kwargs):
+        tmp_path, rows, depth, columns, kwargs, int8_form):
     """X quantized and its 8-bit product on the device, exactly as the numpy backend
-    (the same integers, scales applied in the same order) and onnxruntime."""
+    (the same integers, scales applied in the same order) and onnxruntime, either form
+    (K not a multiple of 4, or a uint8 B: the float one)."""
     model, feeds = _quantized_matmul(rows, depth, columns, 6, **kwargs)
     _, got, stats = compare_backends(_saved(model, tmp_path), feeds, rtol=1e-6, atol=1e-6,
                                      poison=True)
@@ -337,9 +343,10 @@ def test_dynamic_quantize_linear_and_matmul_integer_to_float_on_the_device(
 
 @requires_opencl
 @pytest.mark.parametrize("columns", [20, 15, 1, 8210 % 64 + 16])
-def test_matmul_integer_to_float_columns_not_of_sixteen(tmp_path, columns):
+def test_matmul_integer_to_float_columns_not_of_sixteen(tmp_path, columns, int8_form):
     """N not a multiple of 16 (a classifier's 15 classes, captcha_ocr's 8,210 symbols):
-    the last N % 16 columns are a second launch, a work-item a column."""
+    the last N % 16 columns are a second launch, a work-item a column (of the float
+    form, after either form's)."""
     for seed, kwargs in ((7, {}), (8, {"unsigned_b": True, "per_column": True})):
         model, feeds = _quantized_matmul(6, 9, columns, seed, **kwargs)
         _, got, stats = compare_backends(_saved(model, tmp_path), feeds, rtol=1e-6,
@@ -350,21 +357,31 @@ def test_matmul_integer_to_float_columns_not_of_sixteen(tmp_path, columns):
 
 
 def test_large_int8_products_run_on_the_host_of_a_cpu_device():
-    """On a CPU device (PoCL) a product past HOST_PRODUCT multiply-adds is the host's
-    (numpy's BLAS on its kept float copy of B is faster on the same cores); a GPU's
-    device runs it, in two launches where N is not a multiple of 16."""
+    """On a CPU device (PoCL) without the 8-bit dot product a product past HOST_PRODUCT
+    multiply-adds is the host's (numpy's BLAS on its kept float copy of B is faster on
+    the same cores); a GPU's device runs it, in two launches where N is not a multiple
+    of 16; a CPU device with it runs the VNNI form of a smaller one."""
     from palimpsest.backends.opencl.kernels.base import Arg, DeviceLimits, KernelCall, Unsupported
     from palimpsest.backends.opencl.kernels.quant import matmul_integer_to_float
 
-    def call(rows, host_cpu, columns=8210):
+    def call(rows, host_cpu, columns=8210, vnni=False):
         arg = lambda shape, dtype: Arg(shape, np.dtype(dtype))  # noqa: E731
         ins = [arg((rows, 1024), np.uint8), arg((1024, columns), np.int8),
                arg((1,), np.float32), arg((1,), np.float32), arg((1,), np.uint8)]
         outs = [arg((rows, columns), np.float32)]
-        return matmul_integer_to_float(KernelCall("graph.matmul_integer_to_float", {}, ins,
-                                                  outs, {}, DeviceLimits(host_cpu=host_cpu)))
+        return matmul_integer_to_float(KernelCall(
+            "graph.matmul_integer_to_float", {}, ins, outs, {},
+            DeviceLimits(host_cpu=host_cpu, vnni=vnni)))
 
     assert [launch.global_size for launch in call(40, False)] == [(10, 513), (10, 2)]
     with pytest.raises(Unsupported, match="CPU device"):
         call(40, True)
     assert [launch.global_size for launch in call(40, True, 15)] == [(10, 15)]  # 0.6 M
+    # a CPU device with the 8-bit dot product: the host past HOST_PRODUCT still, below
+    # it the VNNI form (eight rows of 16 columns a work-item, B packed once), the last
+    # N % 16 columns as before
+    with pytest.raises(Unsupported, match="CPU device"):
+        call(40, True, vnni=True)
+    vnni = call(20, True, 40, vnni=True)
+    assert [launch.global_size for launch in vnni] == [(3, 2), (5, 8)]
+    assert "vpdpbusd" in vnni[0].source and "vpdpbusd" not in vnni[1].source

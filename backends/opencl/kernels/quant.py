@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from palimpsest.backends.opencl.kernels.base import (
-    C_TYPES, KernelCall, Launch, Unsupported, bind, generator, params, ref)
-from palimpsest.backends.opencl.kernels.recurrent import CHUNK, QUANTIZATION
+    C_TYPES, KernelCall, Launch, Unsupported, bind, derived, generator, params, ref)
+from palimpsest.backends.opencl.kernels.recurrent import CHUNK, QUANTIZATION, vnni_packed
 
 # output rows a work-item computes (B's 16-column row read once for them)
 ROWS = 4
@@ -33,6 +33,13 @@ ROWS = 4
 # run on PoCL 44.1 -> 31.0 ms, t5_encoder_int8's 100.7 -> 72.7); transfers cost more
 # than that gain on smaller ones
 HOST_PRODUCT = 1 << 20
+# rows a work-item of the VNNI product computes (B's packed vector read once for them)
+VNNI_ROWS = 8
+# whether a device with the 8-bit dot product (DeviceLimits.vnni) takes the VNNI form
+# (tests turn it off). Past HOST_PRODUCT the host still takes the product: its oneDNN
+# (AMX, or VNNI on packed B) beat it (t5_encoder_int8's 128 x 512 x 2048: the model's
+# OpenCL run 16.6 -> 22.8 ms on the VNNI form)
+USE_VNNI = True
 # work-items of DynamicQuantizeLinear's one work-group (at most)
 _GROUP = 256
 
@@ -127,6 +134,8 @@ def matmul_integer_to_float(call: KernelCall) -> list:
     rows = int(np.prod(a.shape[:-1]))
     if not rows or not columns:
         raise Unsupported("no rows or no columns")
+    vnni = (USE_VNNI and call.device.vnni and b.dtype == np.int8 and depth % 4 == 0
+            and columns >= 16)
     if call.device.host_cpu and rows * depth * columns > HOST_PRODUCT:
         raise Unsupported(f"{rows} x {depth} x {columns} multiply-adds on a CPU device "
                           f"(the host's BLAS is faster)")
@@ -148,14 +157,84 @@ def matmul_integer_to_float(call: KernelCall) -> list:
         ref("in", index) for index, arg in ((4, a_zero), (5, b_zero), (6, bias))
         if arg is not None] + [ref("out", 0)]
     blocks, tail = -(-rows // ROWS), columns % 16
-    launches = [Launch(_product_source(16, 0, rows, depth, columns, buffers, per, a_zero,
-                                       b_zero, bias), "matmul_integer_to_float",
-                       (blocks, columns // 16), None, args)] if columns >= 16 else []
+    if vnni:
+        launches = [Launch(_vnni_product_source(rows, depth, columns, buffers, per, a,
+                                                a_zero, b_zero, bias),
+                           "matmul_integer_to_float", (-(-rows // VNNI_ROWS), columns // 16),
+                           None, args + [ref("derived", ("vnni_b", 1))])]
+    else:
+        launches = [Launch(_product_source(16, 0, rows, depth, columns, buffers, per, a_zero,
+                                           b_zero, bias), "matmul_integer_to_float",
+                           (blocks, columns // 16), None, args)] if columns >= 16 else []
     if tail:    # the last N % 16 columns, a work-item a column
         launches.append(Launch(_product_source(1, columns - tail, rows, depth, columns,
                                                buffers, per, a_zero, b_zero, bias),
                                "matmul_integer_to_float", (blocks, tail), None, args))
     return launches
+
+
+@derived("vnni_b")
+def vnni_b(b):
+    """A 2-D int8 B (K x N, K a multiple of 4) for the VNNI product: `vnni_packed`."""
+    return vnni_packed(b[None], False)[0]
+
+
+def _vnni_product_source(rows: int, depth: int, columns: int, buffers, per: dict, a,
+                         a_zero, b_zero, bias) -> str:
+    """The VNNI form (runtime.py `VNNI`): a work-item's VNNI_ROWS rows by 16 columns,
+    A's rows read four bytes at a time (an int8 A plus 128: its bytes with the top bit
+    flipped, its zero point plus 128) times B packed once (`vnni_b`); the centred
+    product is the sum less A's zero point times the column's sum, and, with B's zero
+    points, less them times the row's centred sum (the row's bytes summed by the same
+    instruction against ones)."""
+    from palimpsest.backends.opencl.runtime import VNNI
+
+    block = range(VNNI_ROWS)
+    flip = " ^ 0x80808080" if a.dtype == np.int8 else ""
+    shift = 128 if a.dtype == np.int8 else 0
+    zero = f"(int)a_zero[0] + {shift}" if a_zero is not None else str(shift)
+    row_sums = b_zero is not None
+
+    def column(name) -> str:
+        return f"convert_float16(vload16(0, {name} + col))" if per[name] else \
+            f"(float16)((float){name}[0])"
+
+    return VNNI + f"""
+#define M {rows}
+#define K {depth}
+#define N {columns}
+PAL_VNNI void product_vnni(__global const uchar* a, const int r0, __global const int* packed,
+                           const int col, int16* out, int16* sums) {{
+  {" ".join(f"pal_v16si acc{i} = PAL_SPLAT(0);" for i in block)}
+  {" ".join(f"pal_v16si sum{i} = PAL_SPLAT(0);" for i in block) if row_sums else ""}
+  {" ".join(f"__global const uchar* a{i} = a + min(r0 + {i}, M - 1) * K;" for i in block)}
+  for (int k4 = 0; k4 < K / 4; ++k4) {{
+    const pal_v16si b = *(__global const pal_v16si_u*)(packed + k4 * N + col);
+{chr(10).join(f"    const pal_v16si w{i} = PAL_SPLAT(as_int(vload4(k4, a{i})){flip});" for i in block)}
+    {" ".join(f"acc{i} = __builtin_ia32_vpdpbusd512(acc{i}, w{i}, b);" for i in block)}
+    {" ".join(f"sum{i} = __builtin_ia32_vpdpbusd512(sum{i}, w{i}, PAL_SPLAT(0x01010101));"
+              for i in block) if row_sums else ""}
+  }}
+  {" ".join(f"out[{i}] = *(const int16*)&acc{i};" for i in block)}
+  {" ".join(f"sums[{i}] = *(const int16*)&sum{i};" for i in block) if row_sums else ""}
+}}
+__kernel void matmul_integer_to_float({params(*buffers, ("b_packed", "int", False))}) {{
+{bind(*buffers, ("b_packed", "int", False))}
+  const int r0 = get_global_id(0) * {VNNI_ROWS};
+  const int col = get_global_id(1) * 16;
+  int16 products[{VNNI_ROWS}], sums[{VNNI_ROWS}];
+  product_vnni((__global const uchar*)a, r0, b_packed, col, products, sums);
+  const int za = {zero};
+  const int16 column_term = za * vload16(0, b_packed + K / 4 * N + col);
+  const float16 scale = a_scale[0] * {column("b_scale")};
+  {f"const int16 zb = convert_int16({column('b_zero')});" if row_sums else ""}
+  for (int i = 0; i < {VNNI_ROWS} && r0 + i < M; ++i) {{
+    const int16 p = products[i] - column_term{" - zb * (sums[i] - K * za)" if row_sums else ""};
+    vstore16(convert_float16(p) * scale{" + " + column("bias") if bias is not None else ""},
+             0, y + (r0 + i) * N + col);
+  }}
+}}
+"""
 
 
 def _product_source(width: int, first: int, rows: int, depth: int, columns: int, buffers,

@@ -280,7 +280,7 @@ PAL_VNNI void product_vnni(__local const uint* h8, __global const int* packed,
 """
 
 
-def _vnni_packed(weight, unsigned: bool):
+def vnni_packed(weight, unsigned: bool):
     """An int8 weight (dirs x K x N) as vpdpbusd reads it, per direction K/4 x N words
     (word (k4, n): rows 4 k4 .. 4 k4 + 3 of column n, the first the low byte; each plus
     128 as uint8 where `unsigned`) then the N column sums (of the weight as given): int32
@@ -295,14 +295,14 @@ def _vnni_packed(weight, unsigned: bool):
 
 @derived("vnni_w")
 def vnni_w(w):
-    """W for the VNNI projection (`_vnni_packed`, unsigned)."""
-    return _vnni_packed(w, True)
+    """W for the VNNI projection (`vnni_packed`, unsigned)."""
+    return vnni_packed(w, True)
 
 
 @derived("vnni_r")
 def vnni_r(r):
-    """R for the VNNI steps (`_vnni_packed`, signed)."""
-    return _vnni_packed(r, False)
+    """R for the VNNI steps (`vnni_packed`, signed)."""
+    return vnni_packed(r, False)
 
 
 def _local_floats(steps: int, size: int, hidden: int, gates: int, items: int,
