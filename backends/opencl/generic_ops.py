@@ -34,7 +34,7 @@ PLANNED_GENERICS = frozenset({"graph.range", "graph.constant_of_shape"})
 # ... with several outs, all sized by the plan, whose generator takes the op's operands
 # by slot (None where an optional one is absent)
 SLOTTED_GENERICS = frozenset({"graph.dynamic_quantize_lstm", "graph.dynamic_quantize_linear",
-                              "graph.matmul_integer_to_float"})
+                              "graph.matmul_integer_to_float", "graph.conv_integer"})
 
 
 class GenericOps:

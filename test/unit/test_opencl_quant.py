@@ -385,3 +385,67 @@ def test_large_int8_products_run_on_the_host_of_a_cpu_device():
     vnni = call(20, True, 40, vnni=True)
     assert [launch.global_size for launch in vnni] == [(3, 2), (5, 8)]
     assert "vpdpbusd" in vnni[0].source and "vpdpbusd" not in vnni[1].source
+
+
+def _conv_integer(tmp_path, c, h, w, m, k, stride, pad, w_type, dilation=1, batch=1,
+                  per_channel=False, seed=0):
+    """A one-node ConvInteger (uint8 X, an 8-bit W, both zero points) saved; its feeds."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    shape = (m,) if per_channel else ()
+    if w_type == np.uint8:
+        weight = rng.integers(0, 256, (m, c, k, k)).astype(np.uint8)
+        w_zero = rng.integers(120, 136, shape).astype(np.uint8)
+    else:
+        weight = rng.integers(-128, 128, (m, c, k, k)).astype(np.int8)
+        w_zero = rng.integers(-3, 4, shape).astype(np.int8)
+    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], strides=[stride] * 2,
+                            pads=[pad] * 4, dilations=[dilation] * 2)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [batch, c, h, w])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
+        [numpy_helper.from_array(weight, "w"),
+         numpy_helper.from_array(np.array(rng.integers(0, 256), np.uint8), "xz"),
+         numpy_helper.from_array(w_zero, "wz")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "conv_integer.onnx"
+    onnx.save(model, str(path))
+    return str(path), {"x": rng.integers(0, 256, (batch, c, h, w)).astype(np.uint8)}
+
+
+@requires_opencl
+@pytest.mark.parametrize("c, h, w, m, k, stride, pad, w_type, extra", [
+    (1, 64, 160, 24, 3, 2, 1, np.uint8, {}),    # captcha_ocr_int8's first: one channel
+    (24, 32, 80, 24, 3, 1, 1, np.uint8, {}),    # 3 x 3 and 1 x 1 as its others
+    (24, 32, 80, 24, 1, 1, 0, np.uint8, {}),
+    (5, 9, 13, 11, 3, 1, 1, np.int8, {"per_channel": True}),   # channels past a word,
+    (6, 10, 21, 17, 3, 2, 0, np.int8, {}),      # outputs past a tile, stride 2
+    (6, 10, 21, 17, 3, 1, 2, np.uint8, {"dilation": 2, "batch": 2, "per_channel": True}),
+])
+def test_conv_integer_on_a_device_with_vnni(tmp_path, c, h, w, m, k, stride, pad, w_type,
+                                            extra):
+    """ConvInteger on the device's 8-bit dot product, the numpy backend's int32 results
+    exactly, poisoning on; without the instruction, the host's."""
+    if not _vnni_device():
+        pytest.skip("the device has no 8-bit dot product (DeviceLimits.vnni)")
+    path, feeds = _conv_integer(tmp_path, c, h, w, m, k, stride, pad, w_type, **extra)
+    _, got, stats = compare_backends(path, feeds, rtol=0, atol=0, poison=True)
+    assert not stats.host_ops
+    if w_type == np.uint8 and not extra.get("per_channel"):   # (what onnxruntime takes)
+        import onnx
+
+        np.testing.assert_array_equal(got["y"], _onnxruntime(onnx.load(path), feeds)["y"])
+
+
+@requires_opencl
+def test_conv_integer_without_vnni_is_the_hosts(tmp_path, monkeypatch):
+    """Without the 8-bit dot product (or turned off) ConvInteger runs on the host."""
+    from palimpsest.backends.opencl.kernels import quant_conv
+
+    monkeypatch.setattr(quant_conv, "USE_VNNI", False)
+    path, feeds = _conv_integer(tmp_path, 4, 6, 7, 8, 3, 1, 1, np.uint8)
+    _, _, stats = compare_backends(path, feeds, rtol=0, atol=0,
+                                   host_ops_allowed=("graph.conv_integer",))
+    assert stats.host_ops == {"graph.conv_integer": 1}

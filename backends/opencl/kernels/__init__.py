@@ -12,5 +12,6 @@ from palimpsest.backends.opencl.kernels import spatial  # noqa: F401  (registrat
 from palimpsest.backends.opencl.kernels import slicing  # noqa: F401  (registration)
 from palimpsest.backends.opencl.kernels import recurrent  # noqa: F401  (registration)
 from palimpsest.backends.opencl.kernels import quant  # noqa: F401  (registration)
+from palimpsest.backends.opencl.kernels import quant_conv  # noqa: F401  (registration)
 from palimpsest.backends.opencl.kernels import lstm  # noqa: F401  (registration)
 from palimpsest.backends.opencl.kernels import gru  # noqa: F401  (registration)
