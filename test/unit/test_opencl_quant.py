@@ -388,8 +388,9 @@ def test_large_int8_products_run_on_the_host_of_a_cpu_device():
 
 
 def _conv_integer(tmp_path, c, h, w, m, k, stride, pad, w_type, dilation=1, batch=1,
-                  per_channel=False, seed=0):
-    """A one-node ConvInteger (uint8 X, an 8-bit W, both zero points) saved; its feeds."""
+                  per_channel=False, seed=0, zeros=True):
+    """A one-node ConvInteger (uint8 X, an 8-bit W, both zero points or, without
+    `zeros`, neither) saved; its feeds."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -401,14 +402,15 @@ def _conv_integer(tmp_path, c, h, w, m, k, stride, pad, w_type, dilation=1, batc
     else:
         weight = rng.integers(-128, 128, (m, c, k, k)).astype(np.int8)
         w_zero = rng.integers(-3, 4, shape).astype(np.int8)
-    node = helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], strides=[stride] * 2,
+    node = helper.make_node("ConvInteger", ["x", "w"] + ["xz", "wz"] * zeros, ["y"],
+                            strides=[stride] * 2,
                             pads=[pad] * 4, dilations=[dilation] * 2)
     graph = helper.make_graph(
         [node], "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [batch, c, h, w])],
         [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
-        [numpy_helper.from_array(weight, "w"),
-         numpy_helper.from_array(np.array(rng.integers(0, 256), np.uint8), "xz"),
-         numpy_helper.from_array(w_zero, "wz")])
+        [numpy_helper.from_array(weight, "w")] + [
+            numpy_helper.from_array(np.array(rng.integers(0, 256), np.uint8), "xz"),
+            numpy_helper.from_array(w_zero, "wz")] * zeros)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     path = tmp_path / "conv_integer.onnx"
     onnx.save(model, str(path))
@@ -423,6 +425,8 @@ def _conv_integer(tmp_path, c, h, w, m, k, stride, pad, w_type, dilation=1, batc
     (5, 9, 13, 11, 3, 1, 1, np.int8, {"per_channel": True}),   # channels past a word,
     (6, 10, 21, 17, 3, 2, 0, np.int8, {}),      # outputs past a tile, stride 2
     (6, 10, 21, 17, 3, 1, 2, np.uint8, {"dilation": 2, "batch": 2, "per_channel": True}),
+    (3, 7, 9, 5, 2, 1, 0, np.uint8, {"zeros": False}),   # a uint8 W without zero points:
+    (3, 7, 9, 5, 2, 1, 0, np.int8, {"zeros": False}),    # 0, not 128
 ])
 def test_conv_integer_on_a_device_with_vnni(tmp_path, c, h, w, m, k, stride, pad, w_type,
                                             extra):

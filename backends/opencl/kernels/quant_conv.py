@@ -117,8 +117,9 @@ def conv_integer(call) -> list:
     taps = g["C4"] * g["KH"] * g["KW"]
     vectors = range(U)
     shift = 128 if call.ins[1].dtype == np.uint8 else 0
+    # W's zero point less the shift (a uint8 W's without one: -128)
     w_zero_of = (f"((int)w_zero[{'m' if call.ins[3].size > 1 else '0'}] - {shift})"
-                 if w_zero else "0")
+                 if w_zero else str(-shift))
     defines = "\n".join(f"#define {k} {v}" for k, v in g.items())
     source = VNNI + f"""
 {defines}
