@@ -146,25 +146,22 @@ class GenericOps:
     def derived(self, name: str, array):
         """DERIVED[name] of DeviceArray `array` on the device: made once for a constant
         (kept by the executor with the constant's buffer), else at each call."""
-        from palimpsest.backends.opencl.executor import DeviceArray
-
         if array.host is None:
             made = np.ascontiguousarray(DERIVED[name](self._download(array)))
-            return DeviceArray(self.device.upload(made), 0, made.shape, made.dtype)
+            return self.DEVICE_ARRAY(self.device.upload(made), 0, made.shape, made.dtype)
         key = (name, array.mem.int_ptr, array.offset)
         entry = self._derived.get(key)
         if entry is None or entry[0] is not array.mem:   # (the entry holds the constant's)
             made = np.ascontiguousarray(DERIVED[name](array.host))
-            entry = self._derived[key] = (array.mem, DeviceArray(
+            entry = self._derived[key] = (array.mem, self.DEVICE_ARRAY(
                 self.device.upload(made), 0, made.shape, made.dtype))
         return entry[1]
-
 
     # -- host ops --------------------------------------------------------------------------------
     def _host_operands(self, op) -> tuple:
         """The op's (operands, each once, in order; its ins as a set; its outs; its
-        workspaces; the name its stats count it by), found once (an op's operand segments are recomputed at each
-        access)."""
+        workspaces; the name its stats count it by), found once (an op's operand
+        segments are recomputed at each access)."""
         found = self._host_segments.get(op)
         if found is None:
             operands = tuple(dict.fromkeys(op.operands))

@@ -210,7 +210,8 @@ PAL_VNNI void product_vnni(__global const uchar* a, const int r0, __global const
   {" ".join(f"__global const uchar* a{i} = a + min(r0 + {i}, M - 1) * K;" for i in block)}
   for (int k4 = 0; k4 < K / 4; ++k4) {{
     const pal_v16si b = *(__global const pal_v16si_u*)(packed + k4 * N + col);
-{chr(10).join(f"    const pal_v16si w{i} = PAL_SPLAT(as_int(vload4(k4, a{i})){flip});" for i in block)}
+{chr(10).join(f"    const pal_v16si w{i} = PAL_SPLAT(as_int(vload4(k4, a{i})){flip});"
+              for i in block)}
     {" ".join(f"acc{i} = __builtin_ia32_vpdpbusd512(acc{i}, w{i}, b);" for i in block)}
     {" ".join(f"sum{i} = __builtin_ia32_vpdpbusd512(sum{i}, w{i}, PAL_SPLAT(0x01010101));"
               for i in block) if row_sums else ""}

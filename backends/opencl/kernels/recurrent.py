@@ -23,11 +23,18 @@ Integer products are exact: float32 sums over CHUNK rows (integers below 2**24) 
 as ints, a zero point z_j subtracted as z_j times the sum of the quantized row, as the
 numpy kernel's centred weights give them. Measured on PoCL (one thread), voicefilter-
 lite's 512-unit layers: 4.7 ms a layer of 50 steps (94 us a step), against ~13 ms on
-numpy before its steps took oneDNN's products (2.5 ms now: see below).
+numpy before its steps took oneDNN's products (2.2 ms now).
 
-What it leaves to the host (Unsupported): on a CPU device, an R the host multiplies on
-oneDNN (its 8-bit vector-matrix product, ~15 us a step for voicefilter-lite's R, the
-operands mapped in place: `host_products`), a batch other than 1 (a step's h range spans
+The VNNI form, on a CPU device with the 8-bit dot product (DeviceLimits.vnni, int8 W and
+R, sizes a multiple of 4): the same steps with the products on vpdpbusd (runtime.py
+`VNNI`), W and R packed once per constant in its order (`vnni_w`, `vnni_r`: the
+executor's derived buffers), X and h as bytes: voicefilter-lite's layer 1.1 ms (15 us a
+step), the host's 2.2.
+
+What it leaves to the host (Unsupported): on a CPU device without the VNNI form, an R the
+host multiplies on oneDNN (its 8-bit vector-matrix product, ~15 us a step for
+voicefilter-lite's R, the operands mapped in place: `host_products`), a batch other
+than 1 (a step's h range spans
 the batch, which ties the batch entries together), sequence_lens, peepholes, clip,
 input_forget, layout 1, activations other than the defaults, gate columns not a
 multiple of 16, state that does not fit the device's local memory.
@@ -243,7 +250,7 @@ VNNI_STEP_BLOCK = 8
 
 def _vnni_helpers(u: int) -> str:
     """The VNNI form's functions (runtime.py `VNNI`) over the weights packed once
-    (`vnni_weights`): `project_vnni`, VNNI_STEP_BLOCK steps' X bytes (less 128, as
+    (`vnni_w`, `vnni_r`): `project_vnni`, VNNI_STEP_BLOCK steps' X bytes (less 128, as
     int8) times W's packed vector (plus 128, as uint8: the broadcast operand is the
     signed one, read straight from memory) and `product_vnni`, a step's h bytes times a
     work-item's `u` packed R vectors. The sums are unrolled into named variables: as an
@@ -418,12 +425,27 @@ def _vnni_projection(column, bias) -> str:
   }}"""
 
 
-def _vnni_step_product() -> str:
-    """A step's h R^T in the VNNI form: h's bytes times the packed R, less h's zero
-    point times the column sums (the centred h's products, as the float form's)."""
-    return """product_vnni(h8, rp, lid * U * 16, products);
+def _x_quantization(vnni: bool) -> str:
+    """X quantized over its range: its bytes less 128 (VNNI form: `_vnni_projection`)
+    or centred values (float form)."""
+    if vnni:
+        return """  for (int e = lid; e < T * I; e += LS)
+    ((__local uchar*)x8)[e] = (uchar)(fmin(rint(x[e] / x_div), x_top) + (255.0f - x_top)) ^ 0x80;"""
+    return """  for (int e = lid; e < T * I; e += LS) xq[e] = fmin(rint(x[e] / x_div), x_top);"""
+
+
+def _step_product(vnni: bool, row_split: bool) -> str:
+    """A step's h R^T into `products`, the centred h's: in the VNNI form h's bytes times
+    the packed R less h's zero point times the column sums; else the row-split or the
+    column form of the float sums."""
+    if vnni:
+        return """    product_vnni(h8, rp, lid * U * 16, products);
     for (int v = 0; v < U; ++v)
       products[v] -= (int)(255.0f - h_top) * vload16(0, rp + H / 4 * G + (lid * U + v) * 16);"""
+    if row_split:
+        return """    product_rows(hq, rd, lid, row_sums); barrier(CLK_LOCAL_MEM_FENCE);
+    gather_products(row_sums, lid, products);"""
+    return "    product_r(hq, rd + lid * U * 16, products);"
 
 
 def _vnni_local_bytes(op: dict, items: int) -> int:
@@ -535,7 +557,7 @@ void dynamic_quantize_lstm({params(*buffers)}) {{
   if (lid == 0) gather(lows, highs, q);
   barrier(CLK_LOCAL_MEM_FENCE);
   const float x_div = q[0], x_top = q[1], x_scale = q[2];
-  {"for (int e = lid; e < T * I; e += LS) ((__local uchar*)x8)[e] = (uchar)(fmin(rint(x[e] / x_div), x_top) + (255.0f - x_top)) ^ 0x80;" if vnni else "for (int e = lid; e < T * I; e += LS) xq[e] = fmin(rint(x[e] / x_div), x_top);"}
+{_x_quantization(vnni)}
   for (int j = lid; j < H; j += LS) {{
     hs[j] = {"h0[d * H + j]" if op["h0"] is not None else "0.0f"};
     cs[j] = {"c0[d * H + j]" if op["c0"] is not None else "0.0f"};
@@ -559,7 +581,7 @@ void dynamic_quantize_lstm({params(*buffers)}) {{
     float hsum = 0.0f;   // (integers below 2**24: exact in any order)
     for (int k = 0; k < LS; ++k) hsum += sums[k];
     int16 products[U];
-    {_vnni_step_product() if vnni else "product_rows(hq, rd, lid, row_sums); barrier(CLK_LOCAL_MEM_FENCE); gather_products(row_sums, lid, products);" if rows_per_item else "product_r(hq, rd + lid * U * 16, products);"}
+{_step_product(vnni, bool(rows_per_item))}
     for (int v = 0; v < U; ++v) {{
       const int col = (lid * U + v) * 16;
       const int16 pr = products[v] - convert_int16({column("r_zero")}) * (int)hsum;
