@@ -34,16 +34,21 @@ MAX_DEPTH = (2**31 - 1) // (255 * 128)
 _VNNI = ("avx512_vnni", "avx_vnni", "amx_int8")
 
 
-def cpu_has_vnni() -> bool:
+@functools.lru_cache(maxsize=1)
+def cpu_flags() -> frozenset:
+    """The CPU's feature flags (/proc/cpuinfo's first `flags` line; empty elsewhere)."""
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
             for line in info:
                 if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return any(flag in flags for flag in _VNNI)
+                    return frozenset(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return False
+    return frozenset()
+
+
+def cpu_has_vnni() -> bool:
+    return any(flag in cpu_flags() for flag in _VNNI)
 
 
 def _library_path() -> str | None:

@@ -47,6 +47,11 @@ typedef int pal_v16si_u __attribute__((__vector_size__(64), __aligned__(4)));   
 """
 
 
+# what the VNNI code needs of the CPU (the probe runs it: on a CPU without the 512-bit
+# instruction, avx_vnni's alone, it would fault, not fail)
+_AVX512_VNNI = frozenset({"avx512f", "avx512bw", "avx512_vnni"})
+
+
 def _vnni_works(context, queue) -> bool:
     """Whether a kernel using `VNNI` builds and sums right on this device."""
     import pyopencl as cl
@@ -182,13 +187,13 @@ class Device:
         # MEM_BASE_ADDR_ALIGN is in bits; planned offsets are multiples of this many bytes
         self.alignment = max(64, cl_device.mem_base_addr_align // 8)
         host_cpu = bool(cl_device.type & cl.device_type.CPU)
-        from palimpsest.backends.onednn import cpu_has_vnni
+        from palimpsest.backends.onednn import cpu_flags
 
         self.limits = DeviceLimits(cl_device.max_work_group_size, cl_device.local_mem_size,
                                    cl_device.max_compute_units,
                                    tuple(cl_device.max_work_item_sizes), host_cpu,
                                    l2_bytes() if host_cpu else 0,
-                                   host_cpu and cpu_has_vnni()
+                                   host_cpu and _AVX512_VNNI <= cpu_flags()
                                    and _vnni_works(self.context, self.queue))
         self.name = f"{cl_device.name.strip()} ({cl_device.platform.name.strip()})"
         self.build_stats = BuildStats()

@@ -453,3 +453,22 @@ def test_conv_integer_without_vnni_is_the_hosts(tmp_path, monkeypatch):
     _, _, stats = compare_backends(path, feeds, rtol=0, atol=0,
                                    host_ops_allowed=("graph.conv_integer",))
     assert stats.host_ops == {"graph.conv_integer": 1}
+
+
+@requires_opencl
+def test_vnni_only_where_the_cpu_has_its_512_bit_form(monkeypatch):
+    """The device probes the 8-bit dot product only where the host's CPU has AVX-512
+    VNNI (a probe on a CPU with avx_vnni alone would fault, not fail): other flags, or a
+    device that is not the host's CPU, give DeviceLimits.vnni False."""
+    from palimpsest.backends import onednn
+    from palimpsest.backends.opencl import runtime
+
+    cl_device = runtime.device().device
+    monkeypatch.setattr(onednn, "cpu_flags", lambda: frozenset({"avx2", "avx_vnni"}))
+    assert not runtime.Device(cl_device).limits.vnni
+    probed = []
+    monkeypatch.setattr(onednn, "cpu_flags",
+                        lambda: frozenset({"avx512f", "avx512bw", "avx512_vnni"}))
+    monkeypatch.setattr(runtime, "_vnni_works", lambda *args: probed.append(args) or True)
+    assert runtime.Device(cl_device).limits.vnni == runtime.device().limits.host_cpu
+    assert len(probed) == int(runtime.device().limits.host_cpu)

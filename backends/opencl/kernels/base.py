@@ -16,8 +16,8 @@ declares `__global T* NAME_base, const long NAME_off` for each buffer and `bind(
 opens the kernel with `__global T* NAME = NAME_base + NAME_off;`. A `Launch` lists its
 arguments in the order of the kernel's parameters: `ref("in", 0)`, `ref("out", 0)`,
 `ref("ws", "im2col")` for a buffer (two kernel arguments), numpy scalars
-(`np.int32(...)`, `np.float32(...)`) for the rest. `ref("derived", (name, index))` is
-in `index` re-laid out by `DERIVED[name]` (a `@derived(name)` function of its host
+(`np.int32(...)`, `np.float32(...)`) for the rest. `ref("derived", (name, index))` is the
+in at `index` re-laid out by `DERIVED[name]` (a `@derived(name)` function of its host
 array: 8-bit weights in the dot product instruction's order), which the executor makes
 once per constant and keeps on the device.
 
