@@ -37,9 +37,9 @@ def _spare_cpu() -> bool:
 # the nearest CPU its kernel library was built for (a Sapphire Rapids runs as
 # skylake-avx512, without AVX-512 VNNI), but a function marked target("avx512vnni") may
 # call vpdpbusd's builtin (sixteen sums of four u8 x s8 products an instruction). What
-# this program computes, a kernel may do: `Device` runs it once where the host's CPU has
-# the instruction and the device is that CPU, and sets `DeviceLimits.vnni` where the
-# sums are right.
+# this program computes, a kernel may do: where the host's CPU has the instruction and
+# the device is that CPU, `DeviceLimits.vnni` runs it at its first use (an 8-bit op's
+# generator asking) and is true where the sums are right.
 VNNI = """typedef int pal_v16si __attribute__((__vector_size__(64)));
 typedef int pal_v16si_u __attribute__((__vector_size__(64), __aligned__(4)));   // (loads)
 #define PAL_VNNI __attribute__((target("avx512vnni")))
@@ -50,6 +50,22 @@ typedef int pal_v16si_u __attribute__((__vector_size__(64), __aligned__(4)));   
 # what the VNNI code needs of the CPU (the probe runs it: on a CPU without the 512-bit
 # instruction, avx_vnni's alone, it would fault, not fail)
 _AVX512_VNNI = frozenset({"avx512f", "avx512bw", "avx512_vnni"})
+
+
+class _Probed:
+    """A truth value found at its first use by `probe()` (DeviceLimits.vnni: the VNNI
+    probe builds a program, ~35 ms even from PoCL's cache, which a device whose models
+    have no 8-bit op never pays)."""
+
+    __slots__ = ("probe", "value")
+
+    def __init__(self, probe):
+        self.probe, self.value = probe, None
+
+    def __bool__(self) -> bool:
+        if self.value is None:
+            self.value, self.probe = bool(self.probe()), None
+        return self.value
 
 
 def _vnni_works(context, queue) -> bool:
@@ -194,7 +210,8 @@ class Device:
                                    tuple(cl_device.max_work_item_sizes), host_cpu,
                                    l2_bytes() if host_cpu else 0,
                                    host_cpu and _AVX512_VNNI <= cpu_flags()
-                                   and _vnni_works(self.context, self.queue))
+                                   and _Probed(lambda: _vnni_works(self.context,
+                                                                   self.queue)))
         self.name = f"{cl_device.name.strip()} ({cl_device.platform.name.strip()})"
         self.build_stats = BuildStats()
         self._kernels: dict = {}   # (source, name) -> cl.Kernel

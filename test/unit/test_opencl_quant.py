@@ -38,7 +38,7 @@ def _saved(model, tmp_path):
 def _vnni_device() -> bool:
     from palimpsest.backends.opencl.runtime import device
 
-    return device().limits.vnni
+    return bool(device().limits.vnni)
 
 
 @pytest.fixture(params=["float", "vnni"])
@@ -458,8 +458,9 @@ def test_conv_integer_without_vnni_is_the_hosts(tmp_path, monkeypatch):
 @requires_opencl
 def test_vnni_only_where_the_cpu_has_its_512_bit_form(monkeypatch):
     """The device probes the 8-bit dot product only where the host's CPU has AVX-512
-    VNNI (a probe on a CPU with avx_vnni alone would fault, not fail): other flags, or a
-    device that is not the host's CPU, give DeviceLimits.vnni False."""
+    VNNI (a probe on a CPU with avx_vnni alone would fault, not fail), once, at its first
+    use: other flags, or a device that is not the host's CPU, give DeviceLimits.vnni
+    False."""
     from palimpsest.backends import onednn
     from palimpsest.backends.opencl import runtime
 
@@ -470,5 +471,8 @@ def test_vnni_only_where_the_cpu_has_its_512_bit_form(monkeypatch):
     monkeypatch.setattr(onednn, "cpu_flags",
                         lambda: frozenset({"avx512f", "avx512bw", "avx512_vnni"}))
     monkeypatch.setattr(runtime, "_vnni_works", lambda *args: probed.append(args) or True)
-    assert runtime.Device(cl_device).limits.vnni == runtime.device().limits.host_cpu
-    assert len(probed) == int(runtime.device().limits.host_cpu)
+    limits = runtime.Device(cl_device).limits
+    assert not probed   # (probed at its first use: an 8-bit op's generator asking)
+    assert bool(limits.vnni) == runtime.device().limits.host_cpu
+    assert bool(limits.vnni) == runtime.device().limits.host_cpu
+    assert len(probed) == int(runtime.device().limits.host_cpu)   # (once)

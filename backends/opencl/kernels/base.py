@@ -76,7 +76,8 @@ class DeviceLimits:
     host_cpu: bool = False
     # a core's L2 cache in bytes where the device is the host's CPU (sysfs), else 0
     l2_bytes: int = 0
-    # generated code may use the CPU's 8-bit dot product (runtime.py `VNNI`)
+    # generated code may use the CPU's 8-bit dot product (runtime.py `VNNI`: a truth
+    # value, probed at its first use)
     vnni: bool = False
 
 
