@@ -146,16 +146,17 @@ class GenericOps:
     def derived(self, name: str, array):
         """DERIVED[name] of DeviceArray `array` on the device: made once for a constant
         (kept by the executor with the constant's buffer), else at each call."""
-        if array.host is None:
-            made = np.ascontiguousarray(DERIVED[name](self._download(array)))
-            return self.DEVICE_ARRAY(self.device.upload(made), 0, made.shape, made.dtype)
+        constant = array.host is not None
         key = (name, array.mem.int_ptr, array.offset)
-        entry = self._derived.get(key)
-        if entry is None or entry[0] is not array.mem:   # (the entry holds the constant's)
-            made = np.ascontiguousarray(DERIVED[name](array.host))
-            entry = self._derived[key] = (array.mem, self.DEVICE_ARRAY(
-                self.device.upload(made), 0, made.shape, made.dtype))
-        return entry[1]
+        entry = self._derived.get(key) if constant else None
+        if entry is not None and entry[0] is array.mem:   # (the entry holds the constant's)
+            return entry[1]
+        made = np.ascontiguousarray(DERIVED[name](array.host if constant
+                                                  else self._download(array)))
+        result = self.DEVICE_ARRAY(self.device.upload(made), 0, made.shape, made.dtype)
+        if constant:
+            self._derived[key] = (array.mem, result)
+        return result
 
     # -- host ops --------------------------------------------------------------------------------
     def _host_operands(self, op) -> tuple:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from palimpsest.backends.host import HUGE_PAGES_FROM, aligned_empty, huge_page_copy, l2_bytes
-from palimpsest.backends.opencl.kernels.base import DERIVED, DeviceLimits, Launch, Ref
+from palimpsest.backends.opencl.kernels.base import DERIVED, VNNI, DeviceLimits, Launch, Ref
 
 
 def _spare_cpu() -> bool:
@@ -31,20 +31,6 @@ def _spare_cpu() -> bool:
         return len(os.sched_getaffinity(0)) > 1
     except (AttributeError, OSError):   # (no affinity API: the CPU count)
         return (os.cpu_count() or 1) > 1
-
-
-# The CPU's 8-bit dot product in generated code: PoCL compiles a CPU device's kernels for
-# the nearest CPU its kernel library was built for (a Sapphire Rapids runs as
-# skylake-avx512, without AVX-512 VNNI), but a function marked target("avx512vnni") may
-# call vpdpbusd's builtin (sixteen sums of four u8 x s8 products an instruction). What
-# this program computes, a kernel may do: where the host's CPU has the instruction and
-# the device is that CPU, `DeviceLimits.vnni` runs it at its first use (an 8-bit op's
-# generator asking) and is true where the sums are right.
-VNNI = """typedef int pal_v16si __attribute__((__vector_size__(64)));
-typedef int pal_v16si_u __attribute__((__vector_size__(64), __aligned__(4)));   // (loads)
-#define PAL_VNNI __attribute__((target("avx512vnni")))
-#define PAL_SPLAT(w) ((pal_v16si){w, w, w, w, w, w, w, w, w, w, w, w, w, w, w, w})
-"""
 
 
 # what the VNNI code needs of the CPU (the probe runs it: on a CPU without the 512-bit

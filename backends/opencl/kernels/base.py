@@ -76,7 +76,7 @@ class DeviceLimits:
     host_cpu: bool = False
     # a core's L2 cache in bytes where the device is the host's CPU (sysfs), else 0
     l2_bytes: int = 0
-    # generated code may use the CPU's 8-bit dot product (runtime.py `VNNI`: a truth
+    # generated code may use the CPU's 8-bit dot product (`VNNI`: a truth
     # value, probed at its first use)
     vnni: bool = False
 
@@ -119,6 +119,20 @@ def derived(name: str):
         DERIVED[name] = fn
         return fn
     return register
+
+
+# The CPU's 8-bit dot product in generated code: PoCL compiles a CPU device's kernels for
+# the nearest CPU its kernel library was built for (a Sapphire Rapids runs as
+# skylake-avx512, without AVX-512 VNNI), but a function marked target("avx512vnni") may
+# call vpdpbusd's builtin (sixteen sums of four u8 x s8 products an instruction): this
+# preamble's types and macros. Where the host's CPU has the instruction and the device is
+# that CPU, `DeviceLimits.vnni` builds a kernel of it at its first use (an 8-bit op's
+# generator asking: runtime.py `_vnni_works`) and is true where the sums are right.
+VNNI = """typedef int pal_v16si __attribute__((__vector_size__(64)));
+typedef int pal_v16si_u __attribute__((__vector_size__(64), __aligned__(4)));   // (loads)
+#define PAL_VNNI __attribute__((target("avx512vnni")))
+#define PAL_SPLAT(w) ((pal_v16si){w, w, w, w, w, w, w, w, w, w, w, w, w, w, w, w})
+"""
 
 
 @dataclass

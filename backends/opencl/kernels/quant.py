@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from palimpsest.backends.opencl.kernels.base import (
-    C_TYPES, KernelCall, Launch, Unsupported, bind, derived, generator, params, ref)
+    C_TYPES, VNNI, KernelCall, Launch, Unsupported, bind, derived, generator, params, ref)
 from palimpsest.backends.opencl.kernels.recurrent import CHUNK, QUANTIZATION, vnni_packed
 
 # output rows a work-item computes (B's 16-column row read once for them)
@@ -134,11 +134,11 @@ def matmul_integer_to_float(call: KernelCall) -> list:
     rows = int(np.prod(a.shape[:-1]))
     if not rows or not columns:
         raise Unsupported("no rows or no columns")
-    vnni = (USE_VNNI and call.device.vnni and b.dtype == np.int8 and depth % 4 == 0
-            and columns >= 16)
     if call.device.host_cpu and rows * depth * columns > HOST_PRODUCT:
         raise Unsupported(f"{rows} x {depth} x {columns} multiply-adds on a CPU device "
                           f"(the host's BLAS is faster)")
+    vnni = (USE_VNNI and b.dtype == np.int8 and depth % 4 == 0 and columns >= 16
+            and call.device.vnni)   # (last: the device's probe, at its first use)
     if any(v is not None and v.dtype != np.float32 for v in (a_scale, b_scale, bias)) \
             or a_scale.size != 1 or (a_zero is not None and (a_zero.size != 1
                                                             or a_zero.dtype != a.dtype)) \
@@ -181,14 +181,12 @@ def vnni_b(b):
 
 def _vnni_product_source(rows: int, depth: int, columns: int, buffers, per: dict, a,
                          a_zero, b_zero, bias) -> str:
-    """The VNNI form (runtime.py `VNNI`): a work-item's VNNI_ROWS rows by 16 columns,
+    """The VNNI form (base.py `VNNI`): a work-item's VNNI_ROWS rows by 16 columns,
     A's rows read four bytes at a time (an int8 A plus 128: its bytes with the top bit
     flipped, its zero point plus 128) times B packed once (`vnni_b`); the centred
     product is the sum less A's zero point times the column's sum, and, with B's zero
     points, less them times the row's centred sum (the row's bytes summed by the same
     instruction against ones)."""
-    from palimpsest.backends.opencl.runtime import VNNI
-
     block = range(VNNI_ROWS)
     flip = " ^ 0x80808080" if a.dtype == np.int8 else ""
     shift = 128 if a.dtype == np.int8 else 0

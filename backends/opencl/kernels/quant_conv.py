@@ -1,5 +1,5 @@
 """onnx ConvInteger (`graph.conv_integer`) in OpenCL, on a CPU device with the 8-bit dot
-product (runtime.py `VNNI`): elsewhere the host runs it (oneDNN's, numpy's).
+product (base.py `VNNI`): elsewhere the host runs it (oneDNN's, numpy's).
 
 A quantized CNN from onnxruntime's quantizer (ddddocr's captcha reader: 21 of them) is
 ConvInteger between device ops; on the host each one waited for the queue and read data
@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from palimpsest.backends.opencl.kernels.base import (
-    Launch, Unsupported, bind, derived, generator, params, ref)
+    VNNI, Launch, Unsupported, bind, derived, generator, params, ref)
 
 # output channels a work-item sums at once (each X word read once for them)
 U = 8
@@ -100,11 +100,9 @@ def _geometry(call) -> dict:
 
 @generator("graph.conv_integer")
 def conv_integer(call) -> list:
-    from palimpsest.backends.opencl.runtime import VNNI
-
-    if not (USE_VNNI and call.device.vnni):
-        raise Unsupported("no 8-bit dot product on the device (the host's oneDNN)")
     g = _geometry(call)
+    if not (USE_VNNI and call.device.vnni):   # (after the checks: the device's probe)
+        raise Unsupported("no 8-bit dot product on the device (the host's oneDNN)")
     x_zero = len(call.ins) > 2 and call.ins[2] is not None
     w_zero = len(call.ins) > 3 and call.ins[3] is not None
     tiles = g["OH"] * g["BLOCKS"] * g["MB"]

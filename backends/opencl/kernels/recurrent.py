@@ -26,7 +26,7 @@ lite's 512-unit layers: 4.7 ms a layer of 50 steps (94 us a step), against ~13 m
 numpy before its steps took oneDNN's products (2.2 ms now).
 
 The VNNI form, on a CPU device with the 8-bit dot product (DeviceLimits.vnni, int8 W and
-R, sizes a multiple of 4): the same steps with the products on vpdpbusd (runtime.py
+R, sizes a multiple of 4): the same steps with the products on vpdpbusd (base.py
 `VNNI`), W and R packed once per constant in its order (`vnni_w`, `vnni_r`: the
 executor's derived buffers), X and h as bytes: voicefilter-lite's layer 1.1 ms (15 us a
 step), the host's 2.2.
@@ -45,7 +45,7 @@ from __future__ import annotations
 import numpy as np
 
 from palimpsest.backends.opencl.kernels.base import (
-    KernelCall, Launch, Unsupported, bind, derived, generator, params, ref)
+    VNNI, KernelCall, Launch, Unsupported, bind, derived, generator, params, ref)
 from palimpsest.backends.opencl.kernels.lstm import (
     LSTM_CELL, cell_steps, directions, vectors_per_item)
 
@@ -249,15 +249,13 @@ VNNI_STEP_BLOCK = 8
 
 
 def _vnni_helpers(u: int) -> str:
-    """The VNNI form's functions (runtime.py `VNNI`) over the weights packed once
+    """The VNNI form's functions (base.py `VNNI`) over the weights packed once
     (`vnni_w`, `vnni_r`): `project_vnni`, VNNI_STEP_BLOCK steps' X bytes (less 128, as
     int8) times W's packed vector (plus 128, as uint8: the broadcast operand is the
     signed one, read straight from memory) and `product_vnni`, a step's h bytes times a
     work-item's `u` packed R vectors. The sums are unrolled into named variables: as an
     array indexed in a loop they were kept in memory, a load and a store a product
     (the projection 0.72 ms a voicefilter-lite layer)."""
-    from palimpsest.backends.opencl.runtime import VNNI
-
     steps, vectors = range(VNNI_STEP_BLOCK), range(u)
     return VNNI + f"""
 // out[i]: the sums over X's bytes of step min(t0 + i, T - 1) times W's packed column
@@ -467,9 +465,11 @@ def dynamic_quantize_lstm(call: KernelCall) -> list:
     limit = min(call.device.max_work_group_size, call.device.max_work_item_sizes[0])
     u = _columns_per_item(op["gates"], limit, call.device.host_cpu)
     items = op["gates"] // (16 * u)
-    vnni = (USE_VNNI and call.device.vnni and op["w"].dtype == np.int8
-            and op["r"].dtype == np.int8 and op["size"] % 4 == 0 and op["hidden"] % 4 == 0
-            and _vnni_local_bytes(op, items) <= call.device.local_mem_size)
+    vnni_bytes = _vnni_local_bytes(op, items)
+    vnni = (USE_VNNI and op["w"].dtype == np.int8 and op["r"].dtype == np.int8
+            and op["size"] % 4 == 0 and op["hidden"] % 4 == 0
+            and vnni_bytes <= call.device.local_mem_size
+            and call.device.vnni)   # (last: the device's probe, at its first use)
     if not vnni and call.device.host_cpu and host_products(op["r"], op["x"].shape[1]):
         # on the device's own CPU the host's step, oneDNN's vector-matrix product of
         # bytes, beats this kernel's float sums of them, its operands mapped in place
@@ -480,7 +480,7 @@ def dynamic_quantize_lstm(call: KernelCall) -> list:
     dirs, steps, size, hidden, gates = (op[k] for k in ("dirs", "steps", "size", "hidden",
                                                           "gates"))
     rows_per_item = None if vnni else _rows_per_item(hidden, gates, items, call.device)
-    local_bytes = _vnni_local_bytes(op, items) if vnni else \
+    local_bytes = vnni_bytes if vnni else \
         4 * _local_floats(steps, size, hidden, gates, items, bool(rows_per_item))
     if rows_per_item and local_bytes > call.device.local_mem_size:
         rows_per_item = None
