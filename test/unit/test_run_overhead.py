@@ -334,9 +334,9 @@ def test_kernels_reading_an_input_handed_again_are_captured():
     them in place) gets the same bound views: the kernels reading the inputs directly
     (a Gather of the state, a Pad of the signal) are captured too, and follow the new
     contents, as do the kernels reading a reshape of one (a MatMul of the flattened
-    state: the reshape made once too); another array object drops that capture (a captured kernel would read the
-    old array) until two runs bind the same arrays again. Every run matches
-    onnxruntime."""
+    state: the reshape made once too); another array object drops that capture (a
+    captured kernel would read the old array) until two runs bind the same arrays again.
+    Every run matches onnxruntime."""
     from palimpsest.backends.numpy.kernel_ops import _Replay
 
     nodes = [h.make_node("Gather", ["state", "zero"], ["h0"], axis=0),
