@@ -572,7 +572,7 @@ class FunctionPlan:
         through `bind_inputs`, which converts, checks and names what does not fit."""
         checks = self.input_checks
         if checks is None:
-            checks = self.input_checks = _input_checks(func, self.input_names)
+            checks = self.input_checks = static_input_checks(func, self.input_names)
         if checks and len(inputs) == len(checks):
             arrays = []
             for name, ndarray, dtype, shape in checks:
@@ -586,7 +586,7 @@ class FunctionPlan:
         return bind_inputs(func, inputs)
 
 
-def _input_checks(func, names) -> list:
+def static_input_checks(func, names) -> list:
     """(name, numpy.ndarray, dtype, shape) per argument when every argument is a tensor or
     buffer of static shape with no bounds (what `FunctionPlan.bind` takes as it is); []
     otherwise."""

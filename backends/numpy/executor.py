@@ -66,6 +66,7 @@ class Executor(ExecutorLoop):
         self.constants = _CONSTANTS
         self.pools: dict = {}         # pool name -> Arena
         self.infos: dict = {}         # buffer.compute -> (ComputeInfo, ins, outs, FAST path)
+        self.fast_calls: dict = {}    # buffer.compute -> its last fast call's arrays
         self.bound: dict = {}         # output buffer value -> the caller's array (run(outputs=))
         self.pool_views: dict = {}    # memory.arena -> its views' (value, offset, bytes)
         self.errors_ignored = False   # inside `run`: numpy's floating-point errors ignored
@@ -352,6 +353,22 @@ class Executor(ExecutorLoop):
     def run_generic(self, op, values) -> None:
         self._compute(op, values)
 
+    def generic_replay(self, op, values):
+        """A captured program's handler of buffer.compute / kernel.generic `op` whose last
+        call took its fast path on the arrays `values` holds now (the same objects), else
+        None: the fast path called on them again, none of `_compute`'s lookups (its
+        checks are the fast path's own: one that declines sends the op to `_compute`)."""
+        last = self.fast_calls.get(op)
+        entry = self.infos.get(op)
+        if last is None or entry is None:
+            return None
+        ins, outs, inputs = last
+        info, in_values, out_values, fast = entry
+        if len(ins) != len(in_values) or len(outs) != len(out_values) or any(
+                values.get(v) is not a for v, a in zip(in_values + out_values, ins + outs)):
+            return None
+        return _FastReplay(fast, inputs, info.attrs, outs)
+
     # -- buffer.compute ----------------------------------------------------------------------------
     def _compute(self, op, values) -> None:
         entry = self.infos.get(op)
@@ -385,6 +402,7 @@ class Executor(ExecutorLoop):
             except (ValueError, TypeError, IndexError) as error:
                 raise op.error(f"failed at run time: {error}") from None
             if done:
+                self.fast_calls[op] = (ins, outs, inputs)   # (for `generic_replay`)
                 return
         from palimpsest.dialects.graph.reference import KERNELS
 
@@ -414,6 +432,23 @@ class Executor(ExecutorLoop):
                 self.stats.temporary_bytes += result.nbytes
                 self.stats.temporary_ops[info.name] = self.stats.temporary_ops.get(info.name, 0) + 1
             np.copyto(out, result)
+
+
+class _FastReplay:
+    """A captured buffer.compute / kernel.generic op: its fast path on the same arrays."""
+
+    __slots__ = ("fast", "inputs", "attrs", "outs")
+
+    def __init__(self, fast, inputs, attrs, outs):
+        self.fast, self.inputs, self.attrs, self.outs = fast, inputs, attrs, outs
+
+    def __call__(self, executor, op, values, depth) -> None:
+        try:
+            done = self.fast(self.inputs, self.attrs, self.outs)
+        except (ValueError, TypeError, IndexError) as error:
+            raise op.error(f"failed at run time: {error}") from None
+        if not done:
+            executor._compute(op, values)
 
 
 class _Depth(threading.local):

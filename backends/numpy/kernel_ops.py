@@ -235,16 +235,35 @@ class _Replay:
             raise op.error(f"failed at run time: {error}") from None
 
 
+_COMPUTE_OPS = frozenset({"kernel.generic", "buffer.compute"})
+
+
 def capture(executor, program: list, values: dict):
     """`program` (the loop's lean one, its fixed views bound in `values`) with each kernel
     op that recorded its calls on the very arrays it has now replaced by a `_Replay` of
     them, or None when none has. Such an op's buffers are the run's fixed views (pool
     views, constants: the same objects every lean run), so its calls do the same work
     each run; an op reading a run's input (a new view each run) never recorded them. The
-    replay runs in the executor's run, whose floating-point error state is set."""
+    replay runs in the executor's run, whose floating-point error state is set. A
+    reshape of an argument bound again (the same view, `Executor.reshape`) is known here
+    by the view it will give, so the ops reading it are captured too."""
     captured, replays = [], 0
     entries = executor.kernel_entries
+    reshapes = executor.input_reshapes
+    copied = False
     for entry in program:
+        if entry[1].name == "buffer.reshape":
+            last = reshapes.get(entry[1])
+            if last is not None and values.get(entry[1].operands[0]) is last[0]:
+                if not copied:   # (the run's own dict fills in as it goes)
+                    values, copied = dict(values), True
+                values[entry[1].results[0]] = last[1]
+        if entry[0] is not None and entry[1].name in _COMPUTE_OPS:
+            replay = executor.generic_replay(entry[1], values)
+            if replay is not None:
+                captured.append((replay, entry[1], entry[2]))
+                replays += 1
+                continue
         bound = entries.get(entry[1]) if entry[0] is None else None
         memo = bound.memo if bound is not None and not bound.dynamic else None
         if memo:

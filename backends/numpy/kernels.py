@@ -160,12 +160,21 @@ def _same_dtype(out, *xs) -> bool:
 
 def _fits(out, *xs) -> bool:
     shape = out.shape
-    if all(x.shape == shape for x in xs):   # (np.broadcast_shapes: ~2 us a call)
+    if all(x.shape == shape for x in xs):
         return True
-    try:
-        return np.broadcast_shapes(*(x.shape for x in xs)) == out.shape
-    except ValueError:
-        return False
+    key = (shape, *(x.shape for x in xs))
+    fits = _BROADCASTS.get(key)
+    if fits is None:   # (np.broadcast_shapes: ~3 us a call, so once per set of shapes)
+        try:
+            fits = np.broadcast_shapes(*key[1:]) == shape
+        except ValueError:
+            fits = False
+        if len(_BROADCASTS) < 4096:
+            _BROADCASTS[key] = fits
+    return fits
+
+
+_BROADCASTS: dict = {}   # (out shape, operand shapes...) -> whether they broadcast to it
 
 
 def _overlaps(out, *xs) -> bool:

@@ -217,28 +217,45 @@ class SegmentedFunction:
     def begin_run(self, stats) -> None:
         self.stats = stats
 
-    def run(self, func, inputs: dict, outputs: dict | None, copy_outputs: bool = False):
-        from palimpsest.backends.numpy.executor import ErrorsIgnored
-
+    def _names(self, func) -> tuple:
         names = self.names
         if names is None:
             from palimpsest.backends.binding import input_names, output_names
             names = self.names = (input_names(func), output_names(func),
                                   frozenset(input_names(func)))
+        return names
+
+    def input_checks(self, func) -> list:
+        """(name, numpy.ndarray, dtype, shape) per input of a function whose inputs all
+        have static shapes, else []: what `run_bound` takes (Session.run_again)."""
+        from palimpsest.backends.loop import static_input_checks
+
+        return static_input_checks(func, self._names(func)[0])
+
+    def run(self, func, inputs: dict, outputs: dict | None, copy_outputs: bool = False):
+        names = self._names(func)
         if inputs.keys() == names[2] and all(
                 type(inputs[n]) is np.ndarray for n in names[0]):
             arrays = [inputs[n] for n in names[0]]   # checked by the Session's run
         else:
             from palimpsest.backends.binding import bind_inputs
             arrays = bind_inputs(func, inputs)
-        with ErrorsIgnored():   # once for every segment's run
-            results = dict(zip(names[1], self.plan.run(Scope(), arrays)))
-        for name, array in results.items():
-            if any(array is a for a in arrays):   # passed on by identities: the caller's
-                results[name] = array.copy()      # own array, never handed back as a result
+        results = dict(zip(names[1], self.run_bound(func, None, arrays)))
         for name, array in (outputs or {}).items():
             np.copyto(array, results[name])
             results[name] = array
+        return results
+
+    def run_bound(self, func, plan, arrays: list) -> list:
+        """The results, in output order, of a run on `arrays` (in input order), numpy
+        arrays of the inputs' dtypes and shapes (checked by the caller)."""
+        from palimpsest.backends.numpy.executor import ErrorsIgnored
+
+        with ErrorsIgnored():   # once for every segment's run
+            results = self.plan.run(Scope(), arrays)
+        for index, array in enumerate(results):
+            if any(array is a for a in arrays):   # passed on by identities: the caller's
+                results[index] = array.copy()     # own array, never handed back as a result
         return results
 
     def end_run(self) -> None:

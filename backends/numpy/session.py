@@ -252,7 +252,8 @@ class Session:
         self._dynamic: CompiledPlan | None = None
         self.prepared = False
         self.stats = SessionStats()
-        self.last_stats: RunReport | None = None
+        self._last_report = None   # `last_stats`, made when read: `_report`
+        self._last_stats: RunReport | None = None
         self.last_plan: CompiledPlan | None = None   # the plan the last run used
         for name, dims in (bounds or {}).items():
             self.set_input_bound(name, dims)
@@ -490,19 +491,32 @@ class Session:
                 copied: int = 0) -> None:
         """`last_stats` for a run of `plan` (its RunStats `run_stats`; `copied` input
         bytes copied before it), the I/O bytes added to the session's totals."""
-        report = RunReport(
-            plan="specialized" if plan.signature is not None else (
-                "bounded" if self._bounded else "dynamic"),
-            signature=plan.signature, cache_hit=hit,
-            plan_cache_hits=self.stats.plan_cache_hits,
-            plan_cache_misses=self.stats.plan_cache_misses,
-            plan_cache_evictions=self.stats.plan_cache_evictions,
-            static_bytes=run_stats.static_bytes, dynamic_bytes=run_stats.dynamic_bytes,
-            allocations=run_stats.dynamic_allocations, frees=run_stats.deallocations,
-            io_copy_bytes=run_stats.io_bytes + copied, compile_seconds=compile_seconds,
-            run_seconds=seconds, run_stats=run_stats)
-        self.last_stats = report
-        self.stats.io_copy_bytes += report.io_copy_bytes
+        stats = self.stats
+        io_copy_bytes = run_stats.io_bytes + copied
+        # made when read (`last_stats`): a RunReport per run costs a small model ~2 us
+        kind = "specialized" if plan.signature is not None else (
+            "bounded" if self._bounded else "dynamic")
+        self._last_report = (kind, plan.signature, hit, run_stats, seconds, compile_seconds,
+                             io_copy_bytes, stats.plan_cache_hits, stats.plan_cache_misses,
+                             stats.plan_cache_evictions)
+        self._last_stats = None
+        stats.io_copy_bytes += io_copy_bytes
+
+    @property
+    def last_stats(self) -> RunReport | None:
+        """What the last `run` did (None before one)."""
+        report = self._last_stats
+        if report is None and self._last_report is not None:
+            (kind, signature, hit, run_stats, seconds, compile_seconds, io_copy_bytes, hits,
+             misses, evictions) = self._last_report
+            report = self._last_stats = RunReport(
+                plan=kind, signature=signature, cache_hit=hit, plan_cache_hits=hits,
+                plan_cache_misses=misses, plan_cache_evictions=evictions,
+                static_bytes=run_stats.static_bytes, dynamic_bytes=run_stats.dynamic_bytes,
+                allocations=run_stats.dynamic_allocations, frees=run_stats.deallocations,
+                io_copy_bytes=io_copy_bytes, compile_seconds=compile_seconds,
+                run_seconds=seconds, run_stats=run_stats)
+        return report
 
 
     def run_checked(self, arrays: dict) -> dict:
@@ -561,12 +575,17 @@ def _again(plan, profiler) -> tuple:
     """(plan, its executor, the executor's FunctionPlan of it, that one's input checks)
     for `Session.run_again`; the checks None where it cannot take `plan`: none, dynamic, a
     profiled session's, another backend's, or one whose inputs are not all static."""
-    if plan is None or plan.signature is None or profiler is not None \
-            or not isinstance(plan.executor, Executor) \
-            or plan.func not in plan.executor.plans:
+    if plan is None or plan.signature is None or profiler is not None:
         return (plan, None, None, None)
-    fplan = plan.executor.plans[plan.func]
-    return (plan, plan.executor, fplan, fplan.input_checks)
+    executor = plan.executor
+    if isinstance(executor, Executor) and plan.func in executor.plans:
+        fplan = executor.plans[plan.func]
+        return (plan, executor, fplan, fplan.input_checks)
+    from palimpsest.backends.numpy.segments import SegmentedFunction
+
+    if isinstance(executor, SegmentedFunction):   # (a model cut at its control flow)
+        return (plan, executor, None, executor.input_checks(plan.func))
+    return (plan, None, None, None)
 
 
 def _input_checks(names, types, shapes: dict) -> list:
