@@ -143,8 +143,8 @@ class BlockPlan:
                 if run:
                     self.steps.append(Segment(run, session_options))
                     run = []
-                self.steps.append((op, [BlockPlan(r.blocks[0], session_options)
-                                        for r in op.regions]))
+                self.steps.append(RegionStep(op, [BlockPlan(r.blocks[0], session_options)
+                                                  for r in op.regions]))
             elif op.name not in CONSTANT_OPS:
                 run.append(op)
         if run:
@@ -152,15 +152,10 @@ class BlockPlan:
         self.terminator = terminator
 
     def run(self, scope: Scope, args=()) -> list:
-        scope.own.update(zip(self.block.args, args))
+        if args:
+            scope.own.update(zip(self.block.args, args))
         for step in self.steps:
-            if isinstance(step, Segment):
-                step.run(scope)
-            else:
-                op, regions = step
-                results = _run_region_op(op, regions, scope)
-                for value, array in zip(op.results, results):
-                    scope[value] = array
+            step.run(scope)
         return [scope[v] for v in self.terminator.operands]
 
     def segments(self):
@@ -168,8 +163,29 @@ class BlockPlan:
             if isinstance(step, Segment):
                 yield step
             else:
-                for region in step[1]:
+                for region in step.regions:
                     yield from region.segments()
+
+
+class RegionStep:
+    """An If, Loop or Scan between segments, a BlockPlan per region."""
+
+    def __init__(self, op, regions: list):
+        self.op = op
+        self.regions = regions
+
+    def run(self, scope: Scope) -> None:
+        op = self.op
+        if op.name == "graph.if":   # (most real exports' only region op: no detour)
+            cond = scope[op.operands[0]]
+            if type(cond) is np.ndarray and cond.size == 1:
+                results = self.regions[0 if cond.item() else 1].run(Scope(scope))
+                scope.own.update(zip(op.results, results))
+                return
+        regions = self.regions
+        results = REGION_OPS[op.name](op, scope, lambda index, args: regions[index].run(
+            Scope(scope), args))
+        scope.own.update(zip(op.results, results))
 
 
 def _passed_on(value):
@@ -194,12 +210,6 @@ def _operands(op):
             for value in _operands(nested):
                 if value not in inner:
                     yield value
-
-
-def _run_region_op(op, regions, scope):
-    """The reference executor's iteration rules (If, Loop, Scan), the bodies planned."""
-    return REGION_OPS[op.name](op, scope, lambda index, args: regions[index].run(
-        Scope(scope), args))
 
 
 class SegmentedFunction:

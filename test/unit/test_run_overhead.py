@@ -378,6 +378,9 @@ def test_kernels_reading_an_input_handed_again_are_captured():
         state[...] = rng.standard_normal(state.shape)
         check({"x": x, "state": state})
     assert {"kernel.gather", "kernel.pad", "kernel.matmul"} <= replayed()
+    plan = session.last_plan.executor.plans[session.last_plan.func]
+    assert sum(op.name == "kernel.matmul" and isinstance(handler, _Replay)
+               for handler, op, _ in plan.captured) == 2   # (the flattened state's too)
     other = rng.standard_normal((2, 1, 4)).astype(np.float32)
     check({"x": x, "state": other})       # another state array: not the captured one's
     assert "kernel.gather" not in replayed()
@@ -385,6 +388,50 @@ def test_kernels_reading_an_input_handed_again_are_captured():
     check({"x": x, "state": other})
     assert {"kernel.gather", "kernel.pad"} <= replayed()
     check({"x": x.copy(), "state": state})
+
+
+def test_generic_ops_on_fixed_views_are_captured():
+    """An op run as kernel.generic through its fast path (a comparison with a broadcast
+    scalar, a Where) on fixed views is captured as that fast path on the same arrays
+    (numpy executor `generic_replay`): every run follows the new data and matches
+    onnxruntime; a held result drops the capture, as for kernels."""
+    from palimpsest.backends.numpy.executor import _FastReplay
+
+    nodes = [h.make_node("Tanh", ["x"], ["t"]),
+             h.make_node("GreaterOrEqual", ["t", "half"], ["ge"]),
+             h.make_node("Where", ["ge", "t", "x"], ["w"]),
+             h.make_node("Less", ["w", "t"], ["lt"]),
+             h.make_node("Cast", ["lt"], ["y"], to=T.FLOAT)]
+    graph = h.make_graph(
+        nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [3, 5])],
+        [h.make_tensor_value_info("w", T.FLOAT, None), h.make_tensor_value_info("y", T.FLOAT, None)],
+        initializer=[numpy_helper.from_array(np.array(0.25, np.float32), "half")])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    reference = ort.InferenceSession(model.SerializeToString())
+    session = Session(import_onnx(model))
+    rng = np.random.default_rng(3)
+
+    def check(hold=False):
+        feed = {"x": rng.standard_normal((3, 5)).astype(np.float32)}
+        got = session.run(feed)
+        want_w, want_y = reference.run(["w", "y"], feed)
+        np.testing.assert_allclose(got["w"], want_w, rtol=1e-6, atol=1e-7)
+        np.testing.assert_array_equal(got["y"], want_y)
+        return got if hold else None
+
+    for _ in range(4):
+        check()
+    plan = session.last_plan.executor.plans[session.last_plan.func]
+    fast = {op.properties["op"].value for handler, op, _ in plan.captured or ()
+            if isinstance(handler, _FastReplay)}
+    assert {"graph.greater_or_equal", "graph.less"} <= fast
+    held = check(hold=True)
+    check()
+    assert plan.captured is None
+    del held
+    for _ in range(3):
+        check()
+    assert plan.captured
 
 
 @pytest.mark.parametrize("case", ["matmul_integer", "depthwise"])
