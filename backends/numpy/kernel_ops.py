@@ -59,6 +59,7 @@ Temporaries numpy still makes (documented, all small or rare):
 
 from __future__ import annotations
 
+import bisect
 import weakref
 
 import numpy as np
@@ -219,20 +220,51 @@ def prepared(op, make):
 # -- the executor's hooks --------------------------------------------------------------------
 
 class _Replay:
-    """A captured kernel op (`capture`): its recorded calls, run as the program's handler;
-    an error names the op, as `execute_kernel`'s do."""
+    """Captured kernel ops (`capture`): their recorded calls, run as one handler of the
+    program (a run of consecutive ones merged: one call of it, not one per op, which is
+    what a model of hundreds of small ops spends); an error names the op whose call
+    failed, as `execute_kernel`'s do. `ops`: the ops, `ends[i]` the end of op i's calls."""
 
-    __slots__ = ("calls",)
+    __slots__ = ("calls", "ops", "ends")
 
-    def __init__(self, calls):
-        self.calls = calls
+    def __init__(self, calls, ops: list, ends: list):
+        self.calls, self.ops, self.ends = calls, ops, ends
 
     def __call__(self, executor, op, values, depth) -> None:
+        fn = args = None
         try:
             for fn, args, kwargs in self.calls:
                 fn(*args, **kwargs)
         except (ValueError, TypeError, IndexError, KeyError, AttributeError) as error:
-            raise op.error(f"failed at run time: {error}") from None
+            raise self._owner(fn, args).error(f"failed at run time: {error}") from None
+
+    def _owner(self, fn, args):
+        for index, call in enumerate(self.calls):
+            if call[0] is fn and call[1] is args:
+                return self.ops[bisect.bisect_right(self.ends, index)]
+        return self.ops[0]
+
+
+def _merged(captured: list) -> list:
+    """`captured` with each run of consecutive `_Replay` entries made one."""
+    merged, run = [], []
+    for entry in captured + [None]:
+        if entry is not None and type(entry[0]) is _Replay:
+            run.append(entry)
+            continue
+        if len(run) > 1:
+            calls, ops, ends = [], [], []
+            for handler, op, _ in run:
+                calls.extend(handler.calls)
+                ops.extend(handler.ops)
+                ends.extend(len(calls) - len(handler.calls) + end for end in handler.ends)
+            merged.append((_Replay(calls, ops, ends), run[0][1], run[0][2]))
+        else:
+            merged.extend(run)
+        run = []
+        if entry is not None:
+            merged.append(entry)
+    return merged
 
 
 _COMPUTE_OPS = frozenset({"kernel.generic", "buffer.compute"})
@@ -270,11 +302,12 @@ def capture(executor, program: list, values: dict):
             arrays = [values.get(v) for group in (bound.ins, bound.outs, bound.workspaces)
                       for v in group]
             if len(arrays) == len(memo[0]) and all(a is b for a, b in zip(arrays, memo[0])):
-                captured.append((_Replay(memo[1]), entry[1], entry[2]))
+                captured.append((_Replay(memo[1], [entry[1]], [len(memo[1])]),
+                                 entry[1], entry[2]))
                 replays += 1
                 continue
         captured.append(entry)
-    return captured if replays else None
+    return _merged(captured) if replays else None
 
 
 

@@ -419,11 +419,12 @@ _WIDE_R_UNITS = 16
 # -- the fast path: default activations, every entry running every step (module doc) -----
 
 
-def _sigmoid_calls(x, half) -> list:
+def _sigmoid_calls(x, half, halved: bool = False) -> list:
     """The calls of sigmoid(x) in place as 0.5 * tanh(0.5 * x) + 0.5, `half` 0.5 in x's
-    shape or a 0-d array (the rounding of `_sigmoid`: scaling by 0.5 is exact)."""
-    return [(np.multiply, (x, half, x), {}), (np.tanh, (x, x), {}),
-            (np.multiply, (x, half, x), {}), (np.add, (x, half, x), {})]
+    shape or a 0-d array (the rounding of `_sigmoid`: scaling by 0.5 is exact); `halved`:
+    x holds 0.5 * x already."""
+    return ([] if halved else [(np.multiply, (x, half, x), {})]) + [
+        (np.tanh, (x, x), {}), (np.multiply, (x, half, x), {}), (np.add, (x, half, x), {})]
 
 
 def _fast_gru(calls, order, r_t, projected, rows, y, linear_before_reset) -> np.ndarray:
@@ -514,9 +515,13 @@ def _paired_gru(calls, x, w, r, bias, initial, packed, projected, state_ws, y,
         # one vector-matrix np.dot (0.4 against numpy's 1.0 us broadcast batch at H 8);
         # kept with the calls (12 KiB at most), filled once for a constant (packed) R,
         # else each run
+        # z's and r's columns hold Rᵀ / 2, and their projections are halved once a
+        # chunk, so a step's sigmoid starts at tanh: 0.5 * x is exact, the same bits as
+        # scaling the step's sum (one call fewer a step, of 13)
         r_wide = np.zeros((2 * size, 6 * size), dtype)
         blocks = r_wide.reshape(2, size, 3, 2, size)
-        fill = [(np.copyto, (blocks[d, :, k, d], r_t[k, d]), {})
+        fill = [(np.multiply, (r_t[k, d], _scalar(0.5, dtype), blocks[d, :, k, d]), {})
+                if k < 2 else (np.copyto, (blocks[d, :, k, d], r_t[k, d]), {})
                 for k in range(3) for d in range(2)]
         for call in fill if packed else ():
             call[0](*call[1])
@@ -552,6 +557,8 @@ def _paired_gru(calls, x, w, r, bias, initial, packed, projected, state_ws, y,
                           (np.copyto, (sums[2], b[0, 2]), {}),
                           (add, (p[d], sums[:, None] if single else sums[:, None, None]),
                            {"out": p[d]})]
+            if r_wide is not None:   # (the halved z and r: see r_wide)
+                calls.append((mul, (p[d][:2], half, p[d][:2]), {}))
         if single:
             p_zr = [_view_as(pairs[k, :2], (2, 2, 1, size)) for k in range(n)]
             p_cand = [_view_as(pairs[k, 2], (2, 1, size)) for k in range(n)]
@@ -576,7 +583,7 @@ def _paired_gru(calls, x, w, r, bias, initial, packed, projected, state_ws, y,
             if rbh is not None:
                 calls.append((add, (cand, rbh, cand), {}))
             calls.append((add, (zr, p_zr[k], zr), {}))
-            calls.extend(_sigmoid_calls(zr, half))
+            calls.extend(_sigmoid_calls(zr, half, halved=r_wide is not None))
             calls += [(mul, (cand, reset, cand), {}),   # h~ = g(xWh + Wbh + r * (H Rhᵀ + Rbh))
                       (add, (cand, p_cand[k], cand), {}), (tanh, (cand, cand), {}),
                       (sub, (h_all[0], cand, h_next), {}),   # H' = (1 - z) * h~ + z * H
