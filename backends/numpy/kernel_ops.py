@@ -234,7 +234,10 @@ class _Replay:
         fn = args = None
         try:
             for fn, args, kwargs in self.calls:
-                fn(*args, **kwargs)
+                if kwargs:
+                    fn(*args, **kwargs)
+                else:
+                    fn(*args)
         except (ValueError, TypeError, IndexError, KeyError, AttributeError) as error:
             raise self._owner(fn, args).error(f"failed at run time: {error}") from None
 
@@ -243,6 +246,18 @@ class _Replay:
             if call[0] is fn and call[1] is args:
                 return self.ops[bisect.bisect_right(self.ends, index)]
         return self.ops[0]
+
+
+def _positional(calls: list) -> list:
+    """`calls` with a ufunc's `out=` array given by position (numpy parses a keyword
+    ~90 ns a call, which a replay of a thousand small calls feels)."""
+    result = []
+    for fn, args, kwargs in calls:
+        if kwargs and type(fn) is np.ufunc and len(kwargs) == 1 and len(args) == fn.nin \
+                and type(kwargs.get("out")) is np.ndarray:
+            fn, args, kwargs = fn, (*args, kwargs["out"]), {}
+        result.append((fn, args, kwargs))
+    return result
 
 
 def _merged(captured: list) -> list:
@@ -302,7 +317,7 @@ def capture(executor, program: list, values: dict):
             arrays = [values.get(v) for group in (bound.ins, bound.outs, bound.workspaces)
                       for v in group]
             if len(arrays) == len(memo[0]) and all(a is b for a, b in zip(arrays, memo[0])):
-                captured.append((_Replay(memo[1], [entry[1]], [len(memo[1])]),
+                captured.append((_Replay(_positional(memo[1]), [entry[1]], [len(memo[1])]),
                                  entry[1], entry[2]))
                 replays += 1
                 continue

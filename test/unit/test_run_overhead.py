@@ -64,9 +64,23 @@ CASES = [(op, direction, batch, bias, lbr)
          for lbr in ((0, 1) if op == "GRU" else (0,))]
 
 
+@pytest.fixture(params=["numpy", "onednn"])
+def recurrent_route(request, monkeypatch):
+    """The numpy steps (oneDNN's route off), or oneDNN's where it takes the case
+    (backends/onednn_rnn.py)."""
+    from palimpsest.backends import onednn_rnn
+
+    if request.param == "numpy":
+        monkeypatch.setattr(onednn_rnn, "MIN_STEPS", 1 << 30)
+    elif not onednn_rnn.available():
+        pytest.skip("oneDNN not in use")
+    return request.param
+
+
 @pytest.mark.parametrize("op,direction,batch,bias,lbr", CASES, ids=[
     f"{o}-{d}-b{b}-{'bias' if s else 'nobias'}-lbr{l}" for o, d, b, s, l in CASES])
-def test_fast_recurrent_steps_match_onnxruntime(op, direction, batch, bias, lbr):
+def test_fast_recurrent_steps_match_onnxruntime(op, direction, batch, bias, lbr,
+                                                recurrent_route):
     model = _model(op, direction, batch, bias=bias, initial=bias, lbr=lbr,
                    hidden=40 if batch == 9 else HIDDEN)
     x = np.random.default_rng(7).standard_normal((SEQ, batch, INPUT)).astype(np.float32)
@@ -139,7 +153,7 @@ def test_fixed_views_bound_from_the_last_run_only_on_the_same_arenas():
 
 @pytest.mark.parametrize("op", ["LSTM", "GRU", "GRU-lbr"])
 @pytest.mark.parametrize("seq,batch", [(4, 1), (1, 3), (4, 3)])
-def test_recurrence_read_from_a_run_time_r(op, seq, batch):
+def test_recurrence_read_from_a_run_time_r(op, seq, batch, recurrent_route):
     """R an input (not prepacked): with one batch entry or one step its transposed view
     is read as it is, else copied into the `recurrence` workspace; both as onnxruntime.
     (GRU-lbr: a bidirectional GRU with linear_before_reset, both directions in one loop,
