@@ -364,10 +364,11 @@ class Executor(ExecutorLoop):
             return None
         ins, outs, inputs = last
         info, in_values, out_values, fast = entry
-        if len(ins) != len(in_values) or len(outs) != len(out_values) or any(
+        run = getattr(fast, "run", None)   # (one out: kernels.fast's; others are not kept)
+        if run is None or len(ins) != len(in_values) or len(outs) != len(out_values) or any(
                 values.get(v) is not a for v, a in zip(in_values + out_values, ins + outs)):
             return None
-        return _FastReplay(fast, inputs, info.attrs, outs)
+        return _FastReplay(run, inputs, info.attrs, outs[0])
 
     # -- buffer.compute ----------------------------------------------------------------------------
     def _compute(self, op, values) -> None:
@@ -435,16 +436,17 @@ class Executor(ExecutorLoop):
 
 
 class _FastReplay:
-    """A captured buffer.compute / kernel.generic op: its fast path on the same arrays."""
+    """A captured buffer.compute / kernel.generic op: its fast path on the same arrays
+    (`run(attrs, out, *inputs)`, which fitted them: kernels.fast)."""
 
-    __slots__ = ("fast", "inputs", "attrs", "outs")
+    __slots__ = ("run", "inputs", "attrs", "out")
 
-    def __init__(self, fast, inputs, attrs, outs):
-        self.fast, self.inputs, self.attrs, self.outs = fast, inputs, attrs, outs
+    def __init__(self, run, inputs, attrs, out):
+        self.run, self.inputs, self.attrs, self.out = run, inputs, attrs, out
 
     def __call__(self, executor, op, values, depth) -> None:
         try:
-            done = self.fast(self.inputs, self.attrs, self.outs)
+            done = self.run(self.attrs, self.out, *self.inputs)
         except (ValueError, TypeError, IndexError) as error:
             raise op.error(f"failed at run time: {error}") from None
         if not done:

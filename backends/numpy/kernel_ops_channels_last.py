@@ -26,7 +26,7 @@ from palimpsest.backends.numpy.arena import dtype_of
 from palimpsest.backends.numpy.blas import matmul_call
 from palimpsest.backends.numpy.kernel_ops import _view_as, is_constant_value, prepared
 from palimpsest.backends.numpy.kernel_ops_elementwise import (
-    core_inputs, epilogue_scratch, run_epilogue)
+    core_inputs, epilogue_calls, epilogue_scratch)
 
 # Dense convs: input channels per group from which the channels-last conv gains (a 3x3
 # 128 -> 128 on 40 x 40: 3.1 ms with the reorders against 4.5; 16 -> 32 on 320 x 320
@@ -226,7 +226,7 @@ def _pointwise_calls(config, inputs, x, w, bias, y, ws, reads_last):
         if bias is not None:
             steps.append((np.add, (out, _view_as(bias, along)), {"out": out}))
     if config.get("epilogue"):   # (writing NHWC: a post-op's step, elementwise)
-        steps.append((run_epilogue, (config, inputs, y, epilogue_scratch(ws)), {}))
+        steps.extend(epilogue_calls(config, inputs, y, epilogue_scratch(ws)))
     return steps
 
 
@@ -276,7 +276,7 @@ def calls(op, config, inputs, x, w, bias, y, ws: dict):
     for image in range(x.shape[0]):
         steps.append((conv.bind(x[image], x_last, packed, bias, y_last, y[image]), (), {}))
     if config.get("epilogue") and plan is None:
-        steps.append((run_epilogue, (config, inputs, y, epilogue_scratch(ws)), {}))
+        steps.extend(epilogue_calls(config, inputs, y, epilogue_scratch(ws)))
     return steps
 
 

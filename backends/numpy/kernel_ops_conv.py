@@ -22,7 +22,7 @@ from palimpsest.backends.numpy.blas import matmul, matmul_call
 from palimpsest.backends.numpy.kernel_ops import (
     _Calls, _view_as, config_of, impl, record, recorded, replay, workspaces_by_role)
 from palimpsest.backends.numpy.kernel_ops_elementwise import (
-    core_inputs, epilogue_scratch, run_epilogue)
+    core_inputs, epilogue_calls, epilogue_scratch, run_epilogue)
 from palimpsest.dialects import kernel as K
 
 
@@ -117,7 +117,7 @@ def conv2d(op, inputs, outputs, workspaces):
             run_epilogue(config, inputs, y, epilogue_scratch(ws))
             return
         if config.get("epilogue"):
-            calls.append((run_epilogue, (config, inputs, y, epilogue_scratch(ws)), {}))
+            calls.extend(epilogue_calls(config, inputs, y, epilogue_scratch(ws)))
         if all(np.may_share_memory(a, b) for a, b in calls.views):   # no operand copied
             record(op, arrays, calls)
         replay(calls)
@@ -127,7 +127,7 @@ def conv2d(op, inputs, outputs, workspaces):
         calls = _conv_output_rows(x, w, bias, y, cols, (top, left), (sh, sw), dw)
         if calls is not None:
             if config.get("epilogue"):
-                calls.append((run_epilogue, (config, inputs, y, epilogue_scratch(ws)), {}))
+                calls.extend(epilogue_calls(config, inputs, y, epilogue_scratch(ws)))
             if all(np.may_share_memory(a, b) for a, b in calls.views):
                 record(op, arrays, calls)
             replay(calls)
@@ -246,7 +246,7 @@ def _one_gemm(config, inputs, x, w, bias, y, ws, kernel, strides, dilations, pad
                                      _view_as(y[image], (group, mg, ho * wo))))
         calls = steps + calls   # (the bias after the GEMMs)
     if config.get("epilogue"):
-        calls.append((run_epilogue, (config, inputs, y, epilogue_scratch(ws)), {}))
+        calls.extend(epilogue_calls(config, inputs, y, epilogue_scratch(ws)))
     return calls
 
 

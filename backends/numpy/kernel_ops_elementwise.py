@@ -390,9 +390,9 @@ def elementwise(op, inputs, outputs, workspaces):
             inputs[index] = array.copy()
             copied = True
     if y.size <= CHAIN_WHOLE:
-        calls = [(run, (name, [y if r >= n else inputs[r] for r in refs], y, step_props,
-                        scratch), {})
-                 for run, name, refs, step_props in steps]
+        calls = [call for run, name, refs, step_props in steps
+                 for call in step_calls(run, name, [y if r >= n else inputs[r] for r in refs],
+                                        y, step_props, scratch)]
         if not copied:   # (a copy is made anew each call)
             record(op, arrays, calls)
         replay(calls)
@@ -408,6 +408,63 @@ def elementwise(op, inputs, outputs, workspaces):
 # 6-7% slower in blocks).
 CHAIN_WHOLE = 1 << 20
 CHAIN_BLOCK = 1 << 16
+
+
+def epilogue_calls(config: dict, inputs: list, y: np.ndarray, scratch) -> list:
+    """The calls of `run_epilogue(config, inputs, y, scratch)` for a kernel's recorded
+    calls: each step's own numpy calls (`step_calls`) where Y is run whole, else the one
+    call of run_epilogue (blocks)."""
+    kept = _EPILOGUES.get(id(config))
+    if kept is None or kept[0] is not config:
+        kept = _epilogue_steps(config)
+    steps, uses_scratch = kept[1], kept[2]
+    if steps is None or not y.size:
+        return []
+    if y.size > CHAIN_WHOLE or (uses_scratch and scratch is not None and y.size > scratch.size):
+        return [(run_epilogue, (config, inputs, y, scratch), {})]
+    shaped = scratch.reshape(-1)[:y.size].reshape(y.shape) \
+        if uses_scratch and scratch is not None else None
+    n = len(inputs)
+    return [call for run, name, refs, step_props in steps
+            for call in step_calls(run, name, [y if r >= n else inputs[r] for r in refs], y,
+                                   step_props, shaped)]
+
+
+def step_calls(run, name: str, args: list, out, props, scratch) -> list:
+    """A step as calls to record ([(fn, args, kwargs)]): the numpy calls it makes, with
+    its arrays bound (STEP_CALLS), so a replay makes them with no step function between
+    (its checks and constants made once); else the one call of the step."""
+    calls = STEP_CALLS.get(name)
+    made = calls(name, args, out, props, scratch) if calls is not None else None
+    return made if made is not None else [(run, (name, args, out, props, scratch), {})]
+
+
+def _unary_calls(name, args, out, props, scratch):
+    return [(_UNARY[name], (args[0],), {"out": out})]   # (np.round: no ufunc)
+
+
+def _relu_calls(name, args, out, props, scratch):
+    if out.dtype.kind == "f":
+        return [(CLIP, (args[0], _const(0, out.dtype), _const(np.inf, out.dtype), out), {})]
+    return [(np.maximum, (args[0], _const(0, out.dtype), out), {})]
+
+
+def _sigmoid_calls(name, args, out, props, scratch):
+    return [(np.negative, (args[0], out), {}), (np.exp, (out, out), {}),
+            (np.add, (out, _const(1, out.dtype), out), {}), (np.reciprocal, (out, out), {})]
+
+
+def _binary_calls(name, args, out, props, scratch):
+    if name == "graph.pow":   # (its square and cube: the step's own checks)
+        return None
+    return [(_BINARY[name], (args[0], args[1], out), {})]
+
+
+# graph op -> calls(name, args, out, props, scratch) giving `step_calls` its calls (the
+# step's numpy calls, as the step makes them), or None where the step decides at run time
+STEP_CALLS: dict = {**{name: _unary_calls for name in _UNARY}, "graph.relu": _relu_calls,
+                    "graph.sigmoid": _sigmoid_calls,
+                    **{name: _binary_calls for name in _BINARY}}
 
 
 def run_epilogue(config: dict, inputs: list, y: np.ndarray, scratch) -> None:

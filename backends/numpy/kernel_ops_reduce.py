@@ -11,7 +11,7 @@ import numpy as np
 from palimpsest.backends.numpy.blas import matmul_call
 from palimpsest.backends.numpy.kernel_ops import (
     _scalar, _view_as, config_of, impl, replay, replayed, workspaces_by_role)
-from palimpsest.backends.numpy.kernel_ops_elementwise import core_inputs, run_epilogue
+from palimpsest.backends.numpy.kernel_ops_elementwise import core_inputs, epilogue_calls
 
 
 # -- matmul -------------------------------------------------------------------------------------
@@ -26,8 +26,8 @@ def matmul(op, inputs, outputs, workspaces):
 def _matmul_calls(config, inputs, y, workspaces) -> list:
     calls = _product_calls(config, core_inputs(config, inputs), y)
     if config["epilogue"]:
-        calls.append((run_epilogue, (config, inputs, y,
-                                     workspaces[-1] if workspaces else None), {}))
+        calls.extend(epilogue_calls(config, inputs, y,
+                                    workspaces[-1] if workspaces else None))
     return calls
 
 
