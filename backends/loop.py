@@ -136,6 +136,11 @@ class ExecutorLoop:
         """`run_kernel` as the loop calls it for one function's run: f(op, values)."""
         return self.run_kernel
 
+    # Whether a captured program's entries read from `values` only their op's operands
+    # (a replay whose handler's READS_VALUES is False none): its runs then start from a
+    # values dict of those alone (`_run_captured`)
+    CAPTURED_VALUES = False
+
     def capture(self, plan: "FunctionPlan", program: list, values: dict):
         """The lean `program` with what the backend can replay as is replaced (module
         doc), or None."""
@@ -220,6 +225,12 @@ class ExecutorLoop:
         if func.is_declaration:
             raise func.error("is a declaration: there is no body to run")
         plan = self._plan(func)
+        if plan.captured_base is not None and plan.captured_base[0] is plan.captured \
+                and self.caching and self.profiler is None and not self.poison \
+                and self.CAPTURED_VALUES:
+            results = self._run_captured(func, plan, arrays, depth)
+            if results is not None:
+                return results
         program = plan.program
         values = self._constants_of(plan)
         values.update(zip(func.entry_block.args, arrays))
@@ -243,6 +254,9 @@ class ExecutorLoop:
                         captured = plan.captured = self.capture(plan, program, values) or ()
                         plan.captured_args = self.arguments_captured(func, program,
                                                                      captured, arrays)
+                        plan.captured_base = (captured, _values_read(captured, plan.ret,
+                                                                     values)) \
+                            if captured and self.CAPTURED_VALUES else None
                 if captured:
                     program = captured
             for handler, op, _ in program:
@@ -278,6 +292,42 @@ class ExecutorLoop:
             value = values[v]
             if isinstance(value, Pending):
                 raise ret.error(f"returns a buffer that was never written ({v.type})")
+            results.append(value)
+        return results
+
+    def _run_captured(self, func, plan: "FunctionPlan", arrays: list, depth: int):
+        """A run of the captured program (`capture`) on the very arenas and constants it
+        was captured on, with a values dict of only what its entries that read one and
+        the return read (`captured_base`, made at the capture): no dict of every constant
+        and fixed view made and dropped each run, which a model of a few small ops
+        feels, cold caches most. None where that is not the case (nothing ran but the
+        arena ops, whose arenas the full run below takes as they are)."""
+        for op, attr in plan.constant_attrs:
+            if op.properties["value"] is not attr:
+                return None
+        if plan.captured_args and any(a is not b for a, b in zip(arrays, plan.captured_args)):
+            return None
+        pool = self.pool
+        last = plan.fixed_pools
+        if last is None or len(last) != len(plan.arena_calls):
+            return None
+        for (op, _, name, size), array in zip(plan.arena_calls, last):
+            if pool(op, name, size) is not array:
+                return None
+        captured, base = plan.captured_base
+        values = dict(base)
+        values.update(zip(func.entry_block.args, arrays))
+        run_kernel = self.kernel_runner()
+        for handler, op, _ in captured:
+            if handler is None:
+                run_kernel(op, values)
+            else:
+                handler(self, op, values, depth)
+        results = []
+        for v in plan.ret.operands:
+            value = values[v]
+            if isinstance(value, Pending):
+                raise plan.ret.error(f"returns a buffer that was never written ({v.type})")
             results.append(value)
         return results
 
@@ -483,6 +533,16 @@ _HANDLERS = {
 }
 
 
+def _values_read(captured: list, ret, values: dict) -> dict:
+    """The entries of `values` that the entries of `captured` other than the backend's
+    replays (a handler whose READS_VALUES is False) and the function's return read."""
+    read = [v for handler, op, _ in captured
+            if getattr(handler, "READS_VALUES", True) for v in op.operands]
+    if ret is not None:
+        read.extend(ret.operands)
+    return {v: values[v] for v in read if v in values}
+
+
 def arguments_read(func, program: list, captured, arrays: list) -> tuple:
     """`arrays` (a run's arguments) when an op the backend captured (an entry of
     `captured` not in `program`) reads an argument itself or a reshape of one, else
@@ -526,6 +586,7 @@ class FunctionPlan:
         self.fixed_pools = None       # the arena arrays of that run
         self.captured = None          # the lean program as the backend captured it, () none
         self.captured_args = ()       # the arguments it was captured with
+        self.captured_base = None     # (captured, the values its runs start from)
         self.lean_runs = 0            # lean runs since the fixed views were bound
         self.input_views: dict = {}   # argument index -> (array, the view a backend bound)
         if func.is_declaration:

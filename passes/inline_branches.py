@@ -162,3 +162,55 @@ def branch_guards(func: Operation, ifs=None) -> list:
         elif not op.regions:
             stack.extend(op.operands)
     return sorted(found)
+
+
+# The result a speculated function appends: the If's condition (backends/numpy/
+# speculation.py checks it against the branch inlined)
+CONDITION_RESULT = "palimpsest.if_condition"
+
+
+def speculated_if(func: Operation):
+    """The `graph.if` of `func`'s body a run can speculate on: the body's only op with
+    regions, its condition computed in the body (not a constant, not an argument: an If
+    an argument decides is a guard's, inlined at its values), one element. Else None."""
+    block = func.regions[0].blocks[0]
+    found = [op for op in block.ops if op.regions]
+    if len(found) != 1 or found[0].name != "graph.if":
+        return None
+    op = found[0]
+    condition = op.operands[0]
+    owner = getattr(condition, "op", None)
+    if owner is None or owner.name == "graph.constant" \
+            or not isinstance(condition.type, TensorType) \
+            or not condition.type.has_static_shape or condition.type.num_elements() != 1:
+        return None
+    return op
+
+
+def inline_speculated(func: Operation, index: int) -> bool:
+    """`func` with its speculated If (`speculated_if`) replaced by branch `index`'s ops
+    and the If's condition appended to its results (named CONDITION_RESULT): one
+    straight-line function whose run is right when the condition picks that branch.
+    False (func unchanged) where there is no such If or the branch holds region ops."""
+    from palimpsest.dialects.func import ReturnOp
+    from palimpsest.ir import attributes as A
+    from palimpsest.ir.types import FunctionType
+
+    op = speculated_if(func)
+    if op is None or any(inner.regions for inner in op.regions[index].blocks[0].ops):
+        return False
+    block = func.regions[0].blocks[0]
+    ret = block.terminator
+    condition = op.operands[0]
+    block.insert_before(ret, ReturnOp(list(ret.operands) + [condition], []))
+    ret.erase()
+    fn_type = func.type
+    func.properties["function_type"] = A.TypeAttr(FunctionType(
+        fn_type.inputs, tuple(fn_type.results) + (condition.type,)))
+    names = func.properties.get("res_attrs")
+    entries = list(names.value) if isinstance(names, A.ArrayAttr) else []
+    entries += [A.DictionaryAttr.of({})] * (len(fn_type.results) - len(entries))
+    entries.append(A.DictionaryAttr.of({"palimpsest.name": A.StringAttr(CONDITION_RESULT)}))
+    func.properties["res_attrs"] = A.ArrayAttr(tuple(entries))
+    _inline(op, index)
+    return True

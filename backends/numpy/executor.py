@@ -60,6 +60,7 @@ class Executor(ExecutorLoop):
     CHANNELS_LAST_CHAINS = True
     LEVELS = "buffer-level IR: the buffer, memory and func dialects"
     ARRAY = np.ndarray
+    CAPTURED_VALUES = True   # (kernel_ops._Replay reads none; every other entry its op's)
 
     def __init__(self, poison: bool = False, stats: RunStats | None = None):
         super().__init__(poison, stats if stats is not None else RunStats())

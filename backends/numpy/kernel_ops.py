@@ -226,6 +226,7 @@ class _Replay:
     failed, as `execute_kernel`'s do. `ops`: the ops, `ends[i]` the end of op i's calls."""
 
     __slots__ = ("calls", "ops", "ends")
+    READS_VALUES = False   # (backends/loop.py: its arrays are bound in its calls)
 
     def __init__(self, calls, ops: list, ends: list):
         self.calls, self.ops, self.ends = calls, ops, ends

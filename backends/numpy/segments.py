@@ -173,13 +173,15 @@ class RegionStep:
     def __init__(self, op, regions: list):
         self.op = op
         self.regions = regions
+        self.taken = None   # an If's branch index the last run took (speculation.py)
 
     def run(self, scope: Scope) -> None:
         op = self.op
         if op.name == "graph.if":   # (most real exports' only region op: no detour)
             cond = scope[op.operands[0]]
             if type(cond) is np.ndarray and cond.size == 1:
-                results = self.regions[0 if cond.item() else 1].run(Scope(scope))
+                self.taken = taken = 0 if cond.item() else 1
+                results = self.regions[taken].run(Scope(scope))
                 scope.own.update(zip(op.results, results))
                 return
         regions = self.regions

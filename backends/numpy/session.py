@@ -155,6 +155,7 @@ class CompiledPlan:
         self.signature = signature      # None: the dynamic plan
         self.compile_seconds = compile_seconds
         self.executor = executor
+        self.speculation = None         # segments' plan with an If to speculate on
 
     @property
     def pool_sizes(self) -> dict:
@@ -335,7 +336,10 @@ class Session:
                 return shapes
         return shapes + (values,)
 
-    def _compile(self, signature):
+    def _compile(self, signature, branch: int | None = None):
+        """The plan for `signature` (None: the dynamic plan); `branch`: the straight-line
+        plan of the speculated If's branch `branch` (speculation.py), None where there
+        is none."""
         from palimpsest.ir.verifier import verify
         from palimpsest.passes.pass_manager import PassManager, parse_pipeline
 
@@ -357,6 +361,11 @@ class Session:
                         args[i]: np.array(values, np.dtype(dtype)).reshape(signature[i])
                         for i, dtype, values in signature[-1]}
                     inline_static_branches(func, known)
+                    if branch is not None:
+                        from palimpsest.passes.inline_branches import inline_speculated
+
+                        if not inline_speculated(func, branch) or has_control_flow(module):
+                            return None
             elif self._bounded:
                 retype_inputs(func, self.input_types)  # the dynamic plan, at the bounds
             if has_control_flow(module):
@@ -387,8 +396,26 @@ class Session:
         self.stats.compile_seconds += seconds
         if not has_control_flow(module):
             target = self._target
-        return CompiledPlan(module, find_function(module, self.function), signature,
+        plan = CompiledPlan(module, find_function(module, self.function), signature,
                             target.executor(), seconds)
+        if signature is not None and has_control_flow(module):
+            from palimpsest.passes.inline_branches import speculated_if
+
+            if speculated_if(plan.func) is not None:
+                from palimpsest.backends.numpy.speculation import Speculation
+
+                plan.speculation = Speculation(plan, self._compile_branch, self.input_names)
+        return plan
+
+    def _compile_branch(self, signature, branch: int):
+        """The speculated If's straight-line plan for `branch` (speculation.py), or None
+        where that branch cannot be one (region ops inside, shapes it does not fit)."""
+        from palimpsest.ir.diagnostics import DiagnosticError
+
+        try:
+            return self._compile(signature, branch)
+        except (DiagnosticError, ValueError):
+            return None
 
     def _lookup(self, signature) -> tuple[CompiledPlan, bool]:
         plan = self._cache.get(signature)
@@ -479,13 +506,25 @@ class Session:
             if fresh:
                 compile_seconds = plan.compile_seconds
         start = time.perf_counter()
-        results, run_stats = plan.run(arrays, outputs, self.profiler)
+        results, run_stats = self._run_plan(plan, arrays, outputs)
         self._report(plan, hit, run_stats, time.perf_counter() - start, compile_seconds,
                      copied)
         self.last_plan = plan
         self.stats.runs += 1
         self.prepared = True
         return results
+
+    def _run_plan(self, plan, arrays: dict, outputs: dict | None) -> tuple[dict, RunStats]:
+        """`plan.run`, or its speculated If's straight-line plan (speculation.py)."""
+        speculation = plan.speculation
+        if speculation is not None:
+            done = speculation.run_named(arrays, outputs, self.profiler)
+            if done is not None:
+                return done
+        done = plan.run(arrays, outputs, self.profiler)
+        if speculation is not None:
+            speculation.observe()
+        return done
 
     def _report(self, plan, hit, run_stats, seconds: float, compile_seconds: float = 0.0,
                 copied: int = 0) -> None:
@@ -530,7 +569,7 @@ class Session:
                 [arrays[n] for n in self.input_names]))
         else:
             plan = self._dynamic_plan()
-        results, _ = plan.run(arrays, None, self.profiler)
+        results, _ = self._run_plan(plan, arrays, None)
         self.last_plan = plan
         self.stats.runs += 1
         self.prepared = True
@@ -565,9 +604,16 @@ class Session:
         self._cache.move_to_end(plan.signature)
         self.stats.plan_cache_hits += 1
         self.stats.runs += 1
+        speculation = plan.speculation
+        if speculation is not None:
+            results = speculation.run(arrays)
+            if results is not None:
+                return results
         executor.begin_run(RunStats())
         results = executor.run_bound(plan.func, fplan, arrays)
         executor.end_run()
+        if speculation is not None:
+            speculation.observe()
         return results
 
 

@@ -198,4 +198,8 @@ def test_a_guard_whose_value_keeps_changing_stops_being_one():
         np.testing.assert_allclose(session.run(feeds)["y"], runner.run(["y"], feeds)[0],
                                    rtol=1e-5, atol=1e-6, err_msg=str(rate))
     assert has_control_flow(session.last_plan.module)
-    assert session.stats.compiles == MAX_GUARD_VALUES + 1
+    # (and the segments' If, on a condition computed from the input, is speculated on:
+    # a straight-line plan per branch taken, backends/numpy/speculation.py)
+    speculated = len(session.last_plan.speculation.plans)
+    assert 1 <= speculated <= 2
+    assert session.stats.compiles == MAX_GUARD_VALUES + 1 + speculated
