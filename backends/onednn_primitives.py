@@ -150,6 +150,32 @@ class _Primitives:
         except (TypeError, AttributeError):   # (at exit: the library already unloaded)
             pass
 
+    def _bound(self, steps: list, address: dict, kept: tuple, what: str):
+        """Steps [(step, the names of its memories)] run in order, each memory at its
+        `address` (name -> int; a name without one left out), as a call of no arguments
+        on `self.work` multiply-adds' threads (the caller's arrays, `kept`, alive with
+        it)."""
+        library, _, stream = _runtime()
+        set_handle = library.dnnl_memory_set_data_handle
+        execute, wait = library.dnnl_primitive_execute, library.dnnl_stream_wait
+        plan = []
+        for step, names in steps:
+            primitive, count, args = self._primitives[step]
+            plan.append(([(self._memories[name], address[name]) for name in names
+                          if name in address], primitive, count, args))
+        work = self.work
+
+        def call(_kept=kept):
+            onednn._threads_for(work)
+            for handles, primitive, count, args in plan:
+                for memory, at in handles:
+                    set_handle(memory, at)
+                status = execute(primitive, stream, count, args)
+                if status != 0:
+                    raise OneDnnError(f"oneDNN: {what} failed (status {status})")
+                wait(stream)
+        return call
+
     def _run(self, step: str, handles: dict) -> None:
         library, _, stream = _runtime()
         primitive, count, args = self._primitives[step]
@@ -249,26 +275,8 @@ class ChannelsLastConv(_Primitives):
                  ("conv", ("x_last", "w_packed", "y_last", "bias")),
                  ("y_last", ("y_last", "y_out"))]
         steps = [(step, names) for step, names in steps if step in self._primitives]
-        library, _, stream = _runtime()
-        set_handle = library.dnnl_memory_set_data_handle
-        execute, wait = library.dnnl_primitive_execute, library.dnnl_stream_wait
-        plan = []
-        for step, names in steps:
-            primitive, count, args = self._primitives[step]
-            plan.append(([(self._memories[name], address[name]) for name in names
-                          if name in address], primitive, count, args))
-        work = self.work
-
-        def call(_kept=(x, x_last, packed, bias, y_last, y)):
-            onednn._threads_for(work)
-            for handles, primitive, count, args in plan:
-                for memory, at in handles:
-                    set_handle(memory, at)
-                status = execute(primitive, stream, count, args)
-                if status != 0:
-                    raise OneDnnError(f"oneDNN: convolution failed (status {status})")
-                wait(stream)
-        return call
+        return self._bound(steps, address, (x, x_last, packed, bias, y_last, y),
+                           "convolution")
 
 
 # -- 8-bit matrix products -----------------------------------------------------------------

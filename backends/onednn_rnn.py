@@ -24,7 +24,6 @@ import functools
 
 import numpy as np
 
-from palimpsest.backends import onednn
 from palimpsest.backends.onednn_primitives import (
     _FORWARD_INFERENCE, _TAG_ANY, OneDnnError, _check, _desc, _destroy, _handle,
     _Primitives, _runtime, available,
@@ -145,22 +144,9 @@ class Recurrent(_Primitives):
         """The primitive on these arrays (name -> C-contiguous float32 array: x, w_packed,
         r_packed, bias, y, and h0, c0, yh, yc where it has them), as a call of no
         arguments (the addresses read once; the caller keeps the arrays alive)."""
-        library, _, stream = _runtime()
-        primitive, count, args = self._primitives["rnn"]
-        handles = [(self._memories[name], arrays[name].ctypes.data) for name in self.names]
-        set_handle = library.dnnl_memory_set_data_handle
-        execute, wait = library.dnnl_primitive_execute, library.dnnl_stream_wait
-        work = self.work
-
-        def call(_kept=tuple(arrays.values())):
-            onednn._threads_for(work)
-            for memory, at in handles:
-                set_handle(memory, at)
-            status = execute(primitive, stream, count, args)
-            if status != 0:
-                raise OneDnnError(f"oneDNN: recurrent cell failed (status {status})")
-            wait(stream)
-        return call
+        address = {name: arrays[name].ctypes.data for name in self.names}
+        return self._bound([("rnn", self.names)], address, tuple(arrays.values()),
+                           "recurrent cell")
 
 
 @functools.lru_cache(maxsize=64)
@@ -202,11 +188,12 @@ def bound_call(cell: str, lbr: bool, direction: str, x, w, r, b, h0, c0, y, yh, 
     named = {"x": x, "w_packed": w_packed, "r_packed": r_packed, "bias": bias, "y": y,
              "h0": h0, "c0": c0, "yh": yh, "yc": yc}
     run = primitive.bind({name: a for name, a in named.items() if a is not None})
-    if constant:
-        return run
+    if not constant:
+        bound = run
 
-    def call():   # (weights given at run time: packed again each call)
-        primitive.pack(w, r, packed_r, (w_packed, r_packed))
-        primitive.biases(b, lbr, bias)
-        run()
-    return call
+        def run():   # (weights given at run time: packed again each call)
+            primitive.pack(w, r, packed_r, (w_packed, r_packed))
+            primitive.biases(b, lbr, bias)
+            bound()
+    run.recurrent = primitive   # (which calls of a kernel's are this one's)
+    return run

@@ -64,7 +64,7 @@ def _model(op, direction, seq, batch, inputs, hidden, *, lbr=0, bias=True, initi
 def _onednn_calls(session) -> int:
     """How many of the kernels' recorded calls are oneDNN recurrent cells."""
     executor = session.last_plan.executor
-    return sum(getattr(fn, "__module__", "") == onednn_rnn.__name__
+    return sum(isinstance(getattr(fn, "recurrent", None), onednn_rnn.Recurrent)
                for bound in executor.kernel_entries.values() if bound.memo
                for fn, _, _ in bound.memo[1])
 

@@ -25,34 +25,10 @@ GATES = {"LSTM": 4, "GRU": 3}
 
 def _model(op, direction, batch, bias=True, initial=True, lbr=0, outputs=("Y", "Y_h", "Y_c"),
            hidden=HIDDEN):
-    rng = np.random.default_rng(3)
-    dirs = 2 if direction == "bidirectional" else 1
-    g = GATES[op]
-    inits = {"W": rng.uniform(-0.7, 0.7, (dirs, g * hidden, INPUT)),
-             "R": rng.uniform(-0.7, 0.7, (dirs, g * hidden, hidden))}
-    names = ["X", "W", "R", "", "", ""]
-    if bias:
-        inits["B"] = rng.uniform(-0.5, 0.5, (dirs, 2 * g * hidden))
-        names[3] = "B"
-    if initial:
-        inits["H0"] = rng.uniform(-1, 1, (dirs, batch, hidden))
-        names[5] = "H0"
-        if op == "LSTM":
-            inits["C0"] = rng.uniform(-1, 1, (dirs, batch, hidden))
-            names.append("C0")
-    while names and not names[-1]:
-        names.pop()
-    wanted = [o for o in outputs if op == "LSTM" or o != "Y_c"]
-    attrs = {"linear_before_reset": lbr} if op == "GRU" else {}
-    node = h.make_node(op, names, wanted, direction=direction, hidden_size=hidden, **attrs)
-    graph = h.make_graph(
-        [node], "rnn", [h.make_tensor_value_info("X", T.FLOAT, [SEQ, batch, INPUT])],
-        [h.make_tensor_value_info(o, T.FLOAT, None) for o in wanted if o],
-        initializer=[numpy_helper.from_array(v.astype(np.float32), k)
-                     for k, v in inits.items()])
-    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 14)])
-    model.ir_version = 8
-    return model
+    from test_onednn_rnn import _model as recurrent_model
+
+    return recurrent_model(op, direction, SEQ, batch, INPUT, hidden, lbr=lbr, bias=bias,
+                           initial=initial, outputs=outputs, seed=3)[0]
 
 
 # batch 9 with hidden 40: biases folded per step (a `projected` past _BROADCAST_ADD)
