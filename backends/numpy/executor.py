@@ -70,6 +70,7 @@ class Executor(ExecutorLoop):
         self.fast_calls: dict = {}    # buffer.compute -> its last fast call's arrays
         self.bound: dict = {}         # output buffer value -> the caller's array (run(outputs=))
         self.pool_views: dict = {}    # memory.arena -> its views' (value, offset, bytes)
+        self.pool_dtypes: dict = {}   # memory.arena -> its result's element dtype
         self.errors_ignored = False   # inside `run`: numpy's floating-point errors ignored
         self.kept: dict = {}          # pool name -> the last run's Arena (see CACHE_VIEWS)
         self.kernel_entries: dict = {}   # kernel op -> kernel_ops._Bound, at its first call
@@ -292,7 +293,9 @@ class Executor(ExecutorLoop):
 
     def pool(self, op, pool_name: str, size: int) -> np.ndarray:
         arena = self.pools.get(pool_name)
-        dtype = dtype_of(op.results[0].type.element_type)
+        dtype = self.pool_dtypes.get(op)
+        if dtype is None:   # (a type's hash is a Python call: once per arena op)
+            dtype = self.pool_dtypes[op] = dtype_of(op.results[0].type.element_type)
         if arena is None:
             if self.bound:
                 needed = self._pool_needed(op, size)
@@ -369,6 +372,13 @@ class Executor(ExecutorLoop):
         if run is None or len(ins) != len(in_values) or len(outs) != len(out_values) or any(
                 values.get(v) is not a for v, a in zip(in_values + out_values, ins + outs)):
             return None
+        planned = getattr(fast, "calls", None)
+        if planned is not None:   # its numpy calls, replayed with the kernels' (merged)
+            from palimpsest.backends.numpy.kernel_ops import replay_of
+
+            calls = planned(info.attrs, outs[0], *inputs)
+            if calls is not None:
+                return replay_of(op, calls)
         return _FastReplay(run, inputs, info.attrs, outs[0])
 
     # -- buffer.compute ----------------------------------------------------------------------------

@@ -261,6 +261,11 @@ def _positional(calls: list) -> list:
     return result
 
 
+def replay_of(op, calls: list) -> _Replay:
+    """A captured program's handler of `op`: its recorded `calls` replayed."""
+    return _Replay(_positional(calls), [op], [len(calls)])
+
+
 def _merged(captured: list) -> list:
     """`captured` with each run of consecutive `_Replay` entries made one."""
     merged, run = [], []
@@ -318,8 +323,7 @@ def capture(executor, program: list, values: dict):
             arrays = [values.get(v) for group in (bound.ins, bound.outs, bound.workspaces)
                       for v in group]
             if len(arrays) == len(memo[0]) and all(a is b for a, b in zip(arrays, memo[0])):
-                captured.append((_Replay(_positional(memo[1]), [entry[1]], [len(memo[1])]),
-                                 entry[1], entry[2]))
+                captured.append((replay_of(entry[1], memo[1]), entry[1], entry[2]))
                 replays += 1
                 continue
         captured.append(entry)

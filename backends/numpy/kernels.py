@@ -76,6 +76,7 @@ def _one_out(run):
         return len(outs) == 1 and least <= count and (most is None or count <= most) \
             and run(attrs, outs[0], *inputs)
     call.run = run   # (a replay of a call that fitted: executor.generic_replay)
+    call.calls = getattr(run, "calls", None)
     return call
 
 
@@ -189,16 +190,32 @@ _BINARY = {"graph.add": (np.add, "iuf"), "graph.sub": (np.subtract, "iuf"),
            "graph.xor": (np.logical_xor, "b")}
 
 
+def _planned(plan):
+    """A fast path from `plan(attrs, out, *inputs)`, which gives its numpy calls
+    ([(fn, args, kwargs)], on these very arrays) or None where it declines: the calls
+    made now; `plan` kept as the function's `calls` (executor.generic_replay records
+    them, so a captured program replays the calls with no checks between)."""
+    def run(attrs, out, *inputs):
+        calls = plan(attrs, out, *inputs)
+        if calls is None:
+            return False
+        for fn, args, kwargs in calls:
+            fn(*args, **kwargs)
+        return True
+    run.__signature__ = inspect.signature(plan)   # (its arity, for _one_out)
+    run.calls = plan
+    return run
+
+
 @fast(*_BINARY, family=True)
 def _binary(name):
     ufunc, kinds = _BINARY[name]
 
-    def run(attrs, out, a, b):
+    def plan(attrs, out, a, b):
         if not _same_dtype(out, a, b) or out.dtype.kind not in kinds or not _fits(out, a, b):
-            return False
-        ufunc(a, b, out=out)
-        return True
-    return run
+            return None
+        return [(ufunc, (a, b), {"out": out})]
+    return _planned(plan)
 
 
 _VARIADIC = {"graph.max": np.maximum, "graph.min": np.minimum}
@@ -231,12 +248,11 @@ _COMPARE = {"graph.equal": np.equal, "graph.less": np.less, "graph.greater": np.
 def _compare(name):
     ufunc = _COMPARE[name]
 
-    def run(attrs, out, a, b):
+    def plan(attrs, out, a, b):
         if a.dtype != b.dtype or out.dtype != np.bool_ or not _fits(out, a, b):
-            return False
-        ufunc(a, b, out=out)
-        return True
-    return run
+            return None
+        return [(ufunc, (a, b), {"out": out})]
+    return _planned(plan)
 
 
 def _relu(x, out):
@@ -259,12 +275,11 @@ def _same_shape_and_kind(out, x, kinds: str) -> bool:
 def _unary(name):
     ufunc, kinds = _UNARY[name]
 
-    def run(attrs, out, x):
+    def plan(attrs, out, x):
         if not _same_shape_and_kind(out, x, kinds):
-            return False
-        ufunc(x, out=out)
-        return True
-    return run
+            return None
+        return [(ufunc, (x,), {"out": out})]
+    return _planned(plan)
 
 
 @fast("graph.clip")
