@@ -317,12 +317,14 @@ class ExecutorLoop:
         captured, base = plan.captured_base
         values = dict(base)
         values.update(zip(func.entry_block.args, arrays))
-        run_kernel = self.kernel_runner()
+        run_kernel = None
         for handler, op, _ in captured:
-            if handler is None:
-                run_kernel(op, values)
-            else:
+            if handler is not None:
                 handler(self, op, values, depth)
+            else:
+                if run_kernel is None:
+                    run_kernel = self.kernel_runner()
+                run_kernel(op, values)
         results = []
         for v in plan.ret.operands:
             value = values[v]

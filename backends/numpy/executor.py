@@ -162,21 +162,22 @@ class Executor(ExecutorLoop):
         self.kept = kept
 
     def bind_input(self, index: int, array, plan: FunctionPlan):
-        if index in plan.written_args or not array.flags.c_contiguous \
-                or not array.flags.aligned:
-            arena = Arena(array.nbytes, self.stats, poison=False)
-            copy = arena.typed(array.shape, array.dtype)
-            np.copyto(copy, array)
-            self.stats.io_bytes += array.nbytes
-            return copy
+        written = index in plan.written_args
         # the caller handing the same array again (a streaming loop's buffers, refilled
         # in place) gets the same read-only view of it: the kernels reading it keep their
         # recorded calls (kernel_ops.record) instead of making them each run, and the
         # captured program stays (loop.py checks the inputs it was captured with)
         last = plan.input_views.get(index)   # (the array, its view; the array kept by the
-        if last is not None and last[0] is array and last[1].shape == array.shape \
-                and last[1].strides == array.strides and last[1].dtype == array.dtype:
-            return last[1]                      # view: never resized, same memory)
+        if last is not None and last[0] is array and not written \
+                and last[1].shape == array.shape and last[1].strides == array.strides \
+                and last[1].dtype == array.dtype:   # view: never resized, same memory,
+            return last[1]                         # contiguous and aligned as it was)
+        if written or not array.flags.c_contiguous or not array.flags.aligned:
+            arena = Arena(array.nbytes, self.stats, poison=False)
+            copy = arena.typed(array.shape, array.dtype)
+            np.copyto(copy, array)
+            self.stats.io_bytes += array.nbytes
+            return copy
         view = array.view()
         view.flags.writeable = False
         mark_run_input(view)   # (read-only, yet no constant: nothing made once from it)

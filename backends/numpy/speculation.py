@@ -62,7 +62,7 @@ class Speculation:
         if results is None:
             self.predicted = None
             return None
-        taken = 0 if bool(np.asarray(results[-1]).reshape(-1)[0]) else 1
+        taken = _taken(results[-1])
         if taken == index:
             return results[:-1]
         if self._plan(taken) is None:
@@ -70,8 +70,7 @@ class Speculation:
             return None
         self.predicted = taken
         results = self._run(taken, arrays)
-        if results is None or (0 if bool(np.asarray(results[-1]).reshape(-1)[0]) else 1) \
-                != taken:
+        if results is None or _taken(results[-1]) != taken:
             self.predicted = None
             return None
         return results[:-1]
@@ -90,8 +89,7 @@ class Speculation:
             except Exception:   # (on the wrong branch; the segments raise a real one)
                 self.predicted = None
                 return None
-            condition = named.pop(_condition_name(plan))
-            taken = 0 if bool(np.asarray(condition).reshape(-1)[0]) else 1
+            taken = _taken(named.pop(_condition_name(plan)))
             if taken == index:
                 self.predicted, self.last = index, plan
                 return named, stats
@@ -111,9 +109,9 @@ class Speculation:
         executor = plan.executor
         self.last = plan
         try:
-            function_plan = getattr(executor, "plans", {}).get(plan.func)
-            if isinstance(executor, Executor) and function_plan is not None \
-                    and function_plan.input_checks:
+            function_plan = executor.plans.get(plan.func) \
+                if type(executor) is Executor else None
+            if function_plan is not None and function_plan.input_checks:
                 executor.begin_run(RunStats())
                 results = executor.run_bound(plan.func, function_plan, arrays)
                 executor.end_run()
@@ -122,6 +120,13 @@ class Speculation:
             return [named[name] for name in output_names(plan.func)]
         except Exception:   # (on the wrong branch; the segments raise a real one)
             return None
+
+
+def _taken(condition) -> int:
+    """The branch index a run's If condition (one element: speculated_if) picks."""
+    if type(condition) is not np.ndarray:
+        condition = np.asarray(condition)
+    return 0 if condition.item() else 1
 
 
 def _condition_name(plan) -> str:
