@@ -225,9 +225,10 @@ class ExecutorLoop:
         if func.is_declaration:
             raise func.error("is a declaration: there is no body to run")
         plan = self._plan(func)
-        if plan.captured_base is not None and plan.captured_base[0] is plan.captured \
-                and self.caching and self.profiler is None and not self.poison \
-                and self.CAPTURED_VALUES:
+        if self.CAPTURED_VALUES and plan.captured_base is not None \
+                and plan.captured_base[0] is plan.captured and self.caching \
+                and self.profiler is None and not self.poison and not self.bound:
+            # (no caller's output arrays, `bound`: the arenas are then cut to fit them)
             results = self._run_captured(func, plan, arrays, depth)
             if results is not None:
                 return results

@@ -410,12 +410,10 @@ class Session:
     def _compile_branch(self, signature, branch: int):
         """The speculated If's straight-line plan for `branch` (speculation.py), or None
         where that branch cannot be one (region ops inside, shapes it does not fit)."""
-        from palimpsest.ir.diagnostics import DiagnosticError
-
         try:
             return self._compile(signature, branch)
-        except (DiagnosticError, ValueError):
-            return None
+        except Exception:   # (any pass failing on a branch the shapes rule out: the
+            return None     # segments run it, and say what is wrong if it is taken)
 
     def _lookup(self, signature) -> tuple[CompiledPlan, bool]:
         plan = self._cache.get(signature)
@@ -452,7 +450,8 @@ class Session:
             results = self.run_again(arrays) if arrays is not None else None
             if results is not None:
                 plan = self.last_plan
-                self._report(plan, True, plan.executor.stats, time.perf_counter() - start)
+                ran = plan if plan.speculation is None else plan.speculation.ran(plan)
+                self._report(plan, True, ran.executor.stats, time.perf_counter() - start)
                 return dict(zip(self.output_names, results))
         arrays, copied = {}, 0
         checks = self._input_checks

@@ -44,7 +44,7 @@ class Speculation:
         self.step = next((step for step in plan.executor.plan.steps
                           if getattr(step, "op", None) is not None
                           and step.op.name == "graph.if"), None)
-        self.last = None   # the straight-line plan the last speculated run used
+        self.last = None   # the straight-line plan the last run used (None: segments)
 
     def observe(self) -> None:
         """After a run of the segments: speculate on the branch the If took."""
@@ -52,9 +52,14 @@ class Speculation:
         if taken is not None and self._plan(taken) is not None:
             self.predicted = taken
 
+    def ran(self, segmented):
+        """The plan the last run used: a straight-line one, else `segmented`."""
+        return self.last if self.last is not None else segmented
+
     def run(self, arrays: list):
         """The results (output order) of a run on `arrays` (input order, checked by the
         caller), on the branch the condition picks; None where the segments must run."""
+        self.last = None
         index = self.predicted
         if index is None:
             return None
@@ -64,6 +69,7 @@ class Speculation:
             return None
         taken = _taken(results[-1])
         if taken == index:
+            self.last = self.plans[index]
             return results[:-1]
         if self._plan(taken) is None:
             self.predicted = None
@@ -73,11 +79,13 @@ class Speculation:
         if results is None or _taken(results[-1]) != taken:
             self.predicted = None
             return None
+        self.last = self.plans[taken]
         return results[:-1]
 
     def run_named(self, inputs: dict, outputs: dict | None, profiler):
         """`run` for the named path of Session.run (the caller's output arrays, a
         profiler): (named results, RunStats), or None where the segments must run."""
+        self.last = None
         index = self.predicted
         for _ in range(2):
             if index is None or self._plan(index) is None:
@@ -107,7 +115,6 @@ class Speculation:
         if plan is None:
             return None
         executor = plan.executor
-        self.last = plan
         try:
             function_plan = executor.plans.get(plan.func) \
                 if type(executor) is Executor else None

@@ -132,3 +132,17 @@ def test_a_branch_with_region_ops_is_not_speculated_on():
         _check(model, session, _feeds(rng, level))
     speculation = session.last_plan.speculation
     assert speculation.plans.get(0) is None and speculation.plans.get(1) is not None
+
+
+def test_last_stats_report_the_plan_that_ran():
+    """A speculated run's report is the straight-line plan's: its planned bytes, no
+    run-time allocation."""
+    model = _mlp_model()
+    session = Session(import_onnx(model))
+    rng = np.random.default_rng(5)
+    for _ in range(4):
+        session.run(_feeds(rng, 1))
+    report = session.last_stats
+    flat = session.last_plan.speculation.plans[0]
+    assert report.static_bytes == sum(flat.pool_sizes.values()) > 0
+    assert report.allocations == 0
