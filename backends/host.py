@@ -107,10 +107,16 @@ def aligned_empty(nbytes: int, alignment: int):
     """`nbytes` uninitialized bytes (a uint8 array) from an `alignment`-byte boundary (a
     power of two up to 2 MiB): a mapping of their own on huge pages from HUGE_PAGES_FROM
     bytes (freed with the array), else numpy's memory."""
-    import numpy as np
-
     if nbytes >= HUGE_PAGES_FROM:
         return _mapped(nbytes)[:nbytes]
+    return numpy_aligned_empty(nbytes, alignment)
+
+
+def numpy_aligned_empty(nbytes: int, alignment: int):
+    """`nbytes` uninitialized bytes of numpy's memory (a uint8 array whose `base` owns
+    them) from an `alignment`-byte boundary."""
+    import numpy as np
+
     raw = np.empty(nbytes + alignment, np.uint8)
     start = (-raw.ctypes.data) % alignment
     return raw[start:start + nbytes]

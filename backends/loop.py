@@ -240,11 +240,10 @@ class ExecutorLoop:
             program, pools = self._bind_fixed(plan, values, depth)
         poison_after = plan.poison_after if self.poison else None
         profiler = self.profiler
-        run_kernel = self.kernel_runner()
         if profiler is None and not poison_after:   # the loop of a plain run
             if pools is None and program is plan.lean:   # the lean program, views bound
                 captured = plan.captured
-                if captured and any(a is not b for a, b in zip(arrays, plan.captured_args)):
+                if captured and _other_arguments(plan, arrays):
                     # (another argument array: a kernel captured reading the last one would
                     # read it still; capture again once two runs bind the same arguments)
                     captured = plan.captured = None
@@ -260,13 +259,10 @@ class ExecutorLoop:
                             if captured and self.CAPTURED_VALUES else None
                 if captured:
                     program = captured
-            for handler, op, _ in program:
-                if handler is None:
-                    run_kernel(op, values)
-                else:
-                    handler(self, op, values, depth)
+            self._run_plain(program, values, depth)
             program = ()
         array_type = self.ARRAY
+        run_kernel = self.kernel_runner() if program else None
         for handler, op, timed in program:
             if profiler is not None and timed:
                 profiler.measure(self, op, values, depth)
@@ -285,16 +281,19 @@ class ExecutorLoop:
             plan.fixed_values = {v: values[v] for v in plan.fixed_results}
             plan.fixed_pools = pools
             plan.captured, plan.lean_runs = None, 0
-        ret = plan.ret
-        if ret is None:
-            raise func.error("has no func.return")
-        results = []
-        for v in ret.operands:
-            value = values[v]
-            if isinstance(value, Pending):
-                raise ret.error(f"returns a buffer that was never written ({v.type})")
-            results.append(value)
-        return results
+        return _returned(func, plan, values)
+
+    def _run_plain(self, program: list, values: dict, depth: int) -> None:
+        """`program`'s entries in order, with no profiler or poison: a kernel op (handler
+        None) through the backend's runner, the others through their handler."""
+        run_kernel = None
+        for handler, op, _ in program:
+            if handler is not None:
+                handler(self, op, values, depth)
+            else:
+                if run_kernel is None:
+                    run_kernel = self.kernel_runner()
+                run_kernel(op, values)
 
     def _run_captured(self, func, plan: "FunctionPlan", arrays: list, depth: int):
         """A run of the captured program (`capture`) on the very arenas and constants it
@@ -303,10 +302,7 @@ class ExecutorLoop:
         and fixed view made and dropped each run, which a model of a few small ops
         feels, cold caches most. None where that is not the case (nothing ran but the
         arena ops, whose arenas the full run below takes as they are)."""
-        for op, attr in plan.constant_attrs:
-            if op.properties["value"] is not attr:
-                return None
-        if plan.captured_args and any(a is not b for a, b in zip(arrays, plan.captured_args)):
+        if not _constants_current(plan) or _other_arguments(plan, arrays):
             return None
         pool = self.pool
         last = plan.fixed_pools
@@ -318,21 +314,8 @@ class ExecutorLoop:
         captured, base = plan.captured_base
         values = dict(base)
         values.update(zip(func.entry_block.args, arrays))
-        run_kernel = None
-        for handler, op, _ in captured:
-            if handler is not None:
-                handler(self, op, values, depth)
-            else:
-                if run_kernel is None:
-                    run_kernel = self.kernel_runner()
-                run_kernel(op, values)
-        results = []
-        for v in plan.ret.operands:
-            value = values[v]
-            if isinstance(value, Pending):
-                raise plan.ret.error(f"returns a buffer that was never written ({v.type})")
-            results.append(value)
-        return results
+        self._run_plain(captured, values, depth)
+        return _returned(func, plan, values)
 
     def _bind_fixed(self, plan: "FunctionPlan", values: dict, depth: int):
         """Run the function's `memory.arena` ops (all at its head); when each gives back
@@ -361,13 +344,8 @@ class ExecutorLoop:
         kernels read them) once per executor: later runs only check that each op still
         holds the attribute it was read from."""
         bound = plan.constants
-        if bound is not None:
-            for op, attr in plan.constant_attrs:
-                if op.properties["value"] is not attr:
-                    bound = None
-                    break
-            else:
-                return dict(bound)
+        if bound is not None and _constants_current(plan):
+            return dict(bound)
         values: dict = {}
         attrs = []
         plan.fixed_pools = plan.fixed_values = plan.captured = None   # old constants' views
@@ -534,6 +512,31 @@ _HANDLERS = {
     "memory.arena": ExecutorLoop._pool,
     "func.call": ExecutorLoop._call,
 }
+
+
+def _constants_current(plan: "FunctionPlan") -> bool:
+    """Whether each constant op still holds the attribute its array was read from."""
+    return all(op.properties["value"] is attr for op, attr in plan.constant_attrs)
+
+
+def _other_arguments(plan: "FunctionPlan", arrays: list) -> bool:
+    """Whether `arrays` are not the arguments the captured program holds (a kernel
+    captured reading the last ones would read them still)."""
+    return any(a is not b for a, b in zip(arrays, plan.captured_args))
+
+
+def _returned(func, plan: "FunctionPlan", values: dict) -> list:
+    """The function's results, as its return reads them from `values`."""
+    ret = plan.ret
+    if ret is None:
+        raise func.error("has no func.return")
+    results = []
+    for v in ret.operands:
+        value = values[v]
+        if isinstance(value, Pending):
+            raise ret.error(f"returns a buffer that was never written ({v.type})")
+        results.append(value)
+    return results
 
 
 def _values_read(captured: list, ret, values: dict) -> dict:

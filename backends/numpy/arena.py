@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from palimpsest.backends.host import numpy_aligned_empty
 from palimpsest.ir.attributes import numpy_dtype_name
 
 ALIGNMENT = 64
@@ -72,9 +73,7 @@ class Arena:
     __slots__ = ("data", "nbytes", "live", "stats", "typed_views", "baseline")
 
     def __init__(self, nbytes: int, stats: RunStats, poison: bool = False):
-        raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
-        start = (-raw.ctypes.data) % ALIGNMENT
-        self.data = raw[start:start + nbytes]
+        self.data = numpy_aligned_empty(nbytes, ALIGNMENT)   # (`data.base` owns it)
         self.nbytes = nbytes
         self.typed_views: dict = {}   # dtype -> the whole arena seen as that dtype (kept)
         self.baseline = None          # references to its memory that are the executor's own

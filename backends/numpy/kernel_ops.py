@@ -256,7 +256,7 @@ def _positional(calls: list) -> list:
     for fn, args, kwargs in calls:
         if kwargs and type(fn) is np.ufunc and len(kwargs) == 1 and len(args) == fn.nin \
                 and type(kwargs.get("out")) is np.ndarray:
-            fn, args, kwargs = fn, (*args, kwargs["out"]), {}
+            args, kwargs = (*args, kwargs["out"]), {}
         result.append((fn, args, kwargs))
     return result
 

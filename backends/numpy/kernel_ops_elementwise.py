@@ -50,25 +50,38 @@ _UNARY = {"graph.neg": np.negative, "graph.abs": np.abs, "graph.exp": np.exp,
           "graph.sinh": np.sinh, "graph.tan": np.tan, "graph.bitwise_not": np.invert}
 
 
+# Steps whose numpy calls follow from their arrays alone give them as calls
+# (`STEP_CALLS`, for `step_calls`: a recorded chain replays them with no step function
+# between); the step itself makes them.
+
+def _unary_calls(name, args, out, props, scratch):
+    return [(_UNARY[name], (args[0],), {"out": out})]   # (np.round: no ufunc)
+
+
+def _relu_calls(name, args, out, props, scratch):
+    if out.dtype.kind == "f":  # np.clip is 2x faster than np.maximum (NaN propagates alike)
+        return [(CLIP, (args[0], _const(0, out.dtype), _const(np.inf, out.dtype), out), {})]
+    return [(np.maximum, (args[0], _const(0, out.dtype), out), {})]
+
+
+def _sigmoid_calls(name, args, out, props, scratch):
+    return [(np.negative, (args[0], out), {}), (np.exp, (out, out), {}),
+            (np.add, (out, _const(1, out.dtype), out), {}), (np.reciprocal, (out, out), {})]
+
+
 @step(*_UNARY)
 def _unary(name, args, out, props, scratch):
-    _UNARY[name](args[0], out=out)
+    replay(_unary_calls(name, args, out, props, scratch))
 
 
 @step("graph.relu")
 def _relu(name, args, out, props, scratch):
-    if out.dtype.kind == "f":  # np.clip is 2x faster than np.maximum (NaN propagates alike)
-        CLIP(args[0], _const(0, out.dtype), _const(np.inf, out.dtype), out=out)
-    else:
-        np.maximum(args[0], _const(0, out.dtype), out=out)
+    replay(_relu_calls(name, args, out, props, scratch))
 
 
 @step("graph.sigmoid")
 def _sigmoid(name, args, out, props, scratch):
-    np.negative(args[0], out=out)
-    np.exp(out, out=out)
-    np.add(out, _const(1, out.dtype), out=out)
-    np.reciprocal(out, out=out)
+    replay(_sigmoid_calls(name, args, out, props, scratch))
 
 
 @step("graph.erf")
@@ -300,6 +313,12 @@ _BINARY = {"graph.add": np.add, "graph.sub": np.subtract, "graph.mul": np.multip
            "graph.bitwise_xor": np.bitwise_xor}
 
 
+def _binary_calls(name, args, out, props, scratch):
+    if name == "graph.pow":   # (its square and cube: the step's own checks)
+        return None
+    return [(_BINARY[name], (args[0], args[1], out), {})]
+
+
 @step(*_BINARY)
 def _binary(name, args, out, props, scratch):
     x, y = args
@@ -312,7 +331,7 @@ def _binary(name, args, out, props, scratch):
         elif square is not out:
             np.copyto(out, square)
         return
-    _BINARY[name](x, y, out=out)
+    _BINARY[name](x, y, out=out)   # (pow's general case; the others: _binary_calls)
 
 
 _VARIADIC = {"graph.max": np.maximum, "graph.min": np.minimum}
@@ -411,19 +430,24 @@ CHAIN_BLOCK = 1 << 16
 
 
 def epilogue_calls(config: dict, inputs: list, y: np.ndarray, scratch) -> list:
-    """The calls of `run_epilogue(config, inputs, y, scratch)` for a kernel's recorded
-    calls: each step's own numpy calls (`step_calls`) where Y is run whole, else the one
-    call of run_epilogue (blocks)."""
+    """A kernel's fused epilogue (dialects/kernel_elementwise.py, `Epilogue`) on its
+    result `y`, in place, as calls (for its recorded calls; `run_epilogue` makes them):
+    every step computed into Y, as `kernel.elementwise` does, each step's own numpy calls
+    (`step_calls`) where Y is run whole, else one call of `run_blocked`, a block of Y at
+    a time, where Y is larger than CHAIN_WHOLE or than the 1-D `scratch` a step needs
+    (the `epilogue` workspace holds at most EPILOGUE_CHUNK elements)."""
     kept = _EPILOGUES.get(id(config))
     if kept is None or kept[0] is not config:
         kept = _epilogue_steps(config)
     steps, uses_scratch = kept[1], kept[2]
     if steps is None or not y.size:
         return []
-    if y.size > CHAIN_WHOLE or (uses_scratch and scratch is not None and y.size > scratch.size):
-        return [(run_epilogue, (config, inputs, y, scratch), {})]
-    shaped = scratch.reshape(-1)[:y.size].reshape(y.shape) \
-        if uses_scratch and scratch is not None else None
+    if not uses_scratch:
+        scratch = None
+    if y.size > CHAIN_WHOLE or (scratch is not None and y.size > scratch.size):
+        block = CHAIN_BLOCK if scratch is None else min(CHAIN_BLOCK, scratch.size)
+        return [(run_blocked, (steps, inputs, y, scratch, block), {})]
+    shaped = scratch.reshape(-1)[:y.size].reshape(y.shape) if scratch is not None else None
     n = len(inputs)
     return [call for run, name, refs, step_props in steps
             for call in step_calls(run, name, [y if r >= n else inputs[r] for r in refs], y,
@@ -439,27 +463,6 @@ def step_calls(run, name: str, args: list, out, props, scratch) -> list:
     return made if made is not None else [(run, (name, args, out, props, scratch), {})]
 
 
-def _unary_calls(name, args, out, props, scratch):
-    return [(_UNARY[name], (args[0],), {"out": out})]   # (np.round: no ufunc)
-
-
-def _relu_calls(name, args, out, props, scratch):
-    if out.dtype.kind == "f":
-        return [(CLIP, (args[0], _const(0, out.dtype), _const(np.inf, out.dtype), out), {})]
-    return [(np.maximum, (args[0], _const(0, out.dtype), out), {})]
-
-
-def _sigmoid_calls(name, args, out, props, scratch):
-    return [(np.negative, (args[0], out), {}), (np.exp, (out, out), {}),
-            (np.add, (out, _const(1, out.dtype), out), {}), (np.reciprocal, (out, out), {})]
-
-
-def _binary_calls(name, args, out, props, scratch):
-    if name == "graph.pow":   # (its square and cube: the step's own checks)
-        return None
-    return [(_BINARY[name], (args[0], args[1], out), {})]
-
-
 # graph op -> calls(name, args, out, props, scratch) giving `step_calls` its calls (the
 # step's numpy calls, as the step makes them), or None where the step decides at run time
 STEP_CALLS: dict = {**{name: _unary_calls for name in _UNARY}, "graph.relu": _relu_calls,
@@ -468,31 +471,12 @@ STEP_CALLS: dict = {**{name: _unary_calls for name in _UNARY}, "graph.relu": _re
 
 
 def run_epilogue(config: dict, inputs: list, y: np.ndarray, scratch) -> None:
-    """A kernel's fused epilogue (dialects/kernel_elementwise.py, `Epilogue`) on its
-    result `y`, in place: every step computed into Y, as `kernel.elementwise` does, a
-    block of Y at a time where Y is larger than CHAIN_WHOLE or than the 1-D `scratch` a
-    step needs (the `epilogue` workspace holds at most EPILOGUE_CHUNK elements)."""
-    kept = _EPILOGUES.get(id(config))
-    if kept is None or kept[0] is not config:
-        kept = _epilogue_steps(config)
-    steps, uses_scratch = kept[1], kept[2]
-    if steps is None or not y.size:
-        return
-    n = len(inputs)
-    if not uses_scratch:
-        scratch = None
-    if y.size > CHAIN_WHOLE or (scratch is not None and y.size > scratch.size):
-        run_blocked(steps, inputs, y, scratch,
-                    CHAIN_BLOCK if scratch is None else min(CHAIN_BLOCK, scratch.size))
-        return
-    if scratch is not None:
-        scratch = scratch.reshape(-1)[:y.size].reshape(y.shape)
-    for run, name, refs, step_props in steps:
-        run(name, [y if r >= n else inputs[r] for r in refs], y, step_props, scratch)
+    """A kernel's fused epilogue on `y`, now (`epilogue_calls`)."""
+    replay(epilogue_calls(config, inputs, y, scratch))
 
 
-# config id -> (config, steps or None, whether a step uses scratch): run_epilogue is
-# replayed with each kernel's calls, and making its steps anew took ~3 us a call (as long
+# config id -> (config, steps or None, whether a step uses scratch): an epilogue's calls
+# are made for each kernel's recording, and making its steps anew took ~3 us a call (as long
 # as a hard-swish on 1280 elements)
 _EPILOGUES: dict = {}
 

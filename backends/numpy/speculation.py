@@ -59,48 +59,38 @@ class Speculation:
     def run(self, arrays: list):
         """The results (output order) of a run on `arrays` (input order, checked by the
         caller), on the branch the condition picks; None where the segments must run."""
-        self.last = None
-        index = self.predicted
-        if index is None:
-            return None
-        results = self._run(index, arrays)
-        if results is None:
-            self.predicted = None
-            return None
-        taken = _taken(results[-1])
-        if taken == index:
-            self.last = self.plans[index]
-            return results[:-1]
-        if self._plan(taken) is None:
-            self.predicted = None
-            return None
-        self.predicted = taken
-        results = self._run(taken, arrays)
-        if results is None or _taken(results[-1]) != taken:
-            self.predicted = None
-            return None
-        self.last = self.plans[taken]
-        return results[:-1]
+        def run_one(plan):
+            results = self._run(plan, arrays)
+            return results[:-1], results[-1]
+        return self._speculate(run_one)
 
     def run_named(self, inputs: dict, outputs: dict | None, profiler):
         """`run` for the named path of Session.run (the caller's output arrays, a
         profiler): (named results, RunStats), or None where the segments must run."""
+        def run_one(plan):
+            named, stats = plan.run(inputs, outputs, profiler)
+            return (named, stats), named.pop(_condition_name(plan))
+        return self._speculate(run_one)
+
+    def _speculate(self, run_one):
+        """`run_one(plan)` -> (what the run gives, its condition) on the predicted
+        branch's plan, and on the other branch's where the condition picks it (then the
+        next runs speculate on that one); None (and no prediction: the segments run and
+        see the branch) where a plan is missing or its run fails."""
         self.last = None
         index = self.predicted
         for _ in range(2):
-            if index is None or self._plan(index) is None:
-                self.predicted = None
-                return None
-            plan = self.plans[index]
+            plan = None if index is None else self._plan(index)
+            if plan is None:
+                break
             try:
-                named, stats = plan.run(inputs, outputs, profiler)
+                done, condition = run_one(plan)
             except Exception:   # (on the wrong branch; the segments raise a real one)
-                self.predicted = None
-                return None
-            taken = _taken(named.pop(_condition_name(plan)))
+                break
+            taken = _taken(condition)
             if taken == index:
                 self.predicted, self.last = index, plan
-                return named, stats
+                return done
             index = taken
         self.predicted = None
         return None
@@ -110,23 +100,17 @@ class Speculation:
             self.plans[index] = self.compile(self.segmented.signature, index)
         return self.plans[index]
 
-    def _run(self, index: int, arrays: list):
-        plan = self._plan(index)
-        if plan is None:
-            return None
+    def _run(self, plan, arrays: list) -> list:
+        """A run of straight-line `plan` on `arrays`: its results, condition last."""
         executor = plan.executor
-        try:
-            function_plan = executor.plans.get(plan.func) \
-                if type(executor) is Executor else None
-            if function_plan is not None and function_plan.input_checks:
-                executor.begin_run(RunStats())
-                results = executor.run_bound(plan.func, function_plan, arrays)
-                executor.end_run()
-                return results
-            named, _ = plan.run(dict(zip(self.input_names, arrays)), None, None)
-            return [named[name] for name in output_names(plan.func)]
-        except Exception:   # (on the wrong branch; the segments raise a real one)
-            return None
+        function_plan = executor.plans.get(plan.func) if type(executor) is Executor else None
+        if function_plan is not None and function_plan.input_checks:
+            executor.begin_run(RunStats())
+            results = executor.run_bound(plan.func, function_plan, arrays)
+            executor.end_run()
+            return results
+        named, _ = plan.run(dict(zip(self.input_names, arrays)), None, None)
+        return [named[name] for name in output_names(plan.func)]
 
 
 def _taken(condition) -> int:
