@@ -191,6 +191,39 @@ def test_outputs_are_read_into_the_callers_array():
     np.testing.assert_allclose(out, expected[name], rtol=1e-5)
 
 
+def test_inputs_are_bound_in_place_and_never_changed():
+    """On a CPU device an input the plan does not write is the caller's memory
+    (USE_HOST_PTR, nothing copied in); one it writes (inputs-as-activations) is copied
+    in first, and the caller's array stays as it was either way."""
+    from palimpsest.backends.binding import find_function
+    from palimpsest.backends.numpy.arena import RunStats
+    from palimpsest.backends.opencl.executor import run
+    from palimpsest.backends.opencl.runtime import device
+    from palimpsest.ir.parser import parse
+    from palimpsest.ir.printer import print_ir
+    from palimpsest.passes.pass_manager import PassManager, parse_pipeline
+
+    text = """
+    func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+      %e = graph.exp %x : tensor<4xf32>
+      %n = graph.neg %e : tensor<4xf32>
+      func.return %n : tensor<4xf32>
+    }"""
+    for option, copied in (("", False), ("{inputs-as-activations}", True)):
+        x = np.arange(4, dtype=np.float32)
+        x.flags.writeable = option == ""   # (a read-only array binds in place too)
+        module = parse(text, "f.pal")
+        PassManager(parse_pipeline(f"bufferize{option},insert-deallocs")).run(module)
+        assert ("buffer.compute %x, %x" in print_ir(module)) == copied
+        stats = RunStats()
+        outputs = run(find_function(module, None), {"x": x}, poison=True, stats=stats)
+        np.testing.assert_allclose(outputs["result0"], -np.exp(np.arange(4, dtype=np.float32)),
+                                   rtol=1e-6)
+        np.testing.assert_array_equal(x, np.arange(4, dtype=np.float32))
+        in_place = device().limits.host_cpu and not copied
+        assert stats.io_bytes == (16 if in_place else 32)
+
+
 def test_poisoned_run_still_matches():
     _, _, stats = compare_backends(CHAIN, _chain_inputs(), poison=True)
     assert stats.device_launches == 1
