@@ -106,6 +106,14 @@ def test_gemm_alpha_beta_c(name, c, alpha, beta, trans_a, trans_b):
     _run("gemm", {"a": a, "b": b, "c": c}, (40, 17), attrs)
 
 
+@pytest.mark.parametrize("rows, columns", [(6, 37), (37, 6), (20, 20)])
+def test_dot_form_either_grid_order(rows, columns):
+    """The dot form (A @ B^T) runs its blocks of the smaller operand fastest: with fewer
+    rows than columns the row blocks, else the column blocks; both edges ragged."""
+    _run("gemm", {"a": (rows, 48), "b": (columns, 48), "c": (columns,)}, (rows, columns),
+         "transB = 1")
+
+
 def test_matmul_f64_runs_on_the_device():
     stats = _run("matmul", {"a": (2, 19, 37), "b": (37, 21)}, (2, 19, 21), dtype=np.float64)
     assert stats.device_launches >= 1
@@ -223,17 +231,19 @@ def test_generated_programs_are_reused_per_shape():
 
 def test_weight_heavy_float_products_run_on_the_host_of_a_cpu_device(monkeypatch):
     """On a CPU device (PoCL) a float matmul whose B has HOST_WEIGHTS elements or more is
-    the host's (oneDNN's GEMM streams them faster: captcha_ocr's 40 x 1024 x 8210); a GPU
-    runs it, and a CPU device runs smaller ones and batched ones."""
+    the host's (oneDNN's GEMM streams them faster) unless it takes the dot form (B as
+    n x k, a Gemm's transB: captcha_ocr's 20 x 1024 x 8210), whose grid streams B once;
+    a GPU runs it, and a CPU device runs smaller ones and batched ones."""
     from palimpsest.backends.opencl.kernels import linalg
     from palimpsest.backends.opencl.kernels.base import Arg, DeviceLimits, KernelCall, Unsupported
 
     monkeypatch.setattr(linalg, "_host_gemm", lambda: True)
     f32 = np.dtype(np.float32)
-    config = {"transA": 0, "transB": 1, "alpha": 1.0, "beta": 1.0}
 
-    def call(host_cpu, columns=8210, batch=()):
-        ins = [Arg(batch + (40, 1024), f32), Arg(batch + (columns, 1024), f32)]
+    def call(host_cpu, columns=8210, batch=(), trans_b=0):
+        config = {"transA": 0, "transB": trans_b, "alpha": 1.0, "beta": 1.0}
+        b = (columns, 1024) if trans_b else (1024, columns)
+        ins = [Arg(batch + (40, 1024), f32), Arg(batch + b, f32)]
         return linalg.matmul(KernelCall("kernel.matmul", config, ins,
                                         [Arg(batch + (40, columns), f32)], {},
                                         DeviceLimits(host_cpu=host_cpu)))
@@ -241,6 +251,8 @@ def test_weight_heavy_float_products_run_on_the_host_of_a_cpu_device(monkeypatch
     assert call(False)
     with pytest.raises(Unsupported, match="CPU device"):
         call(True)
+    (dot,) = call(True, trans_b=1)            # the dot form: the device's
+    assert dot.kernel == "gemm_dot"
     assert call(True, columns=2048)           # 2 M weights
     assert call(True, batch=(2,))             # batched: the device's
     monkeypatch.setattr(linalg, "_host_gemm", lambda: False)   # no oneDNN

@@ -298,9 +298,13 @@ class Gemm:
         t, ix, R, C, W = self.t, self.ix, rows_per_item, cols_per_item, lanes
         vt = _vtype(t, W)
         p, q, y, c = self.p, self.q, self.y, self.c
+        # the smaller operand's blocks are the fastest grid axis: its rows are read again
+        # for each block of the other's, from cache, where the other streams once
+        # (captcha_ocr's 20 x 1024 x 8210 classifier, 33 MB of weights: 6.7 -> 3.5 ms)
+        rows_first = self.rows <= self.cols
         lines = [self._head("gemm_dot"),
-                 f"  const {ix} row0 = get_global_id(1) * {R};\n"
-                 f"  const {ix} col0 = get_global_id(0) * {C};\n"]
+                 f"  const {ix} row0 = get_global_id({0 if rows_first else 1}) * {R};\n"
+                 f"  const {ix} col0 = get_global_id({1 if rows_first else 0}) * {C};\n"]
         for i in range(R):
             lines.append(f"  const {ix} r{i} = min(row0 + {i}, ({ix}){self.rows - 1});\n"
                          f"  __global const {t}* p{i} = {p.name} + ({p.offset}) + r{i} * {p.s0};\n")
@@ -342,9 +346,11 @@ class Gemm:
         rows = min(4, self.rows)
         cols = min(DOT_BLOCK // rows, self.cols)
         source = self.dot_source(rows, cols, lanes)
-        return Launch(source, "gemm_dot", (-(-self.cols // cols), -(-self.rows // rows),
-                                           self.batch), (1, 1, 1), self._args(args),
-                      flush_denormals=True)
+        blocks = (-(-self.rows // rows), -(-self.cols // cols))
+        if self.rows > self.cols:   # (dot_source's grid order)
+            blocks = blocks[::-1]
+        return Launch(source, "gemm_dot", blocks + (self.batch,), (1, 1, 1),
+                      self._args(args), flush_denormals=True)
 
 
 def vector_shape(t: str, cols: int) -> tuple:
@@ -375,8 +381,10 @@ def _batch_offset(out_batch, in_batch, matrix_size: int) -> str:
 
 
 # Where the device is the host's CPU (PoCL), a float product whose B has this many
-# elements or more (past L2: it streams from memory) runs on the host's oneDNN GEMM:
-# captcha_ocr's 40 x 1024 x 8210 (33 MB of weights) 7.9 ms against this kernel's 10.8
+# elements or more (past L2: it streams from memory) runs on the host's oneDNN GEMM,
+# unless it takes the dot form, whose grid streams B once: the vector form took 7.7 ms
+# on 20 x 1024 x 8210 (33 MB of weights, B as k x n) where oneDNN took 5.7; the dot
+# form (B as n x k, captcha_ocr's classifier) takes 3.5
 HOST_WEIGHTS = 1 << 22
 
 
@@ -401,13 +409,18 @@ def matmul(call) -> list:
     n = b_shape[-2] if config["transB"] else b_shape[-1]
     batch_shape = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
     batch = int(np.prod(batch_shape, dtype=np.int64))
-    if call.device.host_cpu and t == "float" and k * n >= HOST_WEIGHTS and batch == 1 \
-            and _host_gemm():
-        raise Unsupported(f"{m} x {k} x {n} on a CPU device, {k * n} weights (the host's "
-                          f"oneDNN GEMM streams them faster)")
     # element strides of op(A) as (m, k) and of op(B) as (k, n) in their buffers
     a_s = (1, m) if config["transA"] else (k, 1)
     b_s = (1, k) if config["transB"] else (n, 1)
+    lanes = LANES[t]
+    along_n = b_s[1] == 1 and n >= lanes
+    along_m = a_s[0] == 1 and m >= lanes
+    dots = a_s[1] == 1 and b_s[0] == 1 and k >= lanes
+    dot_form = not (along_n or along_m) and dots
+    if call.device.host_cpu and t == "float" and k * n >= HOST_WEIGHTS and batch == 1 \
+            and not dot_form and _host_gemm():
+        raise Unsupported(f"{m} x {k} x {n} on a CPU device, {k * n} weights (the host's "
+                          f"oneDNN GEMM streams them faster)")
     a_off = _batch_offset(batch_shape, a_shape[:-2], m * k)
     b_off = _batch_offset(batch_shape, b_shape[:-2], k * n)
     y = Operand("y", f"z * {m * n}" if batch > 1 else "0", n, 1)
@@ -426,10 +439,6 @@ def matmul(call) -> list:
     args += [ref("out", 0), np.int32(0)]
     common = dict(alpha=config["alpha"], beta=config["beta"], buffers=buffers,
                   ix=_index_type(*call.ins, out), epilogue=fused_epilogue(call))
-    lanes = LANES[t]
-    along_n = b_s[1] == 1 and n >= lanes
-    along_m = a_s[0] == 1 and m >= lanes
-    dots = a_s[1] == 1 and b_s[0] == 1 and k >= lanes
     if along_n or not (along_m or dots):
         # vectors along n: rows of B (gathered when B is transposed and nothing is better)
         return [Gemm(t, m, n, k, batch, Operand("a", a_off, *a_s), Operand("b", b_off, *b_s),
