@@ -10,14 +10,21 @@ Conv each takes the backends' conv paths (1 x 1 as one GEMM, depthwise, fused
 epilogues) rather than a GEMM and a col2im of one add per kernel offset. The products
 and sums are the same; only the order of the sums may differ.
 
+A zero Pad of a conv's image alone is the conv's own padding: PyTorch exports
+EfficientNet's "same" padding (`Conv2dStaticSamePadding`, TF's asymmetric pads) as a
+Pad before each conv, its pads computed from static shapes (ukis-csmask's U-Net: 33);
+folded, the padded copy of the image leaves the plan, and each backend pads the way
+its conv path does (a depthwise conv's own padded windows, or none at all).
+
 | root | rewrite |
 |---|---|
+| graph.conv | conv(pad(x, pads, 0), W, B) in constant mode, the pad used only there, its pads constant, non-negative and on the spatial axes only, the conv without auto_pad → conv(x, W, B) with the pads added to the conv's |
 | graph.conv_transpose | conv_transpose(x, W, B) of 1 or 2 spatial axes, strides 1, no output_padding, output_shape or auto_pad, constant W, pads at most d (k - 1) on each side → conv(x, W', B) with pads d (k - 1) - p, W' = W per group as (M/g, C/g, k..), flipped |
 """
 
 from __future__ import annotations
 
-from palimpsest.dialects.graph.canonicalize import _const, attach
+from palimpsest.dialects.graph.canonicalize import _const, _rank, attach
 from palimpsest.dialects.graph.ops_constant import ConstantOp
 from palimpsest.ir import attributes as A
 from palimpsest.ir.opdef import lookup_op
@@ -89,7 +96,55 @@ def conv_transpose_of_stride_one(rewriter, op, x, w):
     return conv
 
 
+def pad_into_conv(rewriter, conv, pad, x, pads):
+    if pad.properties.get("mode") is not None and pad.properties["mode"].value != "constant":
+        return None
+    auto_pad = conv.properties.get("auto_pad")
+    if auto_pad is not None and auto_pad.value != "NOTSET":
+        return None
+    rank = _rank(x)
+    if rank is None or rank < 3:
+        return None
+    try:
+        amounts = [int(v) for v in pads.properties["value"].to_numpy().reshape(-1)]
+        value = pad.constant_value
+        if value is not None:
+            if value.op is None or value.op.name != "graph.constant" \
+                    or value.op.properties["value"].to_numpy().any():
+                return None
+        axes = list(range(rank))
+        if pad.axes is not None:
+            if pad.axes.op is None or pad.axes.op.name != "graph.constant":
+                return None
+            axes = [int(a) % rank for a in pad.axes.op.properties["value"].to_numpy()
+                    .reshape(-1)]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if len(amounts) != 2 * len(axes) or len(set(axes)) != len(axes) or min(amounts) < 0:
+        return None
+    begins, ends = [0] * rank, [0] * rank
+    for axis, begin, end in zip(axes, amounts[:len(axes)], amounts[len(axes):]):
+        begins[axis], ends[axis] = begin, end
+    if begins[0] or begins[1] or ends[0] or ends[1]:
+        return None
+    spatial = rank - 2
+    own = _ints(conv, "pads", [0] * 2 * spatial)
+    if len(own) != 2 * spatial:
+        return None
+    summed = [p + b for p, b in zip(own, begins[2:] + ends[2:])]
+    properties = dict(conv.properties)
+    properties["pads"] = A.DenseArrayAttr(i64, tuple(summed))
+    operands = [x, conv.w] + ([conv.b] if conv.b is not None else [])
+    folded = lookup_op("graph.conv")(operands, [conv.results[0].type], properties,
+                                     dict(conv.attributes), location=conv.location)
+    folded.source_loc = conv.source_loc
+    return folded
+
+
 PATTERNS = rules((M("graph.conv_transpose", V("x"), _const("w"), ...),
-                  conv_transpose_of_stride_one))
+                  conv_transpose_of_stride_one),
+                 (M("graph.conv", M("graph.pad", V("x"), _const("pads"), ..., bind="pad",
+                                    one_use=True), ..., bind="conv"),
+                  pad_into_conv))
 
 attach(PATTERNS)
