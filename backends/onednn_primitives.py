@@ -385,7 +385,7 @@ class Eltwise(_Primitives):
     (the backend takes it where numpy needs many passes and oneDNN's JIT one).
     Raises OneDnnError where oneDNN has no such primitive."""
 
-    def __init__(self, function: str, size: int):
+    def __init__(self, function: str, size: int, alpha: float = 0.0, beta: float = 0.0):
         super().__init__()
         library, engine, _ = _runtime()
         desc = _desc((size,), _TAG_A)
@@ -393,7 +393,7 @@ class Eltwise(_Primitives):
         try:
             _check(library.dnnl_eltwise_forward_primitive_desc_create(
                 ctypes.byref(made), engine, _FORWARD_INFERENCE, ELTWISE[function], desc,
-                desc, ctypes.c_float(0.0), ctypes.c_float(0.0), None), function)
+                desc, ctypes.c_float(alpha), ctypes.c_float(beta), None), function)
             self._primitive("eltwise", made, [(_ARG_SRC, "src", desc),
                                               (_ARG_DST, "dst", desc)])
         finally:
@@ -405,12 +405,13 @@ class Eltwise(_Primitives):
 
 
 @functools.lru_cache(maxsize=64)
-def eltwise(function: str, size: int) -> Eltwise | None:
-    """The Eltwise of `function` over `size` elements (made once), or None."""
+def eltwise(function: str, size: int, alpha: float = 0.0, beta: float = 0.0) -> Eltwise | None:
+    """The Eltwise of `function` (with ELTWISE's `alpha` and `beta`) over `size`
+    elements (made once), or None."""
     if not available():
         return None
     try:
-        return Eltwise(function, size)
+        return Eltwise(function, size, alpha, beta)
     except OneDnnError:
         return None
 

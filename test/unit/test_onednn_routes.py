@@ -1,10 +1,11 @@
 """The numpy backend's float routes on oneDNN (backends/onednn.py's `bound_sgemm`,
-backends/onednn_primitives.py's GELU), against numpy on the same operands: the GEMM on
-every operand layout BLAS reads as it lies (transposed, strided rows, 1-row and
-1-column, batches with broadcast), the layouts and sizes it must leave to numpy
-(overlap, other strides, float64, small products); GELU of both approximations taken on
-oneDNN where finite and moderate, the others (NaN, infinities, |x| near float32's
-largest) on numpy's passes. Skipped where oneDNN is not installed."""
+backends/onednn_primitives.py's elementwise functions), against numpy on the same
+operands: the GEMM on every operand layout BLAS reads as it lies (transposed, strided
+rows, 1-row and 1-column, batches with broadcast), the layouts and sizes it must leave
+to numpy (overlap, other strides, float64, small products); GELU of both approximations
+taken on oneDNN where finite and moderate, the others (NaN, infinities, |x| near
+float32's largest) on numpy's passes; sigmoid, swish and hard-swish. Skipped where
+oneDNN is not installed."""
 
 from __future__ import annotations
 
@@ -139,6 +140,52 @@ def test_gelu_special_values_take_numpy(special):
         elementwise._gelu("graph.gelu", [x], out, {}, np.empty_like(x))
         want = _gelu(x)
     np.testing.assert_allclose(out, want.astype(np.float32), rtol=1e-5, atol=1e-6)
+
+
+def _activation(name, x):
+    x = x.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if name == "graph.sigmoid":
+            return 1 / (1 + np.exp(-x))
+        if name == "graph.swish":
+            return x / (1 + np.exp(-x))
+        return x * np.clip(x / 6 + 0.5, 0, 1)
+
+
+@pytest.mark.parametrize("name, function", [("graph.sigmoid", "logistic"),
+                                            ("graph.swish", "swish"),
+                                            ("graph.hard_swish", "hardswish")])
+def test_activations_on_onednn(monkeypatch, name, function):
+    """From 16K float32 elements a sigmoid, swish or hard-swish is one oneDNN call, within
+    3e-7 of float64 relative, 1e-7 absolute (hard-swish cancels near -3; NaN and
+    infinities as numpy's, a result below ~1e-37 flushed to 0), in place too; fewer
+    elements, float16 or an operand of another shape keep numpy's passes."""
+    made = _spied(monkeypatch, "eltwise")
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal(1 << 14) * 6).astype(np.float32)
+    x[:8] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 3e38, -3e38, -80.0]
+    calls = elementwise.STEP_CALLS[name](name, [x], np.empty_like(x), {}, np.empty_like(x))
+    assert [call[0] for call in calls] == [onednn_primitives.eltwise(*made[0])]
+    assert made[0][:2] == (function, 1 << 14)
+    out = np.full_like(x, 7.0)
+    elementwise.STEP_IMPLS[name](name, [x], out, {}, np.empty_like(x))
+    want = _activation(name, x)
+    np.testing.assert_allclose(out, want, rtol=3e-7, atol=1e-7)
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+    y = x.copy()   # in place (an epilogue's out is its in)
+    elementwise.STEP_IMPLS[name](name, [y], y, {}, np.empty_like(x))
+    np.testing.assert_array_equal(y, out)
+    made.clear()
+    small = np.empty(1000, np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):   # (numpy's passes on the specials)
+        elementwise.STEP_IMPLS[name](name, [x[:1000]], small, {}, np.empty_like(small))
+        half = x.astype(np.float16)
+        elementwise.STEP_IMPLS[name](name, [half], np.empty_like(half), {},
+                                     np.empty_like(half))
+    np.testing.assert_allclose(small, _activation(name, x[:1000]), rtol=1e-6, atol=1e-7)
+    wide = np.empty((2, 1 << 14), np.float32)
+    elementwise.STEP_IMPLS[name](name, [x], wide, {}, np.empty_like(wide))   # (broadcast)
+    assert made == []
 
 
 @pytest.mark.parametrize("source, dest", [(np.float32, np.float16), (np.float16, np.float32)])
