@@ -240,22 +240,26 @@ PADS = [
 ]
 
 
+# rows of 5: a work-item per element; of 19 and more: a work-item per row (PAD_ROW_FROM)
 @pytest.mark.parametrize("mode", ["constant", "edge", "reflect", "wrap"])
 @pytest.mark.parametrize("pads", PADS, ids=["pad", "pad-crop", "crop", "wide"])
-def test_pad_modes(mode, pads):
-    padded(data((2, 3, 4, 5), np.float32), pads, mode)
+@pytest.mark.parametrize("width", [5, 21])
+def test_pad_modes(mode, pads, width):
+    padded(data((2, 3, 4, width), np.float32), pads, mode)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, np.bool_, np.int8, np.float16])
-def test_pad_constant_value(dtype):
+@pytest.mark.parametrize("width", [5, 21])
+def test_pad_constant_value(dtype, width):
     value = True if dtype == np.bool_ else 3
-    padded(data((2, 3, 4, 5), dtype), [0, 1, 1, 0, 1, 0, 2, -1], "constant", value)
+    padded(data((2, 3, 4, width), dtype), [0, 1, 1, 0, 1, 0, 2, -1], "constant", value)
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.bool_])
-def test_pad_integer_modes(dtype):
+@pytest.mark.parametrize("width", [6, 20])
+def test_pad_integer_modes(dtype, width):
     for mode in ("edge", "reflect", "wrap"):
-        padded(data((3, 6), dtype), [2, 1, 1, -2], mode)
+        padded(data((3, width), dtype), [2, 1, 1, -2], mode)
 
 
 # -- resize ------------------------------------------------------------------------------------

@@ -358,6 +358,12 @@ _SOURCE_COORD = {  # the source of a coordinate s before (< 0) or after (>= n) t
 }
 
 
+# a pad whose out rows (its last axis) are this long or longer runs a work-item per row
+# (the row's source found once, its kept run copied, its pads filled) rather than per
+# element (each element's coordinates divided out: a 144 x 129 x 129 image, 4.9 ms)
+PAD_ROW_FROM = 16
+
+
 @generator("kernel.pad")
 def pad(call) -> list:
     x, out = call.ins[0], call.outs[0]
@@ -367,45 +373,85 @@ def pad(call) -> list:
     if out.size == 0:
         return []
     rank = len(x.shape)
+    rows = out.shape[-1] >= PAD_ROW_FROM and rank > 0
     in_strides = strides_of(x.shape)
     lines = ["IX off = 0;"]
     if mode == "constant":
         lines.append("int inside = 1;")
-    for a in range(rank):
+    for a in range(rank - 1 if rows else rank):
         begin, end = pads[a], pads[a + rank]
-        kept = x.shape[a] + min(begin, 0) + min(end, 0)  # the data left after crops
-        lead, crop = max(begin, 0), -min(begin, 0)
-        coord = _coord(out.shape, a)
-        if max(begin, end, 0) == 0:  # not padded: the coordinate maps straight through
-            lines.append(f"off += ({coord} + {_n(crop)}) * {_n(in_strides[a])};")
-            continue
-        n = _n(kept)
-        lines.append(f"{{ IX s = {coord} - {_n(lead)};")
-        if mode == "constant":
-            lines.append(f"  if (s < 0 || s >= {n}) inside = 0;")
-        else:
-            most = max(begin, end)
-            # the reference copies within the out: a source must lie in the kept data
-            fits = kept > 0 if mode == "edge" else most <= (kept - 1 if mode == "reflect"
-                                                            else kept)
-            if not fits:
-                raise Unsupported(f"{mode} pads of {most} on an axis of {kept} elements")
-            lines.append("  " + _SOURCE_COORD[mode].format(n=n))
-        lines.append(f"  off += (s + {_n(crop)}) * {_n(in_strides[a])}; }}")
+        coord = _coord(out.shape[:-1], a, "r") if rows else _coord(out.shape, a)
+        lines += _pad_axis(mode, x.shape[a], begin, end, coord, in_strides[a])
     buffers = [("x", t, False)]
     args = [ref("in", 0)]
-    if mode == "constant":
-        value = "0"
-        if len(call.ins) > 1:
-            buffers.append(("v", t, False))
-            args.append(ref("in", 1))
-            value = "v[0]"
-        lines.append(f"y[i] = inside ? x[off] : {value};")
-    else:
-        lines.append("y[i] = x[off];")
+    value = "0"
+    if mode == "constant" and len(call.ins) > 1:
+        buffers.append(("v", t, False))
+        args.append(ref("in", 1))
+        value = "v[0]"
     buffers.append(("y", t, True))
-    source = _prelude(x, out) + _kernel("pad", buffers, out.size, lines)
-    return [_per_element(source, "pad", out.size, args + [ref("out", 0)])]
+    if not rows:
+        lines.append(f"y[i] = inside ? x[off] : {value};" if mode == "constant"
+                     else "y[i] = x[off];")
+        source = _prelude(x, out) + _kernel("pad", buffers, out.size, lines)
+        return [_per_element(source, "pad", out.size, args + [ref("out", 0)])]
+    count = out.size // out.shape[-1]
+    lines += _pad_row(t, mode, x.shape[-1], pads[rank - 1], pads[2 * rank - 1],
+                      out.shape[-1], value)
+    body = "\n  ".join(lines)
+    source = (_prelude(x, out) + f"__kernel void pad_rows({params(*buffers)}) {{\n"
+              f"{bind(*buffers)}\n  const IX r = get_global_id(0);\n"
+              f"  if (r >= {_n(count)}) return;\n  {body}\n}}\n")
+    return [_per_element(source, "pad_rows", count, args + [ref("out", 0)])]
+
+
+def _pad_axis(mode: str, size: int, begin: int, end: int, coord: str, stride: int) -> list:
+    """The lines adding an out coordinate's source along one axis to `off` (constant
+    mode: clearing `inside` where it falls in the pads)."""
+    kept = size + min(begin, 0) + min(end, 0)  # the data left after crops
+    lead, crop = max(begin, 0), -min(begin, 0)
+    if max(begin, end, 0) == 0:  # not padded: the coordinate maps straight through
+        return [f"off += ({coord} + {_n(crop)}) * {_n(stride)};"]
+    n = _n(kept)
+    lines = [f"{{ IX s = {coord} - {_n(lead)};"]
+    if mode == "constant":
+        lines.append(f"  if (s < 0 || s >= {n}) inside = 0;")
+    else:
+        lines.append("  " + _SOURCE_COORD[mode].format(n=_fitting(mode, kept, begin, end)))
+    lines.append(f"  off += (s + {_n(crop)}) * {_n(stride)}; }}")
+    return lines
+
+
+def _fitting(mode: str, kept: int, begin: int, end: int) -> str:
+    """`kept` (as C) where the reference's `mode` pads of `begin`, `end` find their source
+    within the kept data (it copies within the out), else Unsupported."""
+    most = max(begin, end)
+    fits = kept > 0 if mode == "edge" else most <= (kept - 1 if mode == "reflect" else kept)
+    if not fits:
+        raise Unsupported(f"{mode} pads of {most} on an axis of {kept} elements")
+    return _n(kept)
+
+
+def _pad_row(t: str, mode: str, size: int, begin: int, end: int, width: int,
+             value: str) -> list:
+    """The lines writing out row `r` (`width` long) from the source row at `off`: its
+    kept run copied, its pads filled with `value` or mapped to their sources."""
+    kept = size + min(begin, 0) + min(end, 0)
+    lead, crop = max(begin, 0), -min(begin, 0)
+    lines = [f"__global {t}* yr = y + r * {_n(width)};",
+             f"__global const {t}* xr = x + off + {_n(crop)};"]
+    if mode == "constant":
+        lines.append(f"if (!inside) {{ for (IX j = 0; j < {_n(width)}; ++j) yr[j] = {value};"
+                     f" return; }}")
+        fill = f"yr[j] = {value};"
+    else:
+        n = _fitting(mode, kept, begin, end) if max(begin, end, 0) else _n(kept)
+        fill = (f"{{ IX s = j - {_n(lead)}; " + _SOURCE_COORD[mode].format(n=n) +
+                " yr[j] = xr[s]; }")
+    lines += [f"for (IX j = 0; j < {_n(lead)}; ++j) {fill}",
+              f"for (IX j = 0; j < {_n(kept)}; ++j) yr[{_n(lead)} + j] = xr[j];",
+              f"for (IX j = {_n(lead + kept)}; j < {_n(width)}; ++j) {fill}"]
+    return lines
 
 
 # -- resize ------------------------------------------------------------------------------------
