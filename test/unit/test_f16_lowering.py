@@ -264,7 +264,7 @@ def test_without_lifting_the_same_numbers(name):
 @pytest.mark.parametrize("name", list(MODELS))
 def test_opencl_matches(name):
     """OpenCL runs everything on the device: the f32 kernels, and the casts through
-    vload_half / vstore_half_rte (no cl_khr_fp16 needed)."""
+    vload_half / vstore_half16_rte (no cl_khr_fp16 needed)."""
     model, feeds = MODELS[name]()
     _, got, _ = compare_backends(import_onnx(model), feeds, rtol=2e-3, atol=2e-3,
                                  poison=True)
@@ -273,17 +273,20 @@ def test_opencl_matches(name):
 
 
 @requires_opencl
-def test_opencl_casts_round_as_numpy():
+@pytest.mark.parametrize("size", [4096, 4099])
+def test_opencl_casts_round_as_numpy(size):
     """f32 -> f16 -> f32 on the device, bit for bit numpy's: ties to even, subnormals,
-    overflow to infinity, NaN."""
+    overflow to infinity, NaN; f32 -> f16 16 elements a work-item, the last few (4099)
+    one by one."""
     rng = _rng(6)
-    x = (rng.standard_normal(4096) * np.exp(rng.uniform(-22, 12, 4096))).astype(np.float32)
+    x = (rng.standard_normal(size) * np.exp(rng.uniform(-22, 12, size))).astype(np.float32)
     x[:6] = [np.nan, np.inf, -np.inf, 65520.0, 2.0 ** -25, 1.0 + 2.0 ** -11]
-    text = """func.func @main(%x: tensor<4096xf32>) -> tensor<4096xf32> {
-  %h = graph.cast %x {to = 10} : (tensor<4096xf32>) -> tensor<4096xf16>
-  %y = graph.cast %h {to = 1} : (tensor<4096xf16>) -> tensor<4096xf32>
-  func.return %y : tensor<4096xf32>
-}"""
+    x[-3:] = [65520.0, 2.0 ** -25, 1.0 + 2.0 ** -11]
+    text = f"""func.func @main(%x: tensor<{size}xf32>) -> tensor<{size}xf32> {{
+  %h = graph.cast %x {{to = 10}} : (tensor<{size}xf32>) -> tensor<{size}xf16>
+  %y = graph.cast %h {{to = 1}} : (tensor<{size}xf16>) -> tensor<{size}xf32>
+  func.return %y : tensor<{size}xf32>
+}}"""
     _, got, _ = compare_backends(text, {"x": x}, rtol=0, atol=0)
     (y,) = got.values()
     with np.errstate(over="ignore"):
