@@ -18,9 +18,10 @@ size serves every type of that size, bool and float16 included.
 - gather: one work-item per out element; indices wrap as numpy's `mode="wrap"` does, so
   negative indices count from the end (an index out of range, which the numpy kernel
   reports, wraps too).
-- pad: one work-item per out element maps each axis to its source (constant, edge,
-  reflect, wrap; negative pads crop); pads larger than the reference defines run on the
-  host.
+- pad: each axis maps to its source (constant, edge, reflect, wrap; negative pads
+  crop), a work-item per out row where rows are PAD_ROW_FROM long or more (the row's
+  kept run copied, its pads filled or mapped), else per out element; pads larger than
+  the reference defines run on the host.
 - resize: tables computed on the host at generation time, with the reference's own
   functions, are baked into the source as `__constant` arrays. Nearest is one pass over
   every axis (an index per out position of each axis, -1 where tf_crop_and_resize
