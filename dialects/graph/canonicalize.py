@@ -41,6 +41,8 @@ one of exactly the same type, so function signatures and users never see a new t
 | graph.conv_transpose | of stride 1 (no output padding or shape, pads at most d (k - 1)) → |
 |                   | conv of the kernel flipped, channels swapped per group, pads        |
 |                   | d (k - 1) - p (canonicalize_conv.py)                               |
+| graph.conv        | conv(pad(x, 0), W, B), the pad's only user, pads on the spatial     |
+|                   | axes only → conv(x, W, B) with the pads added (canonicalize_conv.py) |
 | graph.gru         | two independent recurrent layers of one kind and attributes over   |
 | graph.lstm        | the same steps, small (their widths summing to at most 64) → one   |
 | graph.rnn         | layer of both widths, weights block-diagonal, results sliced back  |

@@ -1,5 +1,5 @@
-"""Canonicalization of a ConvTranspose of stride 1 as a Conv (attached with
-canonicalize.attach; canonicalize.py imports this module).
+"""Canonicalization of a ConvTranspose of stride 1 as a Conv, and of a zero Pad into the
+Conv it feeds (attached with canonicalize.attach; canonicalize.py imports this module).
 
 With stride 1 a transposed convolution is a convolution: y[m, o] = sum over c and
 offset j of x[c, o + p - d j] w[c, m, j] is, with j' = k - 1 - j, the convolution of x
