@@ -75,12 +75,12 @@ def _activation(name: str, x: str, out: str, channels: int, constants: dict,
 
 
 def conv_model(activation: str, group: int = 1, kernel: int = 3, stride: int = 1,
-               residual: bool = True, bias: bool = True):
+               residual: bool = True, bias: bool = True, size: int = 12):
     """Conv (with B unless `bias` is false) -> activation -> (+ X, the residual, when
-    shapes allow)."""
+    shapes allow), on a `size` x `size` image."""
     rng = np.random.default_rng(7)
     c, m = 8, 8
-    x = rng.standard_normal((1, c, 12, 12)).astype(np.float32)
+    x = rng.standard_normal((1, c, size, size)).astype(np.float32)
     pad = kernel // 2
     constants = {"w": rng.standard_normal((m, c // group, kernel, kernel)).astype(np.float32)
                  * 0.3}
@@ -208,6 +208,26 @@ def test_conv_epilogue_numpy(activation, group, kernel, stride, bias):
     model, feeds = conv_model(activation, group, kernel, stride, bias=bias)
     _check_fold(model, "kernel.conv2d", _conv_steps(activation, stride))
     _check_numpy(model, feeds)
+
+
+@pytest.mark.parametrize("activation", ["sigmoid", "hard_swish"])
+def test_large_conv_epilogue_on_onednn(monkeypatch, activation):
+    """An epilogue of 16K float32 elements or more (8 x 48 x 48) runs its sigmoid or
+    hard-swish as one oneDNN call (kernel_ops_elementwise.py), poisoned, against the
+    reference and onnxruntime."""
+    from palimpsest.backends import onednn_primitives
+
+    if not onednn_primitives.available():
+        pytest.skip("oneDNN (onednn-cpu-gomp) not installed")
+    made = []
+    original = onednn_primitives.eltwise
+    monkeypatch.setattr(onednn_primitives, "eltwise",
+                        lambda *args: made.append(args) or original(*args))
+    model, feeds = conv_model(activation, size=48)
+    _check_fold(model, "kernel.conv2d", _conv_steps(activation, 1))
+    _check_numpy(model, feeds)
+    assert [args[:2] for args in made] == [
+        ({"sigmoid": "logistic", "hard_swish": "hardswish"}[activation], 8 * 48 * 48)]
 
 
 @pytest.mark.parametrize("activation", list(ACTIVATIONS))
