@@ -6,6 +6,7 @@ from palimpsest.backends.opencl.kernels import elementwise  # noqa: F401  (regis
 from palimpsest.backends.opencl.kernels import generic  # noqa: F401  (registration)
 from palimpsest.backends.opencl.kernels import normalize  # noqa: F401  (registration)
 from palimpsest.backends.opencl.kernels import movement  # noqa: F401  (registration)
+from palimpsest.backends.opencl.kernels import resize  # noqa: F401  (registration)
 from palimpsest.backends.opencl.kernels import linalg  # noqa: F401  (registration)
 from palimpsest.backends.opencl.kernels import conv  # noqa: F401  (registration)
 from palimpsest.backends.opencl.kernels import spatial  # noqa: F401  (registration)
