@@ -1,7 +1,7 @@
 """The data-movement kernels on OpenCL (backends/opencl/kernels/movement.py and
-resize.py) give the numpy backend's results, on the device: transpose, concat, gather, pad and resize at the graph
-level (lowered to kernel.*), over element types, modes and shapes, and the ONNX node
-cases of those ops."""
+resize.py) give the numpy backend's results, on the device: transpose, concat, gather,
+pad and resize at the graph level (lowered to kernel.*), over element types, modes and
+shapes, and the ONNX node cases of those ops."""
 
 from __future__ import annotations
 
