@@ -16,7 +16,8 @@ the implementations live beside it and register themselves when this module is i
 - `kernel_ops_pool.py`: pool2d (separable, or over strided window views).
 - `kernel_ops_reduce.py`: kernels that reduce along an axis: matmul, softmax,
   layer_norm, reduce.
-- `kernel_ops_elementwise.py`: fused elementwise chains, one function per step (the
+- `kernel_ops_elementwise.py`: fused elementwise chains and the kernels' fused
+  epilogues, run step by step; `kernel_ops_steps.py`: the steps, one function each (the
   f32/f16 erf approximation among them).
 - `kernel_ops_movement.py`: data movement: transpose, concat, gather, pad, resize.
 - `kernel_ops_recurrent.py`: lstm, gru, rnn (one GEMM for X·Wᵀ, a step loop in workspaces).
@@ -454,7 +455,7 @@ except ImportError:   # pragma: no cover - numpy 1
 
 # -- fused elementwise chains: the step table ------------------------------------------------
 # `STEP_IMPLS[name](name, args, out, props, scratch)`; the steps and their contract are in
-# kernel_ops_elementwise.py.
+# kernel_ops_steps.py.
 
 STEP_IMPLS: dict = {}
 
@@ -471,6 +472,7 @@ def step(*names):
 
 from palimpsest.backends.numpy import (  # noqa: E402,F401  (registration)
     kernel_ops_attention, kernel_ops_conv, kernel_ops_elementwise, kernel_ops_movement,
+    kernel_ops_steps,
     kernel_ops_pool, kernel_ops_recurrent,
     kernel_ops_reduce, kernel_ops_slicing, kernel_ops_spatial)
 

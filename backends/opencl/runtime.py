@@ -146,7 +146,7 @@ def _exact_tanh(lanes) -> str:
 
 
 # erf(x) = x * P(x^2) / Q(x^2) on x clamped to [-4, 4]: Eigen's float erf, the numpy
-# backend's (backends/numpy/kernel_ops_elementwise.py, max abs error 4.5e-7), NaN kept
+# backend's (backends/numpy/kernel_ops_steps.py, max abs error 4.5e-7), NaN kept
 _ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
           -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
           -1.60960333262415e-02)

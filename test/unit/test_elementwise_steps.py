@@ -1,4 +1,4 @@
-"""The numpy backend's elementwise steps on special values (kernel_ops_elementwise.py):
+"""The numpy backend's elementwise steps on special values (kernel_ops_steps.py):
 erf's float32 tanh form against float64 erf (NaN, +-inf, +-0, subnormals, huge and
 saturating magnitudes, chunk boundaries, in place, an f16 out), and chains of erf and
 GELU through the kernel level with poisoning on, against the graph level and
@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_kernels import check, find_function, model_of, node, run_with_stats  # noqa: E402
 
 import palimpsest.backends.numpy.kernel_ops  # noqa: E402,F401  (registration order)
-from palimpsest.backends.numpy import kernel_ops_elementwise as ew  # noqa: E402
+from palimpsest.backends.numpy import kernel_ops_steps as ew  # noqa: E402
 
 SPECIAL = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 1e-40, -1e-38, 1e-20, -1e-7,
            1e-3, 0.5, -0.84, 1.18, 2.0, -3.0, 3.8, 3.9, 4.0, -4.0, 4.1, 4.5, -4.6, 5.0,

@@ -213,7 +213,7 @@ def test_conv_epilogue_numpy(activation, group, kernel, stride, bias):
 @pytest.mark.parametrize("activation", ["sigmoid", "hard_swish"])
 def test_large_conv_epilogue_on_onednn(monkeypatch, activation):
     """An epilogue of 16K float32 elements or more (8 x 48 x 48) runs its sigmoid or
-    hard-swish as one oneDNN call (kernel_ops_elementwise.py), poisoned, against the
+    hard-swish as one oneDNN call (kernel_ops_steps.py), poisoned, against the
     reference and onnxruntime."""
     from palimpsest.backends import onednn_primitives
 

@@ -16,8 +16,8 @@ import pytest
 np = pytest.importorskip("numpy")
 
 from palimpsest.backends import onednn, onednn_primitives  # noqa: E402
-from palimpsest.backends.numpy import kernel_ops  # noqa: E402,F401  (registers the steps)
-from palimpsest.backends.numpy import kernel_ops_elementwise as elementwise  # noqa: E402
+from palimpsest.backends.numpy import kernel_ops  # noqa: E402  (registers the steps)
+from palimpsest.backends.numpy import kernel_ops_steps as steps  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not onednn_primitives.available(),
                                 reason="oneDNN (onednn-cpu-gomp) not installed")
@@ -120,13 +120,13 @@ def test_gelu_on_onednn(monkeypatch, approximate):
     x = (rng.standard_normal(5000) * 4).astype(np.float32)
     x[:4] = [1e20, -1e20, 0.0, -0.0]
     out = np.full_like(x, np.nan)
-    elementwise._gelu("graph.gelu", [x], out, {"approximate": approximate},
+    steps._gelu("graph.gelu", [x], out, {"approximate": approximate},
                       np.empty_like(x))
     assert made == [("gelu_tanh" if approximate == "tanh" else "gelu_erf", 5000)]
     np.testing.assert_allclose(out, _gelu(x, approximate == "tanh"), rtol=1e-5, atol=1.5e-6)
     # in place (an epilogue's out is its in)
     y = x.copy()
-    elementwise._gelu("graph.gelu", [y], y, {"approximate": approximate}, np.empty_like(x))
+    steps._gelu("graph.gelu", [y], y, {"approximate": approximate}, np.empty_like(x))
     np.testing.assert_array_equal(y, out)
 
 
@@ -137,7 +137,7 @@ def test_gelu_special_values_take_numpy(special):
     x[7] = special
     out = np.empty_like(x)
     with np.errstate(invalid="ignore"):   # (-inf * 0)
-        elementwise._gelu("graph.gelu", [x], out, {}, np.empty_like(x))
+        steps._gelu("graph.gelu", [x], out, {}, np.empty_like(x))
         want = _gelu(x)
     np.testing.assert_allclose(out, want.astype(np.float32), rtol=1e-5, atol=1e-6)
 
@@ -164,28 +164,28 @@ def test_activations_on_onednn(monkeypatch, name, function):
     rng = np.random.default_rng(7)
     x = (rng.standard_normal(1 << 14) * 6).astype(np.float32)
     x[:8] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 3e38, -3e38, -80.0]
-    calls = elementwise.STEP_CALLS[name](name, [x], np.empty_like(x), {}, np.empty_like(x))
+    calls = steps.STEP_CALLS[name](name, [x], np.empty_like(x), {}, np.empty_like(x))
     assert [call[0] for call in calls] == [onednn_primitives.eltwise(*made[0])]
     assert made[0][:2] == (function, 1 << 14)
     out = np.full_like(x, 7.0)
-    elementwise.STEP_IMPLS[name](name, [x], out, {}, np.empty_like(x))
+    kernel_ops.STEP_IMPLS[name](name, [x], out, {}, np.empty_like(x))
     want = _activation(name, x)
     np.testing.assert_allclose(out, want, rtol=3e-7, atol=1e-7)
     np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
     y = x.copy()   # in place (an epilogue's out is its in)
-    elementwise.STEP_IMPLS[name](name, [y], y, {}, np.empty_like(x))
+    kernel_ops.STEP_IMPLS[name](name, [y], y, {}, np.empty_like(x))
     np.testing.assert_array_equal(y, out)
     made.clear()
     small = np.empty(1000, np.float32)
     with np.errstate(over="ignore", invalid="ignore"):   # (numpy's passes on the specials)
-        elementwise.STEP_IMPLS[name](name, [x[:1000]], small, {}, np.empty_like(small))
+        kernel_ops.STEP_IMPLS[name](name, [x[:1000]], small, {}, np.empty_like(small))
         half = x.astype(np.float16)
-        elementwise.STEP_IMPLS[name](name, [half], np.empty_like(half), {},
+        kernel_ops.STEP_IMPLS[name](name, [half], np.empty_like(half), {},
                                      np.empty_like(half))
     np.testing.assert_allclose(small, _activation(name, x[:1000]), rtol=1e-6, atol=1e-7)
     wide = np.empty((2, 1 << 14), np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
-        elementwise.STEP_IMPLS[name](name, [x], wide, {}, np.empty_like(wide))   # (broadcast)
+        kernel_ops.STEP_IMPLS[name](name, [x], wide, {}, np.empty_like(wide))   # (broadcast)
     assert made == []
 
 
