@@ -96,19 +96,20 @@ def conv_model(activation: str, group: int = 1, kernel: int = 3, stride: int = 1
     return _model(nodes, {"x": x}, constants), {"x": x}
 
 
-def matmul_model(activation: str, gemm: bool = False, residual: bool = True):
+def matmul_model(activation: str, gemm: bool = False, residual: bool = True,
+                 columns: int = 8):
     """MatMul -> + bias -> activation (or Gemm with C -> activation), then + R (a second
-    input, the residual) unless `residual` is false."""
+    input, the residual) unless `residual` is false; `columns` out columns."""
     rng = np.random.default_rng(8)
     x = rng.standard_normal((6, 16)).astype(np.float32)
-    r = rng.standard_normal((6, 8)).astype(np.float32)
-    constants = {"k": rng.standard_normal((16, 8)).astype(np.float32) * 0.3,
-                 "bias": rng.standard_normal(8).astype(np.float32)}
+    r = rng.standard_normal((6, columns)).astype(np.float32)
+    constants = {"k": rng.standard_normal((16, columns)).astype(np.float32) * 0.3,
+                 "bias": rng.standard_normal(columns).astype(np.float32)}
     if gemm:
         nodes = [("Gemm", ["x", "k", "bias"], "p", {"alpha": 0.5})]
     else:
         nodes = [("MatMul", ["x", "k"], "m", {}), ("Add", ["m", "bias"], "p", {})]
-    nodes.append(_activation(activation, "p", "a" if residual else "y", 8, constants,
+    nodes.append(_activation(activation, "p", "a" if residual else "y", columns, constants,
                              per_row=True))
     if residual:
         nodes.append(("Add", ["a", "r"], "y", {}))
@@ -253,6 +254,28 @@ def test_matmul_epilogue_opencl(activation, gemm):
     model, feeds = matmul_model(activation, gemm)
     _check_fold(model, "kernel.matmul", _matmul_steps(activation, gemm))
     _check_opencl(model, feeds, "kernel.matmul")
+
+
+@requires_opencl
+@pytest.mark.parametrize("activation", ["relu", "prelu"])
+def test_matmul_epilogue_reads_row_ins_as_vectors(activation):
+    """A matmul's out rows are the rows of its last dim, so a vector of a block's columns
+    lies in one: an epilogue in of that dim (the bias, the residual, PRelu's slope per
+    column) is one vload, not gathered lane by lane; 37 columns (two vectors, then one
+    shifted back to end at the last column)."""
+    from palimpsest.backends.opencl.kernels import linalg
+    from palimpsest.backends.opencl.kernels.base import Arg, KernelCall
+
+    model, feeds = matmul_model(activation, columns=37)
+    _check_fold(model, "kernel.matmul", _matmul_steps(activation, False))
+    _check_opencl(model, feeds, "kernel.matmul")
+    f32 = np.dtype(np.float32)
+    config = {"transA": 0, "transB": 0, "alpha": 1.0, "beta": 1.0, "epilogue": ["graph.add"],
+              "epilogue_wiring": [[3, 2]], "epilogue_ins": 1, "epilogue_props": None}
+    (launch,) = linalg.matmul(KernelCall("kernel.matmul", config,
+                                         [Arg((6, 16), f32), Arg((16, 37), f32),
+                                          Arg((37,), f32)], [Arg((6, 37), f32)]))
+    assert "vload16(0, e2 +" in launch.source and "% 37)]" not in launch.source
 
 
 def gemm_form_model(form: str):
