@@ -257,6 +257,36 @@ def test_matmul_epilogue_opencl(activation, gemm):
 
 
 @requires_opencl
+def test_conv_epilogue_reads_per_channel_ins_once_a_vector():
+    """A conv's vector of pixels lies in one (image, channel) plane, so a per-channel in
+    of its epilogue (Paddle's affine mul and add around its activations) is one scalar
+    load a vector, not sixteen; against the reference and onnxruntime, poisoned."""
+    from palimpsest.backends.opencl.kernels import conv
+    from palimpsest.backends.opencl.kernels.base import Arg, KernelCall
+
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((1, 8, 12, 12)).astype(np.float32)
+    constants = {"w": rng.standard_normal((8, 8, 1, 1)).astype(np.float32) * 0.3,
+                 "s": rng.standard_normal((1, 8, 1, 1)).astype(np.float32),
+                 "t": rng.standard_normal((8, 1, 1)).astype(np.float32)}
+    nodes = [("Conv", ["x", "w"], "c", {}), ("Mul", ["c", "s"], "m", {}),
+             ("Add", ["m", "t"], "a", {}), ("HardSwish", ["a"], "y", {})]
+    model = _model(nodes, {"x": x}, constants)
+    _check_fold(model, "kernel.conv2d", ["graph.mul", "graph.add", "graph.hard_swish"])
+    _check_opencl(model, {"x": x}, "kernel.conv2d")
+    f32 = np.dtype(np.float32)
+    config = {"group": 1, "strides": [1, 1], "dilations": [1, 1], "pads": [0, 0, 0, 0],
+              "epilogue": ["graph.mul", "graph.add"], "epilogue_wiring": [[4, 2], [5, 3]],
+              "epilogue_ins": 2, "epilogue_props": None}
+    (launch,) = conv.conv2d(KernelCall(
+        "kernel.conv2d", config, [Arg((1, 32, 40, 40), f32), Arg((64, 32, 1, 1), f32),
+                                  Arg((1, 64, 1, 1), f32), Arg((64, 1, 1), f32)],
+        [Arg((1, 64, 40, 40), f32)]))
+    function = launch.source[:launch.source.index("__kernel")]
+    assert function.count("/ 1600) % 64)]") == 2   # (one index a load, not one a lane)
+
+
+@requires_opencl
 @pytest.mark.parametrize("activation", ["relu", "prelu"])
 def test_matmul_epilogue_reads_row_ins_as_vectors(activation):
     """A matmul's out rows are the rows of its last dim, so a vector of a block's columns

@@ -129,7 +129,7 @@ def conv2d(call) -> list:
         gemm = Gemm(t, mg, pixels, depth, g["n"] * group, Operand("w", weights, depth, 1),
                     Operand("x", f"z * {g['cg'] * g['h'] * g['wd']}", g["h"] * g["wd"], 1),
                     Operand("y", f"z * {mg * pixels}", pixels, 1), bias,
-                    buffers=[("x", t, False)] + buffers, ix=ix, epilogue=epilogue)
+                    buffers=[("x", t, False)] + buffers, ix=ix, epilogue=epilogue, lanes_in="plane")
         return [gemm.vector_launch([ref("in", 0)] + args + [np.int32(0)])]
     width = call.workspaces["im2col"].shape[1]
     band = max(1, min(g["ho"], width // g["wo"]))
@@ -171,7 +171,8 @@ def conv2d(call) -> list:
                                          [ref("in", 0), ref("ws", "im2col"), None])] + [
                     Gemm(t, mg, cols, depth, group, Operand("w", weights, depth, 1), q,
                          Operand("y", y_at + shift, pixels, 1), bias,
-                         buffers=[("cols", t, False)] + buffers, ix=ix, epilogue=epilogue)
+                         buffers=[("cols", t, False)] + buffers, ix=ix, epilogue=epilogue,
+                         lanes_in="plane")
                     .vector_launch([ref("ws", "im2col")] + args + [None], block)
                     for cols, q, shift, block in gemms if cols]
             at = np.int32(image * bands + b)
@@ -251,7 +252,7 @@ def _implicit(call, t: str, g: dict, ix: str, has_bias: bool, buffers: list, arg
     bias = Operand("bias", f"({within}) * {mg}", 1, 0) if has_bias else None
     gemm = Gemm(t, mg, wo, depth, (1 if padded else g["n"]) * group * ho,
                 Operand("w", f"({within}) * {mg * depth}", depth, 1), q, y, bias,
-                buffers=[("x", t, False)] + buffers, ix=ix, epilogue=epilogue)
+                buffers=[("x", t, False)] + buffers, ix=ix, epilogue=epilogue, lanes_in="plane")
     if not padded:
         return [gemm.vector_launch([ref("in", 0)] + args + [np.int32(0)])]
     multiply = gemm.vector_launch([ref("ws", "padded")] + args + [None])
@@ -305,7 +306,7 @@ def _flat(call, t: str, g: dict, ix: str, has_bias: bool, buffers: list, args: l
     bias = Operand("bias", f"{within} * {mg}", 1, 0) if has_bias else None
     gemm = Gemm(t, mg, (ho - 1) * wpp + wo, depth, (1 if padded else g["n"]) * group,
                 Operand("w", f"{within} * {mg * depth}", depth, 1), q, y, bias,
-                buffers=[("x", t, False)] + buffers, ix=ix, epilogue=epilogue)
+                buffers=[("x", t, False)] + buffers, ix=ix, epilogue=epilogue, lanes_in="plane")
     if not padded:
         return [gemm.vector_launch([ref("in", 0)] + args + [np.int32(0)])]
     multiply = gemm.vector_launch([ref("ws", "padded")] + args + [None])

@@ -145,8 +145,8 @@ class FusedEpilogue:
         self.functions: dict = {}   # (lanes, stride, last) -> (name, C source)
 
     def _function(self, lanes: int, stride: int, last, offsets: bool = False,
-                  in_row: bool = False) -> str:
-        key = (lanes, stride if lanes > 1 else 1, last, offsets, in_row)
+                  in_row: bool = False, in_plane: bool = False) -> str:
+        key = (lanes, stride if lanes > 1 else 1, last, offsets, in_row, in_plane)
         if key not in self.functions:
             t = self.call.outs[0].ctype
             vt = t if lanes == 1 else f"{t}{lanes}"
@@ -156,7 +156,7 @@ class FusedEpilogue:
                 self.call, config["epilogue"], config["epilogue_wiring"],
                 config["epilogue_props"], product=True, pointer=lambda k: f"e{k}",
                 lanes=lanes, stride=stride, last=last, offsets="at" if offsets else None,
-                in_row=in_row)
+                in_row=in_row, in_plane=in_plane)
             declared = "".join(f", __global const {c}* {b}" for b, c, _ in self.buffers)
             at = f", const int{lanes} at" if offsets else ""
             self.functions[key] = (name, f"{vt} {name}(const {vt} v0, const long i{at}"
@@ -177,13 +177,17 @@ class FusedEpilogue:
         return self._call(self._function(1, 1, None), value, index)
 
     def apply_lanes(self, var: str, lanes: int, index: str, stride: int,
-                    last: int | None = None, in_row: bool = False) -> str:
+                    last: int | None = None, in_row: bool = False,
+                    in_plane: bool = False) -> str:
         """A statement applying the epilogue to the vector variable `var` (lane j: out
         element `index + j * stride`, clamped to `last` where lanes may run past the
         out: their values are not stored, their loads stay inside). `in_row`: the
         kernel knows the lanes (stride 1) lie in one row of the out's last dim, so an in
-        broadcast along it loads one scalar, an in of that dim one vload."""
-        name = self._function(lanes, stride, last, in_row=in_row)
+        broadcast along it loads one scalar, an in of that dim one vload. `in_plane`:
+        they lie in one (image, channel) plane of the out (all but its spatial dims
+        shared: a conv's vector of pixels), so an in broadcast over the spatial dims (a
+        per-channel scale, bias or slope) loads one scalar."""
+        name = self._function(lanes, stride, last, in_row=in_row, in_plane=in_plane)
         return f"{var} = {self._call(name, var, f'(long)({index})')};"
 
     def apply_at(self, var: str, lanes: int, index: str, offsets: str) -> str:
@@ -201,7 +205,7 @@ def fused_epilogue(call):
 
 def _chain_body(call, steps, wiring, props, product: bool, pointer, lanes: int = 1,
                 stride: int = 1, last=None, aligned: bool = False, gathers: list | None = None,
-                offsets: str | None = None, in_row: bool = False):
+                offsets: str | None = None, in_row: bool = False, in_plane: bool = False):
     """The C lines computing the chain `steps` for out element `i`: values 0..n-1 are the
     ins (in k read through the pointer named `pointer(k)`); without `product` value n+i
     is step i's result (kernel.elementwise); with it, value n is `v0`, the product's
@@ -215,7 +219,11 @@ def _chain_body(call, steps, wiring, props, product: bool, pointer, lanes: int =
     `last` unused). `in_row`: the lanes lie in one row of the out's last dim (stride 1,
     no clamp), as where `aligned` and the last dim is a multiple of `lanes`, without
     i being a multiple of `lanes` (a depthwise conv's vector shifted back to the row's
-    end). The ins read lane by lane (gathered) are appended to `gathers` when given. Returns (lines, the ins read, the C name of the chain's result)."""
+    end). `in_plane`: the lanes lie in one (image, channel) plane of an out of rank 3 or
+    more (stride 1, no clamp: a conv's pixels), so an in broadcast over its dims from the
+    third on is one scalar. The ins read lane by lane (gathered) are appended to
+    `gathers` when given. Returns (lines, the ins read, the C name of the chain's
+    result)."""
     out = call.outs[0]
     t = out.ctype
     vt = t if lanes == 1 else f"{t}{lanes}"
@@ -259,6 +267,10 @@ def _chain_body(call, steps, wiring, props, product: bool, pointer, lanes: int =
                 row_load = len(arg.shape) and arg.shape[-1] != 1
                 kind, expr = vt, (f"vload{lanes}(0, {p} + {at('i')})" if row_load
                                   else f"({vt})({p}[{at('i')}])")
+            elif (in_plane or in_row) and rank >= 3 and stride == 1 and last is None \
+                    and offsets is None and all(
+                        d == 1 for d in tuple(arg.shape)[max(0, len(arg.shape) - rank + 2):]):
+                kind, expr = vt, f"({vt})({p}[{at('i')}])"   # (the plane's one value)
             else:
                 kind, expr = vt, f"({vt})(" + ", ".join(
                     f"{p}[{at(element(j))}]" for j in range(lanes)) + ")"

@@ -119,16 +119,19 @@ class Gemm:
     (P, Q, Y, C are `Operand`s; `buffers` the kernel's buffers, in argument order)."""
 
     def __init__(self, t, rows, cols, depth, batch, p, q, y, c=None, alpha=1.0, beta=1.0,
-                 buffers=(), ix="int", epilogue=None, rows_are_out_rows=False):
+                 buffers=(), ix="int", epilogue=None, lanes_in=None):
         self.t, self.rows, self.cols, self.depth, self.batch = t, rows, cols, depth, batch
         self.p, self.q, self.y, self.c = p, q, y, c
         self.alpha, self.beta, self.buffers, self.ix = alpha, beta, list(buffers), ix
         self.epilogue = epilogue   # a FusedEpilogue (elementwise.py) applied as Y is stored
-        # Y's rows are rows of the out's last dim (a matmul's), so a block's vector of
-        # columns lies in one: the epilogue loads an in of that dim with one vload, not
-        # lane by lane with a division each (a classifier's bias over 6906 columns: its
-        # add took half as long again as the product)
-        self.rows_are_out_rows = rows_are_out_rows
+        # where a block's vector of Y's columns lies in the out, for its epilogue's loads
+        # (FusedEpilogue.apply_lanes): "row", one row of the out's last dim (a matmul's
+        # Y rows are the out's rows), so an in of that dim is one vload; "plane", one
+        # (image, channel) plane (a conv's Y rows are channels, its columns pixels), so
+        # an in broadcast over the spatial dims is one scalar; None: each lane's own
+        # index, the ins gathered lane by lane, a division or two a lane (a classifier's
+        # bias over 6906 columns took half as long again as its product)
+        self.lanes_in = lanes_in
         if epilogue is not None:
             self.buffers += epilogue.buffers
 
@@ -234,7 +237,8 @@ class Gemm:
                 if self.epilogue is not None:
                     index = f"({y.offset}) + r{i} * {y.s0} + ({col}) * {y.s1}"
                     apply = self.epilogue.apply_lanes(
-                        f"v{v}", W, index, y.s1, in_row=self.rows_are_out_rows and y.s1 == 1)
+                        f"v{v}", W, index, y.s1, in_row=self.lanes_in == "row" and y.s1 == 1,
+                        in_plane=self.lanes_in is not None and y.s1 == 1)
                     lines.append(f"      {apply}\n")
                 if y.s1 == 1 and W > 1:
                     full = f"vstore{W}(v{v}, 0, yr + {col});"
@@ -266,7 +270,8 @@ class Gemm:
                  f"      const {ix} j = {col}, oh = j / {pitch}, ow = j - oh * {pitch};\n"]
         fast = f"vstore{W}({var}, 0, yr + oh * {run} + ow);"
         if epilogue is not None:
-            apply = epilogue.apply_lanes(var, W, f"{base} + oh * {run} + ow", 1)
+            apply = epilogue.apply_lanes(var, W, f"{base} + oh * {run} + ow", 1,
+                                         in_plane=self.lanes_in is not None)
             if ins:
                 fast = f"{apply} {fast}"
             else:   # the lanes' indices unused
@@ -449,7 +454,7 @@ def matmul(call) -> list:
     if along_n or not (along_m or dots):
         # vectors along n: rows of B (gathered when B is transposed and nothing is better)
         return [Gemm(t, m, n, k, batch, Operand("a", a_off, *a_s), Operand("b", b_off, *b_s),
-                     y, c, rows_are_out_rows=True, **common).vector_launch(args)]
+                     y, c, lanes_in="row", **common).vector_launch(args)]
     if along_m:
         # vectors along m: columns of a transposed A; the block is Y's transpose
         flip = lambda o: o and Operand(o.name, o.offset, o.s1, o.s0)  # noqa: E731
