@@ -12,6 +12,7 @@ from palimpsest.backends.numpy.kernel_ops import (
 from palimpsest.backends.numpy.kernel_ops_steps import step_calls
 from palimpsest.backends.numpy.kernels import _same_view
 
+
 def _chain(op, config) -> tuple:
     """A chain's steps as (step function, name, refs, props), and the ins read after the
     first step."""

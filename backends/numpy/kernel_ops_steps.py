@@ -72,14 +72,15 @@ def _relu_calls(name, args, out, props, scratch):
 _ONEDNN_FROM = 1 << 14
 
 
-def _onednn_calls(function: str, x, out, alpha: float = 0.0, beta: float = 0.0):
+def _onednn_calls(function: str, x, out, *parameters, smallest: int = _ONEDNN_FROM):
     """The step as one call of oneDNN's `function` (onednn_primitives.ELTWISE, with its
-    alpha and beta) where it takes it: float32 `x` shaped like `out`, both contiguous, at
-    least _ONEDNN_FROM elements, oneDNN at hand; else None."""
-    if out.dtype != np.float32 or out.size < _ONEDNN_FROM or x.dtype != out.dtype \
+    alpha and beta as `parameters` where it has them) where it takes it: float32 `x`
+    shaped like `out`, both contiguous, at least `smallest` elements, oneDNN at hand;
+    else None."""
+    if out.dtype != np.float32 or out.size < smallest or x.dtype != out.dtype \
             or x.shape != out.shape or not (x.flags.c_contiguous and out.flags.c_contiguous):
         return None
-    function = onednn_primitives.eltwise(function, out.size, alpha, beta)
+    function = onednn_primitives.eltwise(function, out.size, *parameters)
     return None if function is None else [(function, (x, out), {})]
 
 
@@ -246,15 +247,13 @@ def _gelu(name, args, out, props, scratch):
     x = args[0]
     dtype = out.dtype
     tanh = props.get("approximate", "none") == "tanh"
-    if dtype == np.float32 and out.size >= _GELU_ONEDNN_FROM and x.dtype == dtype \
-            and x.shape == out.shape and x.flags.c_contiguous and out.flags.c_contiguous:
-        function = onednn_primitives.eltwise("gelu_tanh" if tanh else "gelu_erf", out.size)
-        # (oneDNN's GELU of an infinity is NaN and of 3e38 inf: such x, and NaNs, which
-        # fail both comparisons, take the passes below)
-        if function is not None and -_GELU_ONEDNN_RANGE < x.min() \
-                and x.max() < _GELU_ONEDNN_RANGE:
-            function(x, out)
-            return
+    calls = _onednn_calls("gelu_tanh" if tanh else "gelu_erf", x, out,
+                          smallest=_GELU_ONEDNN_FROM)
+    # (oneDNN's GELU of an infinity is NaN and of 3e38 inf: such x, and NaNs, which fail
+    # both comparisons, take the passes below)
+    if calls is not None and -_GELU_ONEDNN_RANGE < x.min() and x.max() < _GELU_ONEDNN_RANGE:
+        replay(calls)
+        return
     if tanh:
         np.multiply(x, x, out=scratch)
         np.multiply(scratch, _const(0.044715, dtype), out=scratch)

@@ -30,10 +30,11 @@ Captured programs: capture.py (`CapturedPrograms`, a mixin of the executor).
 Inputs are copied to the device and results read back, one copy each (`io_bytes`); on
 a device that is the host's CPU an input the plan never writes is the caller's array
 itself (USE_HOST_PTR: no copy, `bind_input`); a result is read straight into the
-caller's array given as `outputs=`, when its dtype, shape and contiguity fit. With `poison=True`, pools and allocations are filled with 0x5A
-bytes when they are made (a read before the first write shows up), when they are freed,
-and a view of a pool when its liveness ends (its last use, through aliases), as the numpy
-backend does: a buffer used past its end reads 0x5A bytes.
+caller's array given as `outputs=`, when its dtype, shape and contiguity fit. With
+`poison=True`, pools and allocations are filled with 0x5A bytes when they are made (a
+read before the first write shows up), when they are freed, and a view of a pool when
+its liveness ends (its last use, through aliases), as the numpy backend does: a buffer
+used past its end reads 0x5A bytes.
 
 Profiling. With a profiler (`executor.profiler`, backends/profile.py) the executor
 enqueues on the device's profiling queue (runtime.py `Device.profiling_queue`; the plain

@@ -349,12 +349,8 @@ class Device:
         array = np.asarray(array, order="C")
         if array.nbytes == 0:
             return self.cl.Buffer(self.context, mf.READ_WRITE, 1)
-        if in_place and self.limits.host_cpu:
-            try:
-                return self.cl.Buffer(self.context, mf.READ_ONLY | mf.USE_HOST_PTR,
-                                      hostbuf=array)
-            except (TypeError, ValueError, BufferError):   # (a read-only array)
-                pass
+        if in_place and self.limits.host_cpu:   # (a read-only array too: pyopencl takes it)
+            return self.cl.Buffer(self.context, mf.READ_ONLY | mf.USE_HOST_PTR, hostbuf=array)
         return self.cl.Buffer(self.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=array)
 
     def upload_kept(self, array: np.ndarray) -> tuple:
@@ -367,8 +363,9 @@ class Device:
         array = np.asarray(array, order="C")
         if self.limits.host_cpu and array.nbytes >= HUGE_PAGES_FROM:
             copy = huge_page_copy(array)
-            return self.cl.Buffer(self.context, self.cl.mem_flags.READ_WRITE |
-                                  self.cl.mem_flags.USE_HOST_PTR, hostbuf=copy), copy
+            mf = self.cl.mem_flags
+            return self.cl.Buffer(self.context, mf.READ_WRITE | mf.USE_HOST_PTR,
+                                  hostbuf=copy), copy
         return self.upload(array), array
 
     def launch(self, launch: Launch, buffers, queue=None):

@@ -25,6 +25,7 @@ its conv path does (a depthwise conv's own padded windows, or none at all).
 from __future__ import annotations
 
 from palimpsest.dialects.graph.canonicalize import _const, _rank, attach
+from palimpsest.dialects.graph.ops_base import constant_values
 from palimpsest.dialects.graph.ops_constant import ConstantOp
 from palimpsest.ir import attributes as A
 from palimpsest.ir.opdef import lookup_op
@@ -105,22 +106,14 @@ def pad_into_conv(rewriter, conv, pad, x, pads):
     rank = _rank(x)
     if rank is None or rank < 3:
         return None
-    try:
-        amounts = [int(v) for v in pads.properties["value"].to_numpy().reshape(-1)]
-        value = pad.constant_value
-        if value is not None:
-            if value.op is None or value.op.name != "graph.constant" \
-                    or value.op.properties["value"].to_numpy().any():
-                return None
-        axes = list(range(rank))
-        if pad.axes is not None:
-            if pad.axes.op is None or pad.axes.op.name != "graph.constant":
-                return None
-            axes = [int(a) % rank for a in pad.axes.op.properties["value"].to_numpy()
-                    .reshape(-1)]
-    except (OSError, ValueError, KeyError, TypeError):
+    amounts = constant_values(pads.results[0])
+    zero = [0] if pad.constant_value is None else constant_values(pad.constant_value)
+    axes = list(range(rank)) if pad.axes is None else constant_values(pad.axes)
+    if amounts is None or axes is None or zero is None or any(zero):
         return None
-    if len(amounts) != 2 * len(axes) or len(set(axes)) != len(axes) or min(amounts) < 0:
+    axes = [int(a) % rank for a in axes]
+    if not axes or len(amounts) != 2 * len(axes) or len(set(axes)) != len(axes) \
+            or min(amounts) < 0:
         return None
     begins, ends = [0] * rank, [0] * rank
     for axis, begin, end in zip(axes, amounts[:len(axes)], amounts[len(axes):]):
